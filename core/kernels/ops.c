@@ -1,0 +1,234 @@
+#include "core/kernels/ops.h"
+
+#include "core/kernels/matmul.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+void rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int n, int d)
+{
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * d;
+        float *yi = y + (size_t)i * d;
+        float ss = 0.0f;
+        for (int j = 0; j < d; j++)
+            ss += xi[j] * xi[j];
+        float r = 1.0f / sqrtf(ss / (float)d + RMSNORM_EPS);
+        rstd[i] = r;
+        for (int j = 0; j < d; j++)
+            yi[j] = xi[j] * r * g[j];
+    }
+}
+
+void rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x, const float *g,
+                      const float *rstd, int n, int d)
+{
+    /* y_j = x_j r g_j, r = (mean(x^2)+eps)^-1/2, dr/dx_j = -r^3 x_j / d:
+     * dx_j = r g_j dy_j - x_j r^3 / d * sum_m(dy_m g_m x_m). */
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * d;
+        const float *dyi = dy + (size_t)i * d;
+        float *dxi = dx + (size_t)i * d;
+        float r = rstd[i];
+        float dot = 0.0f;
+        for (int j = 0; j < d; j++) {
+            dot += dyi[j] * g[j] * xi[j];
+            dg[j] += dyi[j] * xi[j] * r;
+        }
+        float c = dot * r * r * r / (float)d;
+        for (int j = 0; j < d; j++)
+            dxi[j] += r * g[j] * dyi[j] - c * xi[j];
+    }
+}
+
+int build_rope_table(rope_table **out, int max_pos, int dh)
+{
+    rope_table *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->max_pos = max_pos;
+    t->half = dh / 2;
+    size_t count = (size_t)max_pos * (size_t)t->half;
+    t->cos = malloc(count * sizeof(float));
+    t->sin = malloc(count * sizeof(float));
+    if (!t->cos || !t->sin) {
+        free_rope_table(&t);
+        return -ENOMEM;
+    }
+    for (int p = 0; p < max_pos; p++) {
+        for (int i = 0; i < t->half; i++) {
+            double theta = pow(ROPE_BASE, -2.0 * i / dh);
+            double angle = p * theta;
+            t->cos[(size_t)p * t->half + i] = (float)cos(angle);
+            t->sin[(size_t)p * t->half + i] = (float)sin(angle);
+        }
+    }
+    *out = t;
+    return 0;
+}
+
+void free_rope_table(rope_table **t)
+{
+    if (!*t)
+        return;
+    free((*t)->cos);
+    free((*t)->sin);
+    free(*t);
+    *t = NULL;
+}
+
+static void rope_rotate(float *x, const int32_t *pos, const rope_table *t, int n, int n_heads,
+                        int dh, float sign)
+{
+    int half = dh / 2;
+    for (int j = 0; j < n; j++) {
+        const float *c = t->cos + (size_t)pos[j] * t->half;
+        const float *s = t->sin + (size_t)pos[j] * t->half;
+        for (int h = 0; h < n_heads; h++) {
+            float *xh = x + ((size_t)j * n_heads + h) * dh;
+            for (int i = 0; i < half; i++) {
+                float a = xh[i], b = xh[i + half];
+                float si = sign * s[i];
+                xh[i] = a * c[i] - b * si;
+                xh[i + half] = b * c[i] + a * si;
+            }
+        }
+    }
+}
+
+void rope_forward(float *x, const int32_t *pos, const rope_table *t, int n, int n_heads, int dh)
+{
+    rope_rotate(x, pos, t, n, n_heads, dh, 1.0f);
+}
+
+void rope_backward(float *dx, const int32_t *pos, const rope_table *t, int n, int n_heads, int dh)
+{
+    /* A rotation's transpose is the rotation by the opposite angle. */
+    rope_rotate(dx, pos, t, n, n_heads, dh, -1.0f);
+}
+
+void swiglu_forward(float *g, const float *a, const float *b, long count)
+{
+    for (long i = 0; i < count; i++) {
+        float s = 1.0f / (1.0f + expf(-a[i]));
+        g[i] = a[i] * s * b[i];
+    }
+}
+
+void swiglu_backward(float *da, float *db, const float *dg, const float *a, const float *b,
+                     long count)
+{
+    for (long i = 0; i < count; i++) {
+        float s = 1.0f / (1.0f + expf(-a[i]));
+        float silu = a[i] * s;
+        da[i] += dg[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
+        db[i] += dg[i] * silu;
+    }
+}
+
+void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
+                       int n, int n_heads, int dh, int ld)
+{
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int h = 0; h < n_heads; h++) {
+        float *p = probs + (size_t)h * n * n;
+        /* scores = Q_h K_h^T (full n x n: what MODEL.md counts) */
+        matmul(p, n, q + h * dh, ld, false, k + h * dh, ld, true, n, n, dh, 0.0f);
+        for (int j = 0; j < n; j++) {
+            float *row = p + (size_t)j * n;
+            float mx = -INFINITY;
+            for (int m = 0; m <= j; m++) {
+                row[m] *= scale;
+                if (row[m] > mx)
+                    mx = row[m];
+            }
+            float sum = 0.0f;
+            for (int m = 0; m <= j; m++) {
+                row[m] = expf(row[m] - mx);
+                sum += row[m];
+            }
+            float inv = 1.0f / sum;
+            for (int m = 0; m <= j; m++)
+                row[m] *= inv;
+            for (int m = j + 1; m < n; m++)
+                row[m] = 0.0f;
+        }
+        matmul(out + h * dh, ld, p, n, false, v + h * dh, ld, false, n, dh, n, 0.0f);
+    }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                        const float *q, const float *k, const float *v, const float *probs,
+                        int n, int n_heads, int dh, int ld)
+{
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int h = 0; h < n_heads; h++) {
+        const float *p = probs + (size_t)h * n * n;
+        float *ds = scratch;
+        /* dP = dO V^T ; dV += P^T dO */
+        matmul(ds, n, dout + h * dh, ld, false, v + h * dh, ld, true, n, n, dh, 0.0f);
+        matmul(dv + h * dh, ld, p, n, true, dout + h * dh, ld, false, n, dh, n, 1.0f);
+        /* softmax backward, then the 1/sqrt(dh) scale: dS = P (dP - <dP, P>) */
+        for (int j = 0; j < n; j++) {
+            const float *pr = p + (size_t)j * n;
+            float *dr = ds + (size_t)j * n;
+            float dot = 0.0f;
+            for (int m = 0; m <= j; m++)
+                dot += pr[m] * dr[m];
+            for (int m = 0; m <= j; m++)
+                dr[m] = pr[m] * (dr[m] - dot) * scale;
+            for (int m = j + 1; m < n; m++)
+                dr[m] = 0.0f;
+        }
+        /* dQ += dS K ; dK += dS^T Q */
+        matmul(dq + h * dh, ld, ds, n, false, k + h * dh, ld, false, n, dh, n, 1.0f);
+        matmul(dk + h * dh, ld, ds, n, true, q + h * dh, ld, false, n, dh, n, 1.0f);
+    }
+}
+
+void embedding_forward(float *x, const float *tok_emb, const uint16_t *tokens, int n, int d)
+{
+    for (int i = 0; i < n; i++) {
+        const float *e = tok_emb + (size_t)tokens[i] * d;
+        float *xi = x + (size_t)i * d;
+        for (int j = 0; j < d; j++)
+            xi[j] = e[j];
+    }
+}
+
+void embedding_backward(float *dtok_emb, const float *dx, const uint16_t *tokens, int n, int d)
+{
+    for (int i = 0; i < n; i++) {
+        float *e = dtok_emb + (size_t)tokens[i] * d;
+        const float *dxi = dx + (size_t)i * d;
+        for (int j = 0; j < d; j++)
+            e[j] += dxi[j];
+    }
+}
+
+double cross_entropy(float *dlogits, const float *logits, const uint16_t *targets, int n, int V,
+                     float scale)
+{
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *li = logits + (size_t)i * V;
+        float mx = li[0];
+        for (int c = 1; c < V; c++)
+            if (li[c] > mx)
+                mx = li[c];
+        double sum = 0.0;
+        for (int c = 0; c < V; c++)
+            sum += exp((double)(li[c] - mx));
+        double lse = (double)mx + log(sum);
+        total += lse - (double)li[targets[i]];
+        if (dlogits) {
+            float *di = dlogits + (size_t)i * V;
+            for (int c = 0; c < V; c++)
+                di[c] = scale * (float)exp((double)li[c] - lse);
+            di[targets[i]] -= scale;
+        }
+    }
+    return total;
+}

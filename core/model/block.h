@@ -1,0 +1,105 @@
+/* The pieces of a transformer block (MODEL.md "Dense pieces"), written for an
+ * arbitrary set of rows grouped by sequence, so that MoD can run the block on
+ * its selected rows only and MoE can put its experts where the MLP was.
+ *   attention sublayer:  h = x + Attn(x)
+ *   MLP sublayer:        y = h + FFN(RMSNorm_mlp(h))
+ *   FFN (SwiGLU):        out = (silu(m W1) * (m W3)) W2       */
+#ifndef MODE_CORE_MODEL_BLOCK_H
+#define MODE_CORE_MODEL_BLOCK_H
+
+#include "core/model/kind.h"
+#include "core/model/spec.h"
+
+#include <stdint.h>
+
+/* n rows, grouped into nseq runs: sequence s owns rows
+ * [seq_start[s], seq_start[s+1]); pos[j] is row j's original position, and
+ * positions increase within a sequence. */
+typedef struct row_set {
+    int n;
+    int nseq;
+    const int *seq_start; /* [nseq+1] */
+    const int32_t *pos;   /* [n] */
+} row_set;
+
+typedef struct attn_weights {
+    float *norm;           /* [d] */
+    float *wq, *wk, *wv;   /* [d][d] */
+    float *wo;             /* [d][d] */
+} attn_weights;
+
+typedef struct ffn_weights {
+    float *w1, *w3; /* [d][f] */
+    float *w2;      /* [f][d] */
+} ffn_weights;
+
+/* Activations kept for backward, for up to cap_rows rows. */
+typedef struct attn_cache {
+    int cap_rows;
+    long cap_probs;
+    float *u;     /* [rows][d] RMSNorm_attn(x) */
+    float *rstd;  /* [rows] */
+    float *q, *k, *v; /* [rows][d] after RoPE (q, k) */
+    float *att;   /* [rows][d] heads concatenated, before Wo */
+    float *probs; /* sum over sequences of H n_s^2 */
+} attn_cache;
+
+typedef struct ffn_cache {
+    int cap_rows, f;
+    float *a1, *a3; /* [rows][f] m W1, m W3 */
+    float *g;       /* [rows][f] silu(a1) * a3 */
+} ffn_cache;
+
+typedef struct mlp_cache {
+    float *m;     /* [rows][d] RMSNorm_mlp(h) */
+    float *rstd;  /* [rows] */
+    ffn_cache ffn;
+} mlp_cache;
+
+int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows, long cap_probs);
+void free_attn_cache(attn_cache *c);
+int build_ffn_cache(ffn_cache *c, int cap_rows, int f);
+void free_ffn_cache(ffn_cache *c);
+int build_mlp_cache(mlp_cache *c, const model_dims *dims, int cap_rows, int f);
+void free_mlp_cache(mlp_cache *c);
+
+/* Descriptors of a block's tensors, in checkpoint order: attn_norm wq wk wv wo
+ * [mlp_norm w1 w3 w2 when with_mlp].  Returns the count (out may be NULL). */
+int block_tensors(tensor_desc *out, const model_dims *dims, bool with_mlp);
+enum { BLOCK_ATTN_TENSORS = 5, BLOCK_TENSORS = 9 };
+/* Views of the tensors that block_tensors() described, starting at t[0]. */
+attn_weights attn_weights_at(float *const *t);
+ffn_weights ffn_weights_at(float *const *t); /* t[0] = w1, t[1] = w3, t[2] = w2 */
+
+/* Work-space floats that attn_backward / mlp_backward need for n rows. */
+long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows);
+long mlp_ws_floats(const model_dims *dims, int n, int f);
+
+/* h[rows][d] = x + Attn(x).  h must not alias x. */
+void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
+                  const attn_weights *w, const fwd_args *a);
+/* dx += dh + (Attn's backward of dh); dw += ... */
+void attn_backward(float *dx, const attn_weights *dw, const float *dh, const float *x,
+                   const attn_cache *c, const row_set *rs, const attn_weights *w,
+                   const fwd_args *a, float *ws);
+
+/* out[n][d] = beta*out + SwiGLU(m) */
+void ffn_forward(ffn_cache *c, float *out, const float *m, int n, const ffn_weights *w,
+                 int d, int f, float beta);
+/* dm[n][d] += ..., dw += ... given dout; ws holds 3 n f floats. */
+void ffn_backward(float *dm, const ffn_weights *dw, const float *dout, const float *m,
+                  const ffn_cache *c, int n, const ffn_weights *w, int d, int f, float *ws);
+
+/* y = h + FFN(RMSNorm_mlp(h)); norm[d]. */
+void mlp_forward(mlp_cache *c, float *y, const float *h, int n, const float *norm,
+                 const ffn_weights *w, int d, int f);
+/* dh += dy + ... */
+void mlp_backward(float *dh, float *dnorm, const ffn_weights *dw, const float *dy,
+                  const float *h, const mlp_cache *c, int n, const float *norm,
+                  const ffn_weights *w, int d, int f, float *ws);
+
+/* FLOPs of the pieces, for n rows in sequences of the given sizes. */
+double attn_flops_rows(const model_dims *dims, long n, long sum_sq_seq_rows);
+double ffn_flops_rows(int d, int f, long n);
+
+#endif

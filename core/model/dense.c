@@ -1,0 +1,136 @@
+/* The `dense` kind: x <- Block(x) on every row (MODEL.md "Layer kinds"). */
+#include "core/model/block.h"
+#include "core/model/kind.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dense_state {
+    attn_cache attn;
+    mlp_cache mlp;
+    float *h;        /* [rows][d] x + Attn(x) */
+    int *seq_start;  /* [max_seq+1] */
+    int32_t *pos;    /* [rows] */
+    int max_seq;
+} dense_state;
+
+static const char *const dense_keys[] = { NULL };
+
+static int dense_validate(const layer_spec *spec, const model_dims *dims, char *err, int err_len)
+{
+    return 0;
+}
+
+static int dense_tensors(const layer_spec *spec, const model_dims *dims, tensor_desc *out, int max)
+{
+    if (out && max < BLOCK_TENSORS)
+        return -EINVAL;
+    return block_tensors(out, dims, true);
+}
+
+static void dense_free(layer *l)
+{
+    dense_state *s = l->state;
+    if (!s)
+        return;
+    free_attn_cache(&s->attn);
+    free_mlp_cache(&s->mlp);
+    free(s->h);
+    free(s->seq_start);
+    free(s->pos);
+    free(s);
+    l->state = NULL;
+}
+
+static int dense_build(layer *l, const model_dims *dims, int max_seq)
+{
+    int S = dims->seq_len, rows = max_seq * S;
+    dense_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    l->state = s;
+    s->max_seq = max_seq;
+    s->h = malloc((size_t)rows * dims->d_model * sizeof(float));
+    s->seq_start = malloc((size_t)(max_seq + 1) * sizeof(int));
+    s->pos = malloc((size_t)rows * sizeof(int32_t));
+    if (!s->h || !s->seq_start || !s->pos ||
+        build_attn_cache(&s->attn, dims, rows, (long)max_seq * dims->n_heads * S * S) ||
+        build_mlp_cache(&s->mlp, dims, rows, dims->d_ff)) {
+        dense_free(l);
+        return -ENOMEM;
+    }
+    for (int b = 0; b <= max_seq; b++)
+        s->seq_start[b] = b * S;
+    for (int j = 0; j < rows; j++)
+        s->pos[j] = j % S;
+    return 0;
+}
+
+static long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    int rows = max_seq * dims->seq_len;
+    long a = attn_ws_floats(dims, rows, dims->seq_len);
+    long m = mlp_ws_floats(dims, rows, dims->d_ff);
+    /* dh, then the larger of the two sublayers' needs */
+    return (long)rows * dims->d_model + (a > m ? a : m);
+}
+
+static row_set dense_rows(const dense_state *s, const fwd_args *a)
+{
+    row_set rs = { .n = a->nseq * a->seq_len, .nseq = a->nseq, .seq_start = s->seq_start,
+                   .pos = s->pos };
+    return rs;
+}
+
+static int dense_forward(layer *l, const fwd_args *a, float *y, const float *x)
+{
+    dense_state *s = l->state;
+    const model_dims *dm = a->dims;
+    row_set rs = dense_rows(s, a);
+    attn_weights aw = attn_weights_at(l->w);
+    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
+    attn_forward(&s->attn, s->h, x, &rs, &aw, a);
+    mlp_forward(&s->mlp, y, s->h, rs.n, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
+    if (a->flops_executed)
+        *a->flops_executed += a->nseq * l->kind->flops(&l->spec, dm);
+    return 0;
+}
+
+static int dense_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
+{
+    dense_state *s = l->state;
+    const model_dims *dm = a->dims;
+    row_set rs = dense_rows(s, a);
+    attn_weights aw = attn_weights_at(l->w), daw = attn_weights_at(l->dw);
+    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
+    ffn_weights dfw = ffn_weights_at(l->dw + BLOCK_ATTN_TENSORS + 1);
+    /* dh is the first slice of the work space; the sublayers use the rest. */
+    size_t nd = (size_t)rs.n * dm->d_model;
+    float *dh = a->ws;
+    memset(dh, 0, nd * sizeof(float));
+    mlp_backward(dh, l->dw[BLOCK_ATTN_TENSORS], &dfw, dy, s->h, &s->mlp, rs.n,
+                 l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff, a->ws + nd);
+    attn_backward(dx, &daw, dh, x, &s->attn, &rs, &aw, a, a->ws + nd);
+    return 0;
+}
+
+static double dense_flops(const layer_spec *spec, const model_dims *dims)
+{
+    long S = dims->seq_len;
+    return attn_flops_rows(dims, S, S * S) + ffn_flops_rows(dims->d_model, dims->d_ff, S);
+}
+
+const layer_kind dense_kind = {
+    .name = "dense",
+    .keys = dense_keys,
+    .validate = dense_validate,
+    .tensors = dense_tensors,
+    .build = dense_build,
+    .free = dense_free,
+    .ws_floats = dense_ws_floats,
+    .forward = dense_forward,
+    .backward = dense_backward,
+    .flops = dense_flops,
+    .record = NULL,
+};

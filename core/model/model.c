@@ -1,0 +1,357 @@
+#include "core/model/model.h"
+
+#include "core/kernels/matmul.h"
+#include "core/rng/pcg32.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const layer_kind *layer_kind_lookup(const layer_kind *const *table, const char *name)
+{
+    for (int i = 0; table && table[i]; i++)
+        if (strcmp(table[i]->name, name) == 0)
+            return table[i];
+    return NULL;
+}
+
+void layer_spec_defaults(layer_spec *s)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->kind, sizeof(s->kind), "dense");
+    s->capacity = 0.125;
+    snprintf(s->router, sizeof(s->router), "learned");
+    snprintf(s->gate, sizeof(s->gate), "sigmoid");
+    snprintf(s->causal, sizeof(s->causal), "aux");
+    s->aux_weight = 0.01;
+    s->experts = 8;
+    s->top_k = 1;
+    s->capacity_factor = 1.25;
+    s->expert_d_ff = 0; /* 0: the model's d_ff */
+    s->balance_weight = 0.01;
+    s->z_weight = 0.001;
+}
+
+double model_head_flops_per_seq(const model_dims *dims)
+{
+    return 2.0 * (double)dims->seq_len * dims->d_model * dims->vocab;
+}
+
+void free_model(model **pm)
+{
+    model *m = *pm;
+    if (!m)
+        return;
+    if (m->layers) {
+        for (int l = 0; l < m->dims.n_layers; l++) {
+            layer *ly = &m->layers[l];
+            if (ly->kind && ly->state)
+                ly->kind->free(ly);
+            free(ly->w);
+            free(ly->dw);
+        }
+    }
+    free(m->layers);
+    free(m->tensors);
+    free(m->params);
+    free(m->grads);
+    free(m->adam_m);
+    free(m->adam_v);
+    free(m->resid);
+    free(m->dresid[0]);
+    free(m->dresid[1]);
+    free(m->final_u);
+    free(m->final_rstd);
+    free(m->logits);
+    free(m->inputs);
+    free(m->targets);
+    free(m->ws);
+    free_rope_table(&m->rope);
+    free(m);
+    *pm = NULL;
+}
+
+static int add_tensor(model *m, int cap, const char *path, const tensor_desc *d, int layer_index)
+{
+    if (m->n_tensors >= cap)
+        return -EINVAL;
+    model_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->path, sizeof(t->path), "%s", path);
+    t->desc = *d;
+    t->layer = layer_index;
+    t->offset = m->n_params;
+    t->numel = tensor_numel(d);
+    /* keep every tensor 16-float aligned for the vector loops */
+    m->n_params += ((size_t)t->numel + 15) & ~(size_t)15;
+    return 0;
+}
+
+static float *alloc_floats(size_t n)
+{
+    /* 64-byte alignment: one cache line, an AVX-512 vector */
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+int build_model(model **out, const model_dims *dims, const layer_spec *specs,
+                const layer_kind *const *table, int max_seq, char *err, int err_len)
+{
+    int rc = -EINVAL;
+    model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    m->dims = *dims;
+    m->max_seq = max_seq;
+    int L = dims->n_layers;
+    if (L < 1 || L > MODE_MAX_LAYERS) {
+        snprintf(err, (size_t)err_len, "n_layers %d must be in [1, %d]", L, MODE_MAX_LAYERS);
+        goto fail;
+    }
+    if (dims->d_model % dims->n_heads || dims->d_head * dims->n_heads != dims->d_model ||
+        dims->d_head % 2) {
+        snprintf(err, (size_t)err_len, "d_model %d must be n_heads %d times an even head width",
+                 dims->d_model, dims->n_heads);
+        goto fail;
+    }
+    m->layers = calloc((size_t)L, sizeof(layer));
+    if (!m->layers)
+        goto fail_nomem;
+
+    /* Count tensors, then lay them out: tok_emb, layer 0..L-1, final_norm. */
+    int cap = 2;
+    for (int l = 0; l < L; l++) {
+        const layer_kind *k = layer_kind_lookup(table, specs[l].kind);
+        if (!k) {
+            snprintf(err, (size_t)err_len, "layer %d: unknown kind '%s'", l, specs[l].kind);
+            goto fail;
+        }
+        if (k->validate(&specs[l], dims, err, err_len))
+            goto fail;
+        m->layers[l].kind = k;
+        m->layers[l].spec = specs[l];
+        m->layers[l].index = l;
+        m->layers[l].n_tensors = k->tensors(&specs[l], dims, NULL, 0);
+        cap += m->layers[l].n_tensors;
+    }
+    m->tensors = calloc((size_t)cap, sizeof(model_tensor));
+    tensor_desc *descs = calloc((size_t)cap, sizeof(tensor_desc));
+    if (!m->tensors || !descs) {
+        free(descs);
+        goto fail_nomem;
+    }
+    tensor_desc emb = { .name = "tok_emb", .ndim = 2, .shape = { dims->vocab, dims->d_model },
+                        .init = INIT_NORMAL, .init_std = 0.02f, .decay = true };
+    tensor_desc fnorm = { .name = "final_norm", .ndim = 1, .shape = { dims->d_model },
+                          .init = INIT_ONES };
+    add_tensor(m, cap, "tok_emb", &emb, -1);
+    int first[MODE_MAX_LAYERS + 1];
+    for (int l = 0; l < L; l++) {
+        layer *ly = &m->layers[l];
+        int n = ly->kind->tensors(&ly->spec, dims, descs, cap);
+        first[l] = m->n_tensors;
+        for (int t = 0; t < n; t++) {
+            char path[MODE_TENSOR_PATH];
+            snprintf(path, sizeof(path), "layers/%d/%s", l, descs[t].name);
+            add_tensor(m, cap, path, &descs[t], l);
+        }
+    }
+    add_tensor(m, cap, "final_norm", &fnorm, -1);
+    free(descs);
+
+    m->params = alloc_floats(m->n_params);
+    m->grads = alloc_floats(m->n_params);
+    m->adam_m = alloc_floats(m->n_params);
+    m->adam_v = alloc_floats(m->n_params);
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v)
+        goto fail_nomem;
+    m->tok_emb = m->params + m->tensors[0].offset;
+    m->dtok_emb = m->grads + m->tensors[0].offset;
+    m->final_norm = m->params + m->tensors[m->n_tensors - 1].offset;
+    m->dfinal_norm = m->grads + m->tensors[m->n_tensors - 1].offset;
+
+    size_t rows = (size_t)max_seq * dims->seq_len, rd = rows * dims->d_model;
+    m->ws_floats = 0;
+    for (int l = 0; l < L; l++) {
+        layer *ly = &m->layers[l];
+        ly->w = calloc((size_t)ly->n_tensors, sizeof(float *));
+        ly->dw = calloc((size_t)ly->n_tensors, sizeof(float *));
+        if (!ly->w || !ly->dw)
+            goto fail_nomem;
+        for (int t = 0; t < ly->n_tensors; t++) {
+            ly->w[t] = m->params + m->tensors[first[l] + t].offset;
+            ly->dw[t] = m->grads + m->tensors[first[l] + t].offset;
+        }
+        if ((rc = ly->kind->build(ly, dims, max_seq))) {
+            snprintf(err, (size_t)err_len, "layer %d (%s): cannot allocate its buffers", l,
+                     ly->kind->name);
+            goto fail;
+        }
+        long w = ly->kind->ws_floats(&ly->spec, dims, max_seq);
+        if (w > m->ws_floats)
+            m->ws_floats = w;
+    }
+    m->resid = alloc_floats((size_t)(L + 1) * rd);
+    m->dresid[0] = alloc_floats(rd);
+    m->dresid[1] = alloc_floats(rd);
+    m->final_u = alloc_floats(rd);
+    m->final_rstd = alloc_floats(rows);
+    m->logits = alloc_floats(rows * (size_t)dims->vocab);
+    m->inputs = calloc(rows, sizeof(uint16_t));
+    m->targets = calloc(rows, sizeof(uint16_t));
+    m->ws = alloc_floats((size_t)m->ws_floats);
+    if (!m->resid || !m->dresid[0] || !m->dresid[1] || !m->final_u || !m->final_rstd ||
+        !m->logits || !m->inputs || !m->targets || !m->ws)
+        goto fail_nomem;
+    if (build_rope_table(&m->rope, dims->seq_len, dims->d_head))
+        goto fail_nomem;
+    *out = m;
+    return 0;
+
+fail_nomem:
+    snprintf(err, (size_t)err_len, "out of memory building the model");
+    rc = -ENOMEM;
+fail:
+    free_model(&m);
+    return rc ? rc : -EINVAL;
+}
+
+void model_init(model *m, uint64_t seed)
+{
+    for (int t = 0; t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        float *p = m->params + mt->offset;
+        pcg32 rng;
+        pcg32_keyed(&rng, seed, MODEL_INIT_KEY, (uint64_t)t, 0);
+        for (long i = 0; i < mt->numel; i++) {
+            switch (mt->desc.init) {
+            case INIT_NORMAL: p[i] = mt->desc.init_std * pcg32_normal(&rng); break;
+            case INIT_ONES: p[i] = 1.0f; break;
+            case INIT_ZEROS: p[i] = 0.0f; break;
+            }
+        }
+    }
+    memset(m->adam_m, 0, m->n_params * sizeof(float));
+    memset(m->adam_v, 0, m->n_params * sizeof(float));
+    model_zero_grad(m);
+}
+
+void model_zero_grad(model *m)
+{
+    memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+const model_tensor *model_find_tensor(const model *m, const char *path)
+{
+    for (int t = 0; t < m->n_tensors; t++)
+        if (strcmp(m->tensors[t].path, path) == 0)
+            return &m->tensors[t];
+    return NULL;
+}
+
+static fwd_args make_args(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r)
+{
+    fwd_args a = {
+        .ctx = ctx, .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
+        .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0,
+        .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
+        .aux_loss = r ? &r->aux_loss : NULL, .side_loss = r ? &r->side_loss : NULL,
+        .flops_executed = r ? &r->flops_executed : NULL,
+    };
+    return a;
+}
+
+int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r)
+{
+    const model_dims *dm = &m->dims;
+    int S = dm->seq_len, d = dm->d_model, V = dm->vocab;
+    if (b->nseq > m->max_seq || b->nseq <= 0)
+        return -EINVAL;
+    int n = b->nseq * S;
+    size_t rd = (size_t)n * d;
+    memset(r, 0, sizeof(*r));
+    for (int s = 0; s < b->nseq; s++) {
+        const uint16_t *tok = b->tokens + (size_t)s * (S + 1);
+        for (int j = 0; j < S; j++) {
+            if (tok[j] >= V || tok[j + 1] >= V)
+                return -ERANGE;
+            m->inputs[s * S + j] = tok[j];
+            m->targets[s * S + j] = tok[j + 1];
+        }
+    }
+    fwd_args a = make_args(m, ctx, b, mode, r);
+    double t0 = mode_now();
+    embedding_forward(m->resid, m->tok_emb, m->inputs, n, d);
+    if (ctx)
+        ctx->timers[PHASE_OTHER] += mode_now() - t0;
+    for (int l = 0; l < dm->n_layers; l++) {
+        layer *ly = &m->layers[l];
+        int rc = ly->kind->forward(ly, &a, m->resid + (size_t)(l + 1) * rd,
+                                   m->resid + (size_t)l * rd);
+        if (rc)
+            return rc;
+    }
+    t0 = mode_now();
+    rmsnorm_forward(m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
+                    m->final_norm, n, d);
+    /* tied head: logits = u tok_emb^T */
+    matmul(m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
+    float scale = 1.0f / ((float)b->global_seqs * (float)S);
+    r->ce_sum = cross_entropy(mode == FWD_TRAIN ? m->logits : NULL, m->logits, m->targets, n, V,
+                              scale);
+    r->n_positions = n;
+    r->flops_executed += b->nseq * model_head_flops_per_seq(dm);
+    if (ctx)
+        ctx->timers[PHASE_MATMUL] += mode_now() - t0;
+    return 0;
+}
+
+int model_backward(model *m, mode_ctx *ctx, const batch *b)
+{
+    const model_dims *dm = &m->dims;
+    int S = dm->seq_len, d = dm->d_model, V = dm->vocab, L = dm->n_layers;
+    int n = b->nseq * S;
+    size_t rd = (size_t)n * d;
+    fwd_args a = make_args(m, ctx, b, FWD_TRAIN, NULL);
+    double t0 = mode_now();
+    /* logits holds d loss / d logits.  d u = dlogits tok_emb; d tok_emb += dlogits^T u */
+    float *du = m->dresid[1];
+    matmul(du, d, m->logits, V, false, m->tok_emb, d, false, n, d, V, 0.0f);
+    matmul(m->dtok_emb, d, m->logits, V, true, m->final_u, d, false, V, d, n, 1.0f);
+    float *dx = m->dresid[0];
+    memset(dx, 0, rd * sizeof(float));
+    rmsnorm_backward(dx, m->dfinal_norm, du, m->resid + (size_t)L * rd, m->final_norm,
+                     m->final_rstd, n, d);
+    if (ctx)
+        ctx->timers[PHASE_MATMUL] += mode_now() - t0;
+    for (int l = L - 1; l >= 0; l--) {
+        layer *ly = &m->layers[l];
+        float *dy = m->dresid[(L - 1 - l) & 1];
+        float *dxl = m->dresid[(L - l) & 1];
+        memset(dxl, 0, rd * sizeof(float));
+        int rc = ly->kind->backward(ly, &a, dxl, dy, m->resid + (size_t)l * rd);
+        if (rc)
+            return rc;
+    }
+    t0 = mode_now();
+    embedding_backward(m->dtok_emb, m->dresid[L & 1], m->inputs, n, d);
+    if (ctx)
+        ctx->timers[PHASE_OTHER] += mode_now() - t0;
+    return 0;
+}
+
+double model_flops_per_seq(const model *m, double *per_layer)
+{
+    double total = model_head_flops_per_seq(&m->dims);
+    for (int l = 0; l < m->dims.n_layers; l++) {
+        const layer *ly = &m->layers[l];
+        double f = ly->kind->flops(&ly->spec, &m->dims);
+        if (per_layer)
+            per_layer[l] = f;
+        total += f;
+    }
+    return total;
+}

@@ -1,0 +1,90 @@
+/* The model: embedding, a stack of layers (each a row of the layer-spec
+ * table), final RMSNorm and the tied head (MODEL.md).  Parameters, gradients
+ * and both Adam moments are one flat buffer each with the same layout, sliced
+ * into named views (model_tensor), so the optimizer, clipping, the all-reduce
+ * and the checkpoint each walk one array. */
+#ifndef MODE_CORE_MODEL_MODEL_H
+#define MODE_CORE_MODEL_MODEL_H
+
+#include "core/kernels/ops.h"
+#include "core/model/kind.h"
+#include "core/model/spec.h"
+#include "core/util/ctx.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MODE_TENSOR_PATH 80
+
+typedef struct model_tensor {
+    char path[MODE_TENSOR_PATH]; /* "tok_emb", "layers/3/wq", ... */
+    tensor_desc desc;
+    int layer;     /* -1 for tok_emb and final_norm */
+    size_t offset; /* into the flat buffers */
+    long numel;
+} model_tensor;
+
+typedef struct model {
+    model_dims dims;
+    layer *layers;           /* [n_layers] */
+    int n_tensors;
+    model_tensor *tensors;   /* [n_tensors], in buffer order */
+    size_t n_params;
+    float *params, *grads, *adam_m, *adam_v; /* [n_params] each */
+    float *tok_emb, *final_norm;   /* views into params */
+    float *dtok_emb, *dfinal_norm; /* views into grads */
+    int max_seq;             /* local sequences the activations are sized for */
+    float *resid;            /* [n_layers+1][max_seq*S][d] the residual stream */
+    float *dresid[2];        /* [max_seq*S][d] its gradient, double-buffered */
+    float *final_u;          /* [max_seq*S][d] RMSNorm_final(x_L) */
+    float *final_rstd;       /* [max_seq*S] */
+    float *logits;           /* [max_seq*S][V], then d loss / d logits */
+    uint16_t *inputs, *targets; /* [max_seq*S] */
+    float *ws;               /* backward work space */
+    long ws_floats;
+    rope_table *rope;
+} model;
+
+/* A batch of nseq sequences of S+1 tokens each (tokens[nseq][S+1]). */
+typedef struct batch {
+    const uint16_t *tokens;
+    int nseq;
+    long step;
+    long seq0;        /* global index of the first sequence */
+    int global_seqs;  /* sequences over all ranks: the loss is their mean */
+} batch;
+
+typedef struct fwd_result {
+    double ce_sum;         /* sum of next-token CE over this rank's positions */
+    long n_positions;      /* nseq * S */
+    double aux_loss;       /* auxiliary losses in the training loss (already averaged) */
+    double side_loss;      /* reported apart (MoD predictor) */
+    double flops_executed; /* forward, this rank */
+} fwd_result;
+
+/* Build a model for up to max_seq local sequences from one spec per layer;
+ * kinds are looked up in table.  On failure returns non-zero and writes what
+ * was wrong (layer index, kind, expected) into err. */
+int build_model(model **out, const model_dims *dims, const layer_spec *specs,
+                const layer_kind *const *table, int max_seq, char *err, int err_len);
+void free_model(model **m);
+
+/* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0). */
+#define MODEL_INIT_KEY 0x494e4954u
+void model_init(model *m, uint64_t seed);
+void model_zero_grad(model *m);
+
+/* Forward over the batch.  In FWD_TRAIN mode the logits buffer is turned into
+ * d loss / d logits (scaled by 1/(global_seqs*S)) ready for model_backward. */
+int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r);
+/* Gradients of the last FWD_TRAIN forward, added into m->grads. */
+int model_backward(model *m, mode_ctx *ctx, const batch *b);
+
+const model_tensor *model_find_tensor(const model *m, const char *path);
+
+/* MODEL.md FLOPs: nominal forward FLOPs of one sequence, per layer (into
+ * per_layer[n_layers] when not NULL) and in all (layers + LM head). */
+double model_flops_per_seq(const model *m, double *per_layer);
+double model_head_flops_per_seq(const model_dims *dims);
+
+#endif

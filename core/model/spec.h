@@ -1,0 +1,67 @@
+/* What a model is made of: its sizes, one spec per layer (a row of the
+ * layer-spec table), and the descriptors of the tensors each layer owns. */
+#ifndef MODE_CORE_MODEL_SPEC_H
+#define MODE_CORE_MODEL_SPEC_H
+
+#include <stdbool.h>
+
+#define MODE_MAX_LAYERS 256
+#define MODE_NAME_LEN 48
+
+typedef struct model_dims {
+    int vocab;    /* V */
+    int d_model;  /* d */
+    int n_heads;  /* H */
+    int d_head;   /* dh = d / H */
+    int d_ff;     /* dense MLP hidden width */
+    int n_layers; /* L */
+    int seq_len;  /* S */
+} model_dims;
+
+/* Hyper-parameters of one layer.  The kind decides which of them it reads
+ * (layer_kind.keys); they live here as plain values so that core can parse,
+ * validate and store them without knowing the kinds that use them. */
+typedef struct layer_spec {
+    char kind[MODE_NAME_LEN];
+    /* routed blocks (mod, staged) */
+    double capacity;       /* share of the sequence that takes the block, (0, 1] */
+    char router[16];       /* learned | random */
+    char gate[16];         /* raw | sigmoid */
+    char causal[16];       /* aux | predictor | none */
+    double aux_weight;
+    /* experts (moe, integrated, staged) */
+    int experts;           /* E, real experts */
+    int top_k;
+    double capacity_factor;
+    int expert_d_ff;       /* moe.d_ff */
+    double balance_weight;
+    double z_weight;
+} layer_spec;
+
+typedef enum tensor_init {
+    INIT_NORMAL, /* N(0, std) */
+    INIT_ONES,   /* norm gains */
+    INIT_ZEROS,  /* biases */
+} tensor_init;
+
+typedef struct tensor_desc {
+    char name[MODE_NAME_LEN]; /* MODEL.md checkpoint name within its group */
+    int ndim;
+    int shape[3];
+    tensor_init init;
+    float init_std;
+    bool decay; /* AdamW weight decay applies (matrices only) */
+} tensor_desc;
+
+static inline long tensor_numel(const tensor_desc *t)
+{
+    long n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+/* The spec every kind starts from: the config's defaults. */
+void layer_spec_defaults(layer_spec *s);
+
+#endif

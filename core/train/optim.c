@@ -1,0 +1,69 @@
+#include "core/train/optim.h"
+
+#include <math.h>
+
+void optim_defaults(optim_cfg *c)
+{
+    c->lr = 1e-3;
+    c->warmup = 100;
+    c->total_steps = 1000;
+    c->weight_decay = 0.1;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->eps = 1e-8;
+    c->clip = 1.0;
+}
+
+double lr_at(const optim_cfg *c, long step)
+{
+    if (step < c->warmup)
+        return c->lr * (double)(step + 1) / (double)c->warmup;
+    long span = c->total_steps - c->warmup;
+    double t = span > 0 ? (double)(step - c->warmup) / (double)span : 1.0;
+    if (t > 1.0)
+        t = 1.0;
+    return c->lr * (LR_FLOOR + (1.0 - LR_FLOOR) * 0.5 * (1.0 + cos(3.14159265358979323846 * t)));
+}
+
+double grad_global_norm(const float *g, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * (double)g[i];
+    return sqrt(s);
+}
+
+float clip_grad_norm(float *g, size_t n, double norm, double clip)
+{
+    if (clip <= 0.0 || norm <= clip || !(norm > 0.0))
+        return 1.0f;
+    float f = (float)(clip / norm);
+    for (size_t i = 0; i < n; i++)
+        g[i] *= f;
+    return f;
+}
+
+void adamw_update(model *m, const optim_cfg *c, long t, double lr)
+{
+    float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
+    /* Fold the bias corrections into the step size and epsilon:
+     * mhat / (sqrt(vhat) + eps) = (m / bc1) / (sqrt(v / bc2) + eps). */
+    float bc1 = (float)(1.0 - pow(c->beta1, (double)t));
+    float bc2 = (float)(1.0 - pow(c->beta2, (double)t));
+    float step = (float)lr / bc1;
+    float rs_bc2 = 1.0f / sqrtf(bc2);
+    for (int ti = 0; ti < m->n_tensors; ti++) {
+        const model_tensor *mt = &m->tensors[ti];
+        float *p = m->params + mt->offset, *g = m->grads + mt->offset;
+        float *mm = m->adam_m + mt->offset, *vv = m->adam_v + mt->offset;
+        float decay = mt->desc.decay ? (float)(lr * c->weight_decay) : 0.0f;
+        for (long i = 0; i < mt->numel; i++) {
+            float gi = g[i];
+            mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
+            vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
+            float denom = sqrtf(vv[i]) * rs_bc2 + eps;
+            /* decoupled decay (Loshchilov & Hutter): p -= lr wd p */
+            p[i] -= decay * p[i] + step * mm[i] / denom;
+        }
+    }
+}

@@ -1,0 +1,35 @@
+/* AdamW with decoupled weight decay on matrices only, linear warm-up then
+ * cosine decay to 10% of the peak rate, global-norm gradient clipping.  All
+ * three walk the model's flat buffers. */
+#ifndef MODE_CORE_TRAIN_OPTIM_H
+#define MODE_CORE_TRAIN_OPTIM_H
+
+#include "core/model/model.h"
+
+#define LR_FLOOR 0.1 /* cosine decays to this share of the peak rate */
+
+typedef struct optim_cfg {
+    double lr;           /* peak learning rate */
+    long warmup;         /* steps of linear warm-up */
+    long total_steps;    /* the cosine reaches LR_FLOOR * lr here */
+    double weight_decay; /* decoupled, matrices only */
+    double beta1, beta2, eps;
+    double clip;         /* global-norm clip; <= 0 disables */
+} optim_cfg;
+
+void optim_defaults(optim_cfg *c);
+
+/* Learning rate of 0-based step: lr (step+1)/warmup during warm-up, then
+ * lr (f + (1-f)(1 + cos(pi t))/2) with t the share of the remaining steps done. */
+double lr_at(const optim_cfg *c, long step);
+
+/* L2 norm of the whole gradient buffer (double accumulation). */
+double grad_global_norm(const float *g, size_t n);
+/* Scale the gradients so their norm is at most clip; returns the factor used. */
+float clip_grad_norm(float *g, size_t n, double norm, double clip);
+
+/* One AdamW update with the model's gradients; t is the 1-based update count
+ * (for the bias corrections). */
+void adamw_update(model *m, const optim_cfg *c, long t, double lr);
+
+#endif
