@@ -64,4 +64,10 @@ static inline long tensor_numel(const tensor_desc *t)
 /* The spec every kind starts from: the config's defaults. */
 void layer_spec_defaults(layer_spec *s);
 
+
+
+/* A layer hyper-parameter by its config key ("capacity", "router", "d_ff"
+ * for expert_d_ff, ...): strings through *str, numbers through *num.
+ * Returns 0, or -ENOENT for a name that is not a layer key. */
+int layer_spec_get(const layer_spec *s, const char *key, double *num, const char **str);
 #endif

@@ -1,0 +1,50 @@
+/* Every MPI call of the project lives in comm.c, behind this interface, so
+ * the rest reads as serial code and unit tests run without mpirun.  A NULL
+ * comm means one rank without MPI: every collective is then the identity. */
+#ifndef MODE_CORE_COMM_COMM_H
+#define MODE_CORE_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct comm comm;
+
+/* MPI_Init (works without mpirun: a singleton) and the world communicator. */
+int comm_init(comm **out, int *argc, char ***argv);
+/* MPI_Finalize. */
+void comm_finalize(comm **c);
+int comm_rank(const comm *c);
+int comm_size(const comm *c);
+/* Ranks sharing this rank's node (for choosing BLAS threads per rank). */
+int comm_local_size(const comm *c);
+
+/* In-place sums over all ranks. */
+int comm_allreduce_sum_float(comm *c, float *buf, size_t n);
+int comm_allreduce_sum_double(comm *c, double *buf, int n);
+/* Maximum over ranks of an int (used to agree on errors: a rank that failed
+ * says so, every rank learns it, and all stop together instead of hanging). */
+int comm_allreduce_max_int(comm *c, int *v);
+int comm_allreduce_min_int(comm *c, int *v);
+int comm_bcast(comm *c, void *buf, size_t bytes, int root);
+int comm_barrier(comm *c);
+
+/* Rows to and from other ranks: rank r sends send_counts[p] items of
+ * item_bytes from send (packed by destination) to rank p, and receives
+ * recv_counts[p] items from each p into recv (packed by source).  With
+ * recv_counts NULL the counts are exchanged first and written into
+ * recv_counts_out.  One routine serves dispatch, combine and their
+ * gradients. */
+int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv,
+                   const int *recv_counts, int *recv_counts_out, size_t item_bytes);
+
+/* Stop every rank now (after a message has been printed). */
+void comm_abort(comm *c, int code);
+
+/* Bytes this rank sent through collectives since the last reset. */
+uint64_t comm_bytes_sent(const comm *c);
+void comm_reset_bytes(comm *c);
+
+/* Name and version of the MPI library (for provenance). */
+void comm_library_version(char *buf, int len);
+
+#endif

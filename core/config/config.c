@@ -1,0 +1,1152 @@
+/* The run configuration (config.h).  One table, config_keys[], drives the INI
+ * reader, the command-line overrides, the range checks, the messages and the
+ * resolved-config writer; only the checks between keys are written out. */
+#include "core/config/config.h"
+
+#include <ini.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define PRINTF_LIKE(f, a)
+#endif
+
+/* inih reads each line into a fixed INI_MAX_LINE buffer and would split a
+ * longer one in two, so the reader refuses such lines and no value is accepted
+ * that config_to_ini() could not write on one line. */
+#define LINE_CHARS (INI_MAX_LINE - 2)
+
+#define ORIGIN_DEFAULT 0    /* never set */
+#define ORIGIN_CMDLINE (-1) /* an override; > 0 is a line of the file */
+
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+#define MSG_LEN 1024
+#define VALUE_LEN 1100 /* any value as text (the layer-spec table is the longest) */
+#define MAX_DEPTH 32   /* nesting of ( ) groups in the layer-spec table */
+
+enum { SEC_RUN, SEC_DATA, SEC_MODEL, SEC_MOD, SEC_MOE, SEC_OPTIM, SEC_COUNT };
+
+static const char *const section_names[] = { "run", "data", "model", "mod", "moe", "optim" };
+_Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_COUNT,
+               "one name per section");
+
+typedef enum key_type {
+    K_STR,    /* free text (name, paths) */
+    K_SOURCE, /* brown | synthetic | *.txt | *.bin */
+    K_LAYERS, /* the layer-spec table */
+    K_ENUM,   /* one of allowed[] */
+    K_U64,
+    K_LONG,
+    K_INT,
+    K_DOUBLE,
+} key_type;
+
+#define MIN_OPEN 1u /* min itself is excluded */
+#define MAX_OPEN 2u
+#define NO_MAX HUGE_VAL /* only the type bounds the value */
+
+typedef struct cfg_key {
+    int section;
+    const char *name;
+    key_type type;
+    size_t offset; /* into run_config; into layer_spec for [mod] and [moe] */
+    size_t size;   /* of the field */
+    double min, max;
+    unsigned open; /* MIN_OPEN | MAX_OPEN */
+    const char *const *allowed; /* K_ENUM: NULL-terminated */
+} cfg_key;
+
+static const char *const routers[] = { "learned", "random", NULL };
+static const char *const gates[] = { "raw", "sigmoid", NULL };
+static const char *const causals[] = { "aux", "predictor", "none", NULL };
+
+#define FIELD_SIZE(T, f) sizeof(((T *)0)->f)
+#define RC(f) offsetof(run_config, f), FIELD_SIZE(run_config, f)
+#define LS(f) offsetof(layer_spec, f), FIELD_SIZE(layer_spec, f)
+
+/* The order here is the order config_to_ini() writes. */
+static const cfg_key config_keys[] = {
+    { SEC_RUN, "name", K_STR, RC(name), 0, 0, 0, NULL },
+    { SEC_RUN, "seed", K_U64, RC(seed), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "steps", K_LONG, RC(steps), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "flops_budget", K_DOUBLE, RC(flops_budget), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "out", K_STR, RC(out), 0, 0, 0, NULL },
+    { SEC_RUN, "log_every", K_LONG, RC(log_every), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "eval_every", K_LONG, RC(eval_every), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "eval_windows", K_LONG, RC(eval_windows), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "ckpt_every", K_LONG, RC(ckpt_every), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "routing_every", K_LONG, RC(routing_every), 0, NO_MAX, 0, NULL },
+    { SEC_DATA, "source", K_SOURCE, RC(source), 0, 0, 0, NULL },
+    { SEC_DATA, "seq_len", K_INT, RC(seq_len), 2, 65536, 0, NULL },
+    { SEC_DATA, "batch", K_INT, RC(batch), 1, NO_MAX, 0, NULL },
+    { SEC_DATA, "val_fraction", K_DOUBLE, RC(val_fraction), 0, 1, MIN_OPEN | MAX_OPEN, NULL },
+    { SEC_DATA, "vocab", K_INT, RC(vocab), 2, 65536, 0, NULL },
+    { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, NO_MAX, 0, NULL },
+    { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
+    { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
+    { SEC_MODEL, "layers", K_LAYERS, RC(layers_text), 0, 0, 0, NULL },
+    { SEC_MOD, "capacity", K_DOUBLE, LS(capacity), 0, 1, MIN_OPEN, NULL },
+    { SEC_MOD, "router", K_ENUM, LS(router), 0, 0, 0, routers },
+    { SEC_MOD, "gate", K_ENUM, LS(gate), 0, 0, 0, gates },
+    { SEC_MOD, "causal", K_ENUM, LS(causal), 0, 0, 0, causals },
+    { SEC_MOD, "aux_weight", K_DOUBLE, LS(aux_weight), 0, NO_MAX, 0, NULL },
+    { SEC_MOE, "experts", K_INT, LS(experts), 1, NO_MAX, 0, NULL },
+    { SEC_MOE, "top_k", K_INT, LS(top_k), 1, NO_MAX, 0, NULL },
+    { SEC_MOE, "capacity_factor", K_DOUBLE, LS(capacity_factor), 0, NO_MAX, 0, NULL },
+    { SEC_MOE, "d_ff", K_INT, LS(expert_d_ff), 0, NO_MAX, 0, NULL },
+    { SEC_MOE, "balance_weight", K_DOUBLE, LS(balance_weight), 0, NO_MAX, 0, NULL },
+    { SEC_MOE, "z_weight", K_DOUBLE, LS(z_weight), 0, NO_MAX, 0, NULL },
+    { SEC_OPTIM, "lr", K_DOUBLE, RC(optim.lr), 0, NO_MAX, MIN_OPEN, NULL },
+    { SEC_OPTIM, "warmup", K_LONG, RC(optim.warmup), 0, NO_MAX, 0, NULL },
+    { SEC_OPTIM, "weight_decay", K_DOUBLE, RC(optim.weight_decay), 0, NO_MAX, 0, NULL },
+    { SEC_OPTIM, "beta1", K_DOUBLE, RC(optim.beta1), 0, 1, MAX_OPEN, NULL },
+    { SEC_OPTIM, "beta2", K_DOUBLE, RC(optim.beta2), 0, 1, MAX_OPEN, NULL },
+    { SEC_OPTIM, "eps", K_DOUBLE, RC(optim.eps), 0, NO_MAX, MIN_OPEN, NULL },
+    { SEC_OPTIM, "clip", K_DOUBLE, RC(optim.clip), 0, NO_MAX, 0, NULL },
+};
+
+#define N_KEYS ((int)(sizeof(config_keys) / sizeof(config_keys[0])))
+
+/* kinds == NULL: the kinds core provides itself. */
+static const layer_kind *const core_kinds[] = { &dense_kind, NULL };
+
+/* A [layer.N] key, kept as text until the layer-spec table and the [mod] and
+ * [moe] sections are known (they may come later in the file). */
+typedef struct layer_entry {
+    int layer;
+    char *key, *value;
+    int origin;
+} layer_entry;
+
+/* The state of one config_load*() call. */
+typedef struct loader {
+    run_config *c;
+    const layer_kind *const *kinds;
+    const char *path;
+    int origin[N_KEYS]; /* where each key was last set */
+    layer_entry *entries;
+    int n_entries, cap_entries;
+    /* the reader */
+    FILE *file;
+    const char *text;
+    int line;      /* lines handed to inih so far: the handler's line */
+    bool indented; /* the current line starts with white space */
+    /* the first error */
+    bool failed;
+    int err_line;
+    char err[MSG_LEN];
+} loader;
+
+/* One value as a message names it. */
+typedef struct cfg_ref {
+    const char *section; /* "data", "layer.3" */
+    const char *key;
+    const char *value;
+    int origin;
+} cfg_ref;
+
+/* ---- messages ---------------------------------------------------------- */
+
+static void vfail(loader *L, const char *prefix, const char *fmt, va_list ap) PRINTF_LIKE(3, 0);
+static void vfail(loader *L, const char *prefix, const char *fmt, va_list ap)
+{
+    int n = snprintf(L->err, sizeof(L->err), "%s: ", prefix);
+    if (n > 0 && (size_t)n < sizeof(L->err))
+        vsnprintf(L->err + n, sizeof(L->err) - (size_t)n, fmt, ap);
+    L->failed = true;
+}
+
+/* "PATH:LINE: [section] key = value", "command line: section.key=value" or
+ * "PATH: [section] key = value (default)". */
+static void describe(const loader *L, const cfg_ref *r, char *out, size_t n)
+{
+    if (r->origin > 0)
+        snprintf(out, n, "%s:%d: [%s] %s = %s", L->path, r->origin, r->section, r->key, r->value);
+    else if (r->origin == ORIGIN_CMDLINE)
+        snprintf(out, n, "command line: %s.%s=%s", r->section, r->key, r->value);
+    else
+        snprintf(out, n, "%s: [%s] %s = %s (default)", L->path, r->section, r->key, r->value);
+}
+
+/* Report r; only the first error of a load is kept. */
+static int failf(loader *L, const cfg_ref *r, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static int failf(loader *L, const cfg_ref *r, const char *fmt, ...)
+{
+    if (L->failed)
+        return -EINVAL;
+    char where[MSG_LEN];
+    describe(L, r, where, sizeof(where));
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(L, where, fmt, ap);
+    va_end(ap);
+    L->err_line = r->origin > 0 ? r->origin : 0;
+    return -EINVAL;
+}
+
+/* Report a line of the file as a whole (line > 0) or an override (line 0). */
+static int fail_line(loader *L, int line, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static int fail_line(loader *L, int line, const char *fmt, ...)
+{
+    if (L->failed)
+        return -EINVAL;
+    char where[MSG_LEN];
+    if (line > 0)
+        snprintf(where, sizeof(where), "%s:%d", L->path, line);
+    else
+        snprintf(where, sizeof(where), "command line");
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(L, where, fmt, ap);
+    va_end(ap);
+    L->err_line = line;
+    return -EINVAL;
+}
+
+static void origin_text(int origin, char *out, size_t n)
+{
+    if (origin > 0) /* the message starts with the path already */
+        snprintf(out, n, "line %d", origin);
+    else
+        snprintf(out, n, "%s", origin == ORIGIN_CMDLINE ? "command line" : "default");
+}
+
+/* Later settings rank higher: the one the user touched last leads a message. */
+static int origin_rank(int origin)
+{
+    return origin == ORIGIN_CMDLINE ? INT_MAX : origin;
+}
+
+/* "[section] key" for the value the message starts with, else the full
+ * "[section] key = value (where)". */
+static void brief(const cfg_ref *r, bool lead, char *out, size_t n)
+{
+    char where[32];
+    origin_text(r->origin, where, sizeof(where));
+    if (lead)
+        snprintf(out, n, "[%s] %s", r->section, r->key);
+    else
+        snprintf(out, n, "[%s] %s = %s (%s)", r->section, r->key, r->value, where);
+}
+
+/* "expected A rel B tail", led by whichever of a and b was set last. */
+static int fail_pair(loader *L, const cfg_ref *a, const char *rel, const cfg_ref *b,
+                     const char *tail)
+{
+    const cfg_ref *lead = origin_rank(b->origin) > origin_rank(a->origin) ? b : a;
+    char sa[VALUE_LEN + 64], sb[VALUE_LEN + 64];
+    brief(a, lead == a, sa, sizeof(sa));
+    brief(b, lead == b, sb, sizeof(sb));
+    return failf(L, lead, "expected %s%s%s%s", sa, rel, sb, tail);
+}
+
+/* "a, b, c" (or "none"). */
+static void join(char *out, size_t n, const char *const *names)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; names && names[i] && used < n; i++) {
+        int w = snprintf(out + used, n - used, "%s%s", i ? ", " : "", names[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (!out[0])
+        snprintf(out, n, "none");
+}
+
+static void join_kinds(char *out, size_t n, const layer_kind *const *kinds)
+{
+    const char *names[MODE_MAX_LAYERS + 1];
+    int i = 0;
+    for (; kinds[i] && i < MODE_MAX_LAYERS; i++)
+        names[i] = kinds[i]->name;
+    names[i] = NULL;
+    join(out, n, names);
+}
+
+/* ---- the key table ------------------------------------------------------ */
+
+static bool is_spec_section(int section)
+{
+    return section == SEC_MOD || section == SEC_MOE;
+}
+
+/* The struct a key's offset is relative to. */
+static char *key_base(const cfg_key *k, run_config *c)
+{
+    return is_spec_section(k->section) ? (char *)&c->layer_defaults : (char *)c;
+}
+
+static const char *key_cbase(const cfg_key *k, const run_config *c)
+{
+    return is_spec_section(k->section) ? (const char *)&c->layer_defaults : (const char *)c;
+}
+
+static int section_index(const char *name)
+{
+    for (int s = 0; s < SEC_COUNT; s++)
+        if (strcmp(section_names[s], name) == 0)
+            return s;
+    return -1;
+}
+
+static int key_index(int section, const char *name)
+{
+    for (int k = 0; k < N_KEYS; k++)
+        if (config_keys[k].section == section && strcmp(config_keys[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+/* The [mod] or [moe] key a [layer.N] key names. */
+static int spec_key_index(const char *name)
+{
+    int k = key_index(SEC_MOD, name);
+    return k >= 0 ? k : key_index(SEC_MOE, name);
+}
+
+/* "layer.N" -> N, else -1. */
+static int layer_section(const char *name)
+{
+    if (strncmp(name, "layer.", 6) != 0)
+        return -1;
+    const char *p = name + 6;
+    size_t n = strlen(p);
+    if (n < 1 || n > 9 || strspn(p, "0123456789") != n)
+        return -1;
+    return (int)strtol(p, NULL, 10);
+}
+
+/* The shortest %g form that reads back to the same double: 0.1, not
+ * 0.10000000000000001. */
+static void format_double(double v, char *out, size_t n)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
+}
+
+static void format_value(const cfg_key *k, const char *base, char *out, size_t n)
+{
+    const char *f = base + k->offset;
+    switch (k->type) {
+    case K_U64: snprintf(out, n, "%" PRIu64, *(const uint64_t *)(const void *)f); break;
+    case K_LONG: snprintf(out, n, "%ld", *(const long *)(const void *)f); break;
+    case K_INT: snprintf(out, n, "%d", *(const int *)(const void *)f); break;
+    case K_DOUBLE: format_double(*(const double *)(const void *)f, out, n); break;
+    default: snprintf(out, n, "%s", f); break;
+    }
+}
+
+/* A key of the table as a message names it, with its current value. */
+static cfg_ref key_ref(const loader *L, int k, char *value, size_t n)
+{
+    const cfg_key *key = &config_keys[k];
+    format_value(key, key_cbase(key, L->c), value, n);
+    return (cfg_ref){ section_names[key->section], key->name, value, L->origin[k] };
+}
+
+/* The longest text value that still fits "key = value" on one INI line. */
+static int max_text(const cfg_key *k)
+{
+    int line = LINE_CHARS - (int)strlen(k->name) - 3;
+    int field = (int)k->size - 1;
+    return line < field ? line : field;
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+static bool only_space(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return *s == '\0';
+}
+
+static bool parse_long_text(const char *s, long *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (end == s || errno == ERANGE || !only_space(end))
+        return false;
+    *v = x;
+    return true;
+}
+
+static bool parse_u64_text(const char *s, uint64_t *v)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '-') /* strtoull would wrap it around */
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || errno == ERANGE || !only_space(end))
+        return false;
+    *v = (uint64_t)x;
+    return true;
+}
+
+static bool parse_double_text(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || errno == ERANGE || !isfinite(x) || !only_space(end))
+        return false;
+    *v = x;
+    return true;
+}
+
+static bool in_range(const cfg_key *k, double x)
+{
+    bool lo = (k->open & MIN_OPEN) ? x > k->min : x >= k->min;
+    bool hi = k->max == NO_MAX || ((k->open & MAX_OPEN) ? x < k->max : x <= k->max);
+    return lo && hi;
+}
+
+/* Text a value may hold: what inih hands back unchanged and the writer can
+ * put on one line (no ';' comment, no control characters). */
+static bool text_ok(const cfg_key *k, const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || (int)n > max_text(k) || isspace((unsigned char)s[0]) ||
+        isspace((unsigned char)s[n - 1]))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (iscntrl((unsigned char)s[i]) || s[i] == ';')
+            return false;
+    return true;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
+static bool source_ok(const char *s)
+{
+    return strcmp(s, "brown") == 0 || strcmp(s, "synthetic") == 0 || ends_with(s, ".txt") ||
+           ends_with(s, ".bin");
+}
+
+/* Text sources are byte tokens: V = 256 (MODEL.md "Data"). */
+static bool text_source(const char *s)
+{
+    return !ends_with(s, ".bin");
+}
+
+static int name_index(const char *const *names, const char *s)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+/* What a key takes, for "expected ..." messages. */
+static void expected_text(const cfg_key *k, char *out, size_t n)
+{
+    const char *what = k->type == K_DOUBLE ? "a number" : "an integer";
+    char names[MSG_LEN];
+    switch (k->type) {
+    case K_STR:
+        snprintf(out, n, "a text of 1 to %d characters without ';', control characters "
+                 "or surrounding spaces", max_text(k));
+        break;
+    case K_SOURCE:
+        snprintf(out, n, "brown, synthetic or a path ending .txt or .bin (at most %d characters)",
+                 max_text(k));
+        break;
+    case K_ENUM:
+        join(names, sizeof(names), k->allowed);
+        snprintf(out, n, "one of %s", names);
+        break;
+    case K_U64: snprintf(out, n, "an integer in [0, %" PRIu64 "]", UINT64_MAX); break;
+    default:
+        if (k->max == NO_MAX)
+            snprintf(out, n, "%s %s %.10g", what, (k->open & MIN_OPEN) ? ">" : ">=", k->min);
+        else
+            snprintf(out, n, "%s in %c%.10g, %.10g%c", what, (k->open & MIN_OPEN) ? '(' : '[',
+                     k->min, k->max, (k->open & MAX_OPEN) ? ')' : ']');
+        break;
+    }
+}
+
+static int parse_layers(loader *L, const char *text, char *why, size_t n);
+
+/* Parse text into key k's field of base; on failure say what was expected. */
+static int parse_value(loader *L, const cfg_key *k, char *base, const char *text, char *why,
+                       size_t n)
+{
+    void *f = base + k->offset;
+    long l = 0;
+    double d = 0.0;
+    bool ok = false;
+    switch (k->type) {
+    case K_LAYERS: return parse_layers(L, text, why, n);
+    case K_STR: ok = text_ok(k, text); break;
+    case K_SOURCE: ok = text_ok(k, text) && source_ok(text); break;
+    case K_ENUM: ok = name_index(k->allowed, text) >= 0; break;
+    case K_U64: ok = parse_u64_text(text, (uint64_t *)f); break;
+    case K_LONG:
+        if ((ok = parse_long_text(text, &l) && in_range(k, (double)l)))
+            *(long *)f = l;
+        break;
+    case K_INT:
+        if ((ok = parse_long_text(text, &l) && l >= INT_MIN && l <= INT_MAX &&
+                  in_range(k, (double)l)))
+            *(int *)f = (int)l;
+        break;
+    case K_DOUBLE:
+        if ((ok = parse_double_text(text, &d) && in_range(k, d)))
+            *(double *)f = d;
+        break;
+    }
+    if (ok && (k->type == K_STR || k->type == K_SOURCE || k->type == K_ENUM))
+        snprintf((char *)f, k->size, "%s", text);
+    if (!ok)
+        expected_text(k, why, n);
+    return ok ? 0 : -EINVAL;
+}
+
+/* ---- the layer-spec table ---------------------------------------------- */
+
+/* Grammar: list := item (',' item)* ; item := (NAME | '(' list ')') ['x' N].
+ * The expansion is written straight into c->layers[].kind. */
+typedef struct layer_parser {
+    const char *text, *p;
+    const layer_kind *const *kinds;
+    layer_spec *out;
+    int n;
+    char *why;
+    size_t why_len;
+} layer_parser;
+
+static void skip_space(layer_parser *P)
+{
+    while (isspace((unsigned char)*P->p))
+        P->p++;
+}
+
+static int expect_at(layer_parser *P, const char *what)
+{
+    snprintf(P->why, P->why_len, "%s at character %d", what, (int)(P->p - P->text) + 1);
+    return -EINVAL;
+}
+
+static int parse_name(layer_parser *P)
+{
+    const char *s = P->p;
+    while (isalnum((unsigned char)*P->p) || *P->p == '_' || *P->p == '-')
+        P->p++;
+    int len = (int)(P->p - s);
+    if (len == 0)
+        return expect_at(P, "a layer kind or '('");
+    char name[MODE_NAME_LEN];
+    snprintf(name, sizeof(name), "%.*s", len, s);
+    const layer_kind *kind = len < MODE_NAME_LEN ? layer_kind_lookup(P->kinds, name) : NULL;
+    if (!kind) {
+        char names[MSG_LEN];
+        join_kinds(names, sizeof(names), P->kinds);
+        snprintf(P->why, P->why_len, "a layer kind among %s, not '%.*s'", names, len, s);
+        return -EINVAL;
+    }
+    if (P->n >= MODE_MAX_LAYERS)
+        return expect_at(P, "at most " STRINGIFY(MODE_MAX_LAYERS) " layers, reached");
+    snprintf(P->out[P->n++].kind, MODE_NAME_LEN, "%s", kind->name);
+    return 0;
+}
+
+/* "x N" after an item: repeat layers [start, n) N times in all. */
+static int parse_repeat(layer_parser *P, int start)
+{
+    P->p++; /* the 'x' */
+    skip_space(P);
+    if (!isdigit((unsigned char)*P->p))
+        return expect_at(P, "a repeat count after 'x'");
+    char *end;
+    long count = strtol(P->p, &end, 10);
+    if (count < 1 || count > MODE_MAX_LAYERS)
+        return expect_at(P, "a repeat count in [1, " STRINGIFY(MODE_MAX_LAYERS) "]");
+    P->p = end;
+    long len = P->n - start;
+    if (start + len * count > MODE_MAX_LAYERS)
+        return expect_at(P, "at most " STRINGIFY(MODE_MAX_LAYERS) " layers in all");
+    for (long r = 1; r < count; r++)
+        for (long i = 0; i < len; i++)
+            P->out[P->n++] = P->out[start + i];
+    return 0;
+}
+
+static int parse_list(layer_parser *P, int depth);
+
+static int parse_item(layer_parser *P, int depth)
+{
+    int start = P->n;
+    skip_space(P);
+    if (*P->p == '(') {
+        if (depth >= MAX_DEPTH)
+            return expect_at(P, "at most " STRINGIFY(MAX_DEPTH) " nested groups");
+        P->p++;
+        if (parse_list(P, depth + 1))
+            return -EINVAL;
+        if (*P->p != ')')
+            return expect_at(P, "',' or ')'");
+        P->p++;
+    } else if (parse_name(P)) {
+        return -EINVAL;
+    }
+    skip_space(P);
+    /* 'x' followed by a name character would be a name: "dense x2" repeats,
+     * "xl" would not. */
+    if (*P->p == 'x' && !isalpha((unsigned char)P->p[1]) && P->p[1] != '_')
+        return parse_repeat(P, start);
+    return 0;
+}
+
+static int parse_list(layer_parser *P, int depth)
+{
+    for (;;) {
+        if (parse_item(P, depth))
+            return -EINVAL;
+        skip_space(P);
+        if (*P->p != ',')
+            return 0;
+        P->p++;
+    }
+}
+
+static int parse_layers(loader *L, const char *text, char *why, size_t n)
+{
+    const cfg_key *k = &config_keys[key_index(SEC_MODEL, "layers")];
+    if (only_space(text)) {
+        snprintf(why, n, "a layer-spec table such as \"dense x 4\" or \"dense, (dense, mod) x 2\"");
+        return -EINVAL;
+    }
+    if (!text_ok(k, text)) {
+        snprintf(why, n, "a layer-spec table of at most %d characters", max_text(k));
+        return -EINVAL;
+    }
+    layer_parser P = { .text = text, .p = text, .kinds = L->kinds, .out = L->c->layers,
+                       .why = why, .why_len = n };
+    if (parse_list(&P, 0))
+        return -EINVAL;
+    if (*P.p)
+        return expect_at(&P, "',' or the end");
+    L->c->n_layers = P.n;
+    snprintf(L->c->layers_text, sizeof(L->c->layers_text), "%s", text);
+    return 0;
+}
+
+/* ---- setting values ----------------------------------------------------- */
+
+static int out_of_memory(loader *L, const cfg_ref *r)
+{
+    failf(L, r, "out of memory");
+    return -ENOMEM;
+}
+
+static int add_layer_entry(loader *L, int li, const cfg_ref *r)
+{
+    layer_entry *e = NULL;
+    for (int i = 0; i < L->n_entries && !e; i++)
+        if (L->entries[i].layer == li && strcmp(L->entries[i].key, r->key) == 0)
+            e = &L->entries[i];
+    if (e && e->origin > 0 && r->origin > 0)
+        return failf(L, r, "expected each key once per section (set before at line %d)",
+                     e->origin);
+    if (!e) {
+        if (L->n_entries == L->cap_entries) {
+            int cap = L->cap_entries ? 2 * L->cap_entries : 16;
+            layer_entry *grown = realloc(L->entries, (size_t)cap * sizeof(*grown));
+            if (!grown)
+                return out_of_memory(L, r);
+            L->entries = grown;
+            L->cap_entries = cap;
+        }
+        e = &L->entries[L->n_entries++];
+        *e = (layer_entry){ .layer = li, .key = strdup(r->key) };
+    }
+    free(e->value);
+    e->value = strdup(r->value);
+    e->origin = r->origin;
+    return e->key && e->value ? 0 : out_of_memory(L, r);
+}
+
+/* One "key = value" of [section], from the file or the command line: an
+ * override replaces what the file said, a key twice in the file is an error. */
+static int set_value(loader *L, const char *section, const char *key, const char *value,
+                     int origin)
+{
+    cfg_ref r = { section, key, value, origin };
+    int li = layer_section(section);
+    if (li >= 0)
+        return add_layer_entry(L, li, &r);
+    int sec = section_index(section);
+    if (sec < 0 && !section[0])
+        return failf(L, &r, "expected a [section] line before the first key");
+    if (sec < 0)
+        return failf(L, &r, "expected a section among [run], [data], [model], [mod], [moe], "
+                            "[optim] and [layer.N]");
+    int k = key_index(sec, key);
+    if (k < 0) {
+        char names[MSG_LEN] = "";
+        for (int i = 0; i < N_KEYS; i++)
+            if (config_keys[i].section == sec)
+                snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                         names[0] ? ", " : "", config_keys[i].name);
+        return failf(L, &r, "expected a key of [%s] among %s", section, names);
+    }
+    if (origin > 0 && L->origin[k] > 0)
+        return failf(L, &r, "expected each key once per section (set before at line %d)",
+                     L->origin[k]);
+    char why[MSG_LEN];
+    if (parse_value(L, &config_keys[k], key_base(&config_keys[k], L->c), value, why, sizeof(why)))
+        return failf(L, &r, "expected %s", why);
+    L->origin[k] = origin;
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* "section.key=value"; the section may hold a dot itself ("layer.3"), so the
+ * key starts after the last dot before the '='. */
+static int apply_override(loader *L, const char *arg)
+{
+    char *s = strdup(arg);
+    if (!s)
+        return -ENOMEM;
+    char *eq = strchr(s, '='), *dot = NULL;
+    if (eq) {
+        *eq = '\0';
+        dot = strrchr(s, '.');
+    }
+    if (dot)
+        *dot = '\0';
+    char *sec = trim(s), *key = dot ? trim(dot + 1) : sec;
+    int rc;
+    if (!eq || !dot || !*sec || !*key)
+        rc = fail_line(L, 0, "%s: expected section.key=value, such as run.steps=1000", arg);
+    else
+        rc = set_value(L, sec, key, trim(eq + 1), ORIGIN_CMDLINE);
+    free(s);
+    return rc;
+}
+
+/* ---- the INI file ------------------------------------------------------- */
+
+static bool next_chunk(loader *L, char *str, int num)
+{
+    if (L->file)
+        return fgets(str, num, L->file) != NULL;
+    const char *p = L->text;
+    if (!*p)
+        return false;
+    int i = 0;
+    while (i < num - 1 && p[i]) {
+        str[i] = p[i];
+        if (p[i++] == '\n')
+            break;
+    }
+    str[i] = '\0';
+    L->text = p + i;
+    return true;
+}
+
+static bool at_end(loader *L)
+{
+    if (!L->file)
+        return !*L->text;
+    int ch = getc(L->file);
+    if (ch == EOF)
+        return true;
+    ungetc(ch, L->file);
+    return false;
+}
+
+/* inih's reader: hands over one whole line and counts it, so that L->line is
+ * the line the handler is called for (this inih has no INI_HANDLER_LINENO). */
+static char *read_line(char *str, int num, void *stream)
+{
+    loader *L = stream;
+    if (!next_chunk(L, str, num))
+        return NULL;
+    size_t n = strlen(str);
+    L->line++;
+    if (n && str[n - 1] != '\n' && !at_end(L)) {
+        fail_line(L, L->line, "expected lines of at most %d characters", LINE_CHARS);
+        return NULL;
+    }
+    L->indented = isspace((unsigned char)str[0]) && !only_space(str);
+    return str;
+}
+
+static int on_value(void *user, const char *section, const char *name, const char *value)
+{
+    loader *L = user;
+    if (L->failed)
+        return 1; /* the first error is the one reported */
+    /* inih reads an indented line as more of the value above */
+    if (L->indented)
+        return !fail_line(L, L->line, "expected no indentation (inih would read this line "
+                                      "as the continuation of the value above)");
+    return set_value(L, section, name, value, L->line) == 0;
+}
+
+static int parse_ini(loader *L)
+{
+    int rc = ini_parse_stream(read_line, L, on_value, L);
+    if (rc > 0 && (!L->failed || rc < L->err_line)) {
+        /* a line inih could not read, before any error of ours */
+        L->failed = false;
+        return fail_line(L, rc, "syntax error: expected [section], key = value or a comment");
+    }
+    if (rc < 0 && !L->failed)
+        return fail_line(L, L->line > 0 ? L->line : 1, "inih failed (%d): out of memory", rc);
+    return L->failed ? -EINVAL : 0;
+}
+
+/* ---- checks between keys ------------------------------------------------ */
+
+static int check_source(loader *L)
+{
+    run_config *c = L->c;
+    if (!text_source(c->source))
+        return 0;
+    int kv = key_index(SEC_DATA, "vocab"), ks = key_index(SEC_DATA, "source");
+    if (L->origin[kv] != ORIGIN_DEFAULT && c->vocab != 256) {
+        char va[VALUE_LEN], vb[VALUE_LEN];
+        cfg_ref a = key_ref(L, kv, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));
+        return fail_pair(L, &a, " to be 256 (byte tokens) with the text source ", &b, "");
+    }
+    c->vocab = 256;
+    return 0;
+}
+
+static int check_steps(loader *L)
+{
+    if (L->c->steps > 0 || L->c->flops_budget > 0.0)
+        return 0;
+    char va[VALUE_LEN], vb[VALUE_LEN];
+    cfg_ref a = key_ref(L, key_index(SEC_RUN, "steps"), va, sizeof(va));
+    cfg_ref b = key_ref(L, key_index(SEC_RUN, "flops_budget"), vb, sizeof(vb));
+    return fail_pair(L, &a, " or ", &b, " to be > 0: set run.steps or run.flops_budget");
+}
+
+/* RoPE rotates pairs of a head's coordinates: the head width must be even. */
+static int check_heads(loader *L)
+{
+    const run_config *c = L->c;
+    if (c->d_model % c->n_heads == 0 && (c->d_model / c->n_heads) % 2 == 0)
+        return 0;
+    char va[VALUE_LEN], vb[VALUE_LEN];
+    cfg_ref a = key_ref(L, key_index(SEC_MODEL, "d_model"), va, sizeof(va));
+    cfg_ref b = key_ref(L, key_index(SEC_MODEL, "n_heads"), vb, sizeof(vb));
+    if (c->d_model % c->n_heads)
+        return fail_pair(L, &a, " to be a multiple of ", &b, "");
+    return fail_pair(L, &a, " divided by ", &b, " to be even (the head width, for RoPE)");
+}
+
+/* Every rank takes the same number of whole sequences. */
+static int check_ranks(loader *L, int ranks)
+{
+    int n_seq = L->c->batch;
+    if (ranks <= 0 || (n_seq >= ranks && n_seq % ranks == 0))
+        return 0;
+    char v[VALUE_LEN];
+    cfg_ref r = key_ref(L, key_index(SEC_DATA, "batch"), v, sizeof(v));
+    if (n_seq < ranks)
+        return failf(L, &r, "expected at least %d, one sequence per rank "
+                            "(more ranks than sequences)", ranks);
+    return failf(L, &r, "expected a multiple of the %d ranks", ranks);
+}
+
+/* Layer li's value of spec key k: its [layer.N] entry, else the section's. */
+static cfg_ref layer_key_ref(const loader *L, int li, int k, char *sec, size_t sec_len,
+                             char *value, size_t n)
+{
+    for (int i = L->n_entries - 1; i >= 0; i--) {
+        const layer_entry *e = &L->entries[i];
+        if (e->layer == li && strcmp(e->key, config_keys[k].name) == 0) {
+            snprintf(sec, sec_len, "layer.%d", li);
+            return (cfg_ref){ sec, e->key, e->value, e->origin };
+        }
+    }
+    return key_ref(L, k, value, n);
+}
+
+/* top_k against experts, for the sections (li < 0) or one layer. */
+static int check_top_k(loader *L, int li)
+{
+    const layer_spec *s = li < 0 ? &L->c->layer_defaults : &L->c->layers[li];
+    if (s->top_k <= s->experts)
+        return 0;
+    char sa[32], sb[32], va[VALUE_LEN], vb[VALUE_LEN];
+    cfg_ref a = layer_key_ref(L, li, key_index(SEC_MOE, "top_k"), sa, sizeof(sa), va,
+                              sizeof(va));
+    cfg_ref b = layer_key_ref(L, li, key_index(SEC_MOE, "experts"), sb, sizeof(sb), vb,
+                              sizeof(vb));
+    return fail_pair(L, &a, " to be at most ", &b, "");
+}
+
+/* ---- layers ------------------------------------------------------------- */
+
+static bool kind_takes(const layer_kind *kind, const char *key)
+{
+    for (int i = 0; kind->keys && kind->keys[i]; i++)
+        if (strcmp(kind->keys[i], key) == 0)
+            return true;
+    return false;
+}
+
+static int apply_entry(loader *L, const layer_entry *e)
+{
+    run_config *c = L->c;
+    char sec[32];
+    snprintf(sec, sizeof(sec), "layer.%d", e->layer);
+    cfg_ref r = { sec, e->key, e->value, e->origin };
+    if (e->layer >= c->n_layers)
+        return failf(L, &r, "expected a layer index in 0..%d ([model] layers has %d layers)",
+                     c->n_layers - 1, c->n_layers);
+    const layer_kind *kind = layer_kind_lookup(L->kinds, c->layers[e->layer].kind);
+    if (!kind_takes(kind, e->key)) {
+        char keys[MSG_LEN];
+        join(keys, sizeof(keys), kind->keys);
+        return failf(L, &r, "layer %d is '%s', which takes no key '%s' (it takes: %s)", e->layer,
+                     kind->name, e->key, keys);
+    }
+    int k = spec_key_index(e->key);
+    if (k < 0)
+        return failf(L, &r, "a key of [mod] or [moe] (kind '%s' lists '%s', which the config "
+                            "does not know)", kind->name, e->key);
+    char why[MSG_LEN];
+    if (parse_value(L, &config_keys[k], (char *)&c->layers[e->layer], e->value, why,
+                    sizeof(why)))
+        return failf(L, &r, "expected %s", why);
+    return 0;
+}
+
+/* Every layer starts from [mod] and [moe]; the defaults' "dense x 4" was never
+ * checked against the kinds table, so every kind is looked up here. */
+static int start_layers(loader *L)
+{
+    run_config *c = L->c;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_spec *s = &c->layers[l];
+        char kind[MODE_NAME_LEN];
+        memcpy(kind, s->kind, sizeof(kind));
+        *s = c->layer_defaults;
+        memcpy(s->kind, kind, sizeof(kind));
+        if (!layer_kind_lookup(L->kinds, kind)) {
+            char v[VALUE_LEN], names[MSG_LEN];
+            cfg_ref r = key_ref(L, key_index(SEC_MODEL, "layers"), v, sizeof(v));
+            join_kinds(names, sizeof(names), L->kinds);
+            return failf(L, &r, "expected a layer kind among %s, not '%s'", names, kind);
+        }
+    }
+    return 0;
+}
+
+static int validate_layer(loader *L, int l, const model_dims *dims)
+{
+    const layer_spec *s = &L->c->layers[l];
+    const layer_kind *kind = layer_kind_lookup(L->kinds, s->kind);
+    char msg[MSG_LEN] = "";
+    if (!kind->validate || kind->validate(s, dims, msg, (int)sizeof(msg)) == 0)
+        return 0;
+    char v[VALUE_LEN];
+    cfg_ref r = key_ref(L, key_index(SEC_MODEL, "layers"), v, sizeof(v));
+    return failf(L, &r, "layer %d (%s): %s", l, kind->name, msg);
+}
+
+static int resolve_layers(loader *L)
+{
+    if (start_layers(L))
+        return -EINVAL;
+    for (int i = 0; i < L->n_entries; i++)
+        if (apply_entry(L, &L->entries[i]))
+            return -EINVAL;
+    model_dims dims = config_dims(L->c);
+    for (int l = 0; l < L->c->n_layers; l++)
+        if (check_top_k(L, l) || validate_layer(L, l, &dims))
+            return -EINVAL;
+    return 0;
+}
+
+static int resolve(loader *L, int ranks)
+{
+    if (check_source(L) || check_steps(L) || check_heads(L) || check_ranks(L, ranks) ||
+        check_top_k(L, -1) || resolve_layers(L))
+        return -EINVAL;
+    L->c->optim.total_steps = L->c->steps;
+    return 0;
+}
+
+/* ---- the API ------------------------------------------------------------ */
+
+void config_defaults(run_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->name, sizeof(c->name), "run");
+    c->seed = 1;
+    c->steps = 200;
+    snprintf(c->out, sizeof(c->out), "out");
+    c->log_every = 10;
+    c->eval_every = 100;
+    c->eval_windows = 16;
+    c->ckpt_every = 100;
+    c->routing_every = 100;
+    snprintf(c->source, sizeof(c->source), "synthetic");
+    c->seq_len = 128;
+    c->batch = 8;
+    c->val_fraction = 0.1;
+    c->vocab = 256;
+    c->d_model = 128;
+    c->n_heads = 4;
+    c->d_ff = 352;
+    layer_spec_defaults(&c->layer_defaults);
+    snprintf(c->layers_text, sizeof(c->layers_text), "dense x 4");
+    c->n_layers = 4;
+    for (int l = 0; l < c->n_layers; l++)
+        c->layers[l] = c->layer_defaults; /* kind "dense" */
+    optim_defaults(&c->optim);
+    c->optim.warmup = 20;
+    c->optim.total_steps = c->steps;
+}
+
+/* From a file (f) or text; c is written only on success. */
+static int load(run_config *c, FILE *f, const char *text, const char *path, int n_over,
+                char *const *over, const layer_kind *const *kinds, int ranks, char *err,
+                int err_len)
+{
+    int rc = -ENOMEM;
+    loader L = { .kinds = kinds ? kinds : core_kinds, .path = path ? path : "config",
+                 .file = f, .text = text ? text : "" };
+    L.c = malloc(sizeof(*L.c));
+    if (!L.c)
+        goto fail;
+    config_defaults(L.c);
+    rc = parse_ini(&L);
+    for (int i = 0; rc == 0 && i < n_over; i++)
+        rc = apply_override(&L, over[i]);
+    if (rc == 0)
+        rc = resolve(&L, ranks);
+    if (rc == 0)
+        *c = *L.c;
+fail:
+    if (rc && !L.failed)
+        snprintf(L.err, sizeof(L.err), "%s: out of memory", L.path);
+    if (err && err_len > 0)
+        snprintf(err, (size_t)err_len, "%s", rc ? L.err : "");
+    for (int i = 0; i < L.n_entries; i++) {
+        free(L.entries[i].key);
+        free(L.entries[i].value);
+    }
+    free(L.entries);
+    free(L.c);
+    return rc;
+}
+
+int config_load(run_config *c, const char *path, int n_over, char *const *over,
+                const layer_kind *const *kinds, int ranks, char *err, int err_len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int e = errno;
+        if (err && err_len > 0)
+            snprintf(err, (size_t)err_len, "%s: cannot open it: %s", path, strerror(e));
+        return e ? -e : -EIO;
+    }
+    int rc = load(c, f, NULL, path, n_over, over, kinds, ranks, err, err_len);
+    fclose(f);
+    return rc;
+}
+
+int config_load_string(run_config *c, const char *text, const char *path, int n_over,
+                       char *const *over, const layer_kind *const *kinds, int ranks, char *err,
+                       int err_len)
+{
+    return load(c, NULL, text, path, n_over, over, kinds, ranks, err, err_len);
+}
+
+/* [layer.N] for the spec keys where layer l differs from the sections: only
+ * keys of its kind can differ, since only those can be set. */
+static void write_layer(FILE *f, const run_config *c, int l)
+{
+    bool header = false;
+    for (int k = 0; k < N_KEYS; k++) {
+        const cfg_key *key = &config_keys[k];
+        if (!is_spec_section(key->section))
+            continue;
+        char mine[VALUE_LEN], section[VALUE_LEN];
+        format_value(key, (const char *)&c->layers[l], mine, sizeof(mine));
+        format_value(key, (const char *)&c->layer_defaults, section, sizeof(section));
+        if (strcmp(mine, section) == 0)
+            continue;
+        if (!header)
+            fprintf(f, "\n[layer.%d]\n", l);
+        header = true;
+        fprintf(f, "%s = %s\n", key->name, mine);
+    }
+}
+
+char *config_to_ini(const run_config *c)
+{
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    if (!f)
+        return NULL;
+    for (int s = 0; s < SEC_COUNT; s++) {
+        fprintf(f, "%s[%s]\n", s ? "\n" : "", section_names[s]);
+        for (int k = 0; k < N_KEYS; k++) {
+            const cfg_key *key = &config_keys[k];
+            if (key->section != s)
+                continue;
+            char value[VALUE_LEN];
+            format_value(key, key_cbase(key, c), value, sizeof(value));
+            fprintf(f, "%s = %s\n", key->name, value);
+        }
+    }
+    for (int l = 0; l < c->n_layers && l < MODE_MAX_LAYERS; l++)
+        write_layer(f, c, l);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+model_dims config_dims(const run_config *c)
+{
+    return (model_dims){ .vocab = c->vocab, .d_model = c->d_model, .n_heads = c->n_heads,
+                         .d_head = c->n_heads > 0 ? c->d_model / c->n_heads : 0,
+                         .d_ff = c->d_ff, .n_layers = c->n_layers, .seq_len = c->seq_len };
+}

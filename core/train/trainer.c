@@ -1,0 +1,331 @@
+#include "core/train/trainer.h"
+
+#include "core/comm/comm.h"
+#include "core/io/checkpoint.h"
+#include "core/io/runfile.h"
+#include "core/train/optim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+long config_planned_steps(const run_config *c, double train_flops_per_step)
+{
+    if (c->flops_budget > 0.0)
+        return (long)floor(c->flops_budget / train_flops_per_step);
+    return c->steps;
+}
+
+void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len)
+{
+    snprintf(dir, len, "%s/%s", c->out, c->name);
+    snprintf(run_h5, len, "%s/%s/run.h5", c->out, c->name);
+    snprintf(ckpt_h5, len, "%s/%s/ckpt.h5", c->out, c->name);
+}
+
+int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
+             double *loss, long *windows_used)
+{
+    int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
+    long avail = dataset_eval_windows(d, S);
+    long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
+    uint16_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(uint16_t));
+    if (!tok)
+        return -ENOMEM;
+    double sums[2] = { 0.0, 0.0 }; /* ce, positions */
+    int rc = 0;
+    /* rank r takes windows r, r+P, ...; in chunks of the model's batch */
+    long mine = n > rank ? (n - rank + P - 1) / P : 0;
+    for (long i0 = 0; i0 < mine && !rc; i0 += m->max_seq) {
+        int cnt = (int)(mine - i0 < m->max_seq ? mine - i0 : m->max_seq);
+        for (int i = 0; i < cnt; i++)
+            dataset_eval_window(d, tok + (size_t)i * (S + 1), S, rank + (i0 + i) * P);
+        batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
+                    .global_seqs = (int)n };
+        fwd_result r;
+        rc = model_forward(m, ctx, &b, mode, &r);
+        sums[0] += r.ce_sum;
+        sums[1] += (double)r.n_positions;
+    }
+    free(tok);
+    int bad = rc != 0;
+    comm_allreduce_max_int(ctx ? ctx->comm : NULL, &bad);
+    if (bad)
+        return rc ? rc : -EIO;
+    comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : (double)NAN;
+    if (windows_used)
+        *windows_used = n;
+    return 0;
+}
+
+/* Every rank learns whether any rank failed, and every rank ends with the
+ * message of the lowest failing rank (prefixed "rank N: " when that is not
+ * rank 0), so the program prints one line from rank 0 and nobody hangs. */
+static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len)
+{
+    int first = rc ? ctx->rank : ctx->size;
+    if (comm_allreduce_min_int(ctx->comm, &first))
+        return -EIO;
+    if (first == ctx->size)
+        return 0;
+    if (err && ctx->size > 1) {
+        char buf[1024];
+        if (ctx->rank == first && first == 0)
+            snprintf(buf, sizeof(buf), "%.1000s", err);
+        else if (ctx->rank == first)
+            snprintf(buf, sizeof(buf), "rank %d: %.900s", first, err);
+        comm_bcast(ctx->comm, buf, sizeof(buf), first);
+        snprintf(err, (size_t)err_len, "%s", buf);
+    }
+    return rc ? rc : -ECANCELED;
+}
+#define agree(ctx, rc) agree_msg((ctx), (rc), err, err_len)
+
+static int make_dirs(const char *dir)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0777) && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* Fail before training when the output folder cannot take our files. */
+static int check_writable(const char *dir, char *err, int err_len)
+{
+    int rc = make_dirs(dir);
+    if (rc) {
+        snprintf(err, (size_t)err_len, "%s: cannot create the output folder: %s", dir,
+                 strerror(-rc));
+        return rc;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/.write-probe", dir);
+    FILE *f = fopen(probe, "w");
+    if (!f || fputs("ok\n", f) < 0 || fclose(f)) {
+        snprintf(err, (size_t)err_len, "%s: output folder is not writable", dir);
+        return -EACCES;
+    }
+    remove(probe);
+    return 0;
+}
+
+typedef struct trainer {
+    const run_config *cfg;
+    mode_ctx *ctx;
+    model *m;
+    dataset *d;
+    run_record *rec; /* rank 0 only */
+    char *ini;
+    char dir[4096], run_h5[4096], ckpt_h5[4096];
+    long total, start;
+    double flops_per_seq;
+} trainer;
+
+static int save_all(trainer *t, long step, char *err, int err_len)
+{
+    int rc = 0;
+    if (t->ctx->rank == 0) {
+        /* run file first: a crash between the two leaves a run file newer
+         * than the checkpoint, which resume truncates */
+        rc = run_record_write(t->rec, t->run_h5, err, err_len);
+        if (!rc)
+            rc = checkpoint_save(t->ckpt_h5, t->m, t->ini, step, t->cfg->seed, err, err_len);
+    }
+    return agree(t->ctx, rc);
+}
+
+static int resume_from(trainer *t, char *err, int err_len)
+{
+    ckpt_meta meta;
+    int rc = checkpoint_read_meta(t->ckpt_h5, &meta, err, err_len);
+    if (rc)
+        return rc;
+    if (strcmp(meta.config, t->ini) != 0) {
+        snprintf(err, (size_t)err_len,
+                 "%s: its config does not match this run's (resume needs the same resolved "
+                 "config; compare with `h5dump -a config`)", t->ckpt_h5);
+        ckpt_meta_clear(&meta);
+        return -EINVAL;
+    }
+    t->start = meta.step;
+    ckpt_meta_clear(&meta);
+    rc = checkpoint_load(t->ckpt_h5, t->m, true, err, err_len);
+    if (!rc && t->ctx->rank == 0) {
+        run_record *old = NULL;
+        rc = run_record_read(&old, t->run_h5, err, err_len);
+        if (!rc) {
+            free_run_record(&t->rec);
+            t->rec = old;
+            run_record_truncate(t->rec, t->start + 1);
+        }
+    }
+    return rc;
+}
+
+static void sample_batch(const trainer *t, uint16_t *tok, int local, long step, long seq0)
+{
+    int S = t->cfg->seq_len;
+    for (int i = 0; i < local; i++)
+        dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->seed, step, seq0 + i);
+}
+
+static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len)
+{
+    const run_config *c = t->cfg;
+    mode_ctx *ctx = t->ctx;
+    model *m = t->m;
+    int S = c->seq_len, P = ctx->size, local = c->batch / P;
+    long seq0 = (long)ctx->rank * local;
+    optim_cfg oc = c->optim;
+    oc.total_steps = t->total;
+    uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
+    if (!tok)
+        return -ENOMEM;
+    double wall0 = mode_now();
+    if (t->rec && t->rec->metrics.n_rows > 0) /* resumed: wall time goes on */
+        wall0 -= t->rec->metrics.rows[(t->rec->metrics.n_rows - 1) * t->rec->metrics.n_cols + 10];
+    double train_flops_step = 3.0 * t->flops_per_seq * c->batch;
+    int rc = 0;
+    for (long step = t->start; step < t->total && !rc; step++) {
+        double t0 = mode_now();
+        sample_batch(t, tok, local, step, seq0);
+        batch b = { .tokens = tok, .nseq = local, .step = step, .seq0 = seq0,
+                    .global_seqs = c->batch };
+        fwd_result r;
+        model_zero_grad(m);
+        rc = model_forward(m, ctx, &b, FWD_TRAIN, &r);
+        if (!rc)
+            rc = model_backward(m, ctx, &b);
+        if (rc)
+            snprintf(err, (size_t)err_len, "step %ld: forward/backward failed (%s)", step + 1,
+                     strerror(-rc));
+        if ((rc = agree(ctx, rc)))
+            break;
+        double compute = mode_now() - t0, tc = mode_now();
+        comm_reset_bytes(ctx->comm);
+        double sums[4] = { r.ce_sum, r.aux_loss, r.side_loss, r.flops_executed };
+        rc = comm_allreduce_sum_float(ctx->comm, m->grads, m->n_params);
+        if (!rc)
+            rc = comm_allreduce_sum_double(ctx->comm, sums, 4);
+        double comm_s = mode_now() - tc;
+        ctx->timers[PHASE_COMM] += comm_s;
+        if (rc) {
+            snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", step + 1);
+            break;
+        }
+        double ce = sums[0] / ((double)c->batch * S), loss = ce + sums[1];
+        double norm = grad_global_norm(m->grads, m->n_params);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            snprintf(err, (size_t)err_len, "step %ld: non-finite %s (loss %g, gradient norm %g)",
+                     step + 1, isfinite(loss) ? "gradient" : "loss", loss, norm);
+            rc = -ERANGE;
+            break;
+        }
+        double to = mode_now();
+        clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
+        double lr = lr_at(&oc, step);
+        adamw_update(m, &oc, step + 1, lr);
+        ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
+        double dt = mode_now() - t0, wall = mode_now() - wall0;
+        long done = step + 1;
+        train_log lg = {
+            .step = done, .total = t->total, .loss = loss, .ce = ce, .aux = sums[1],
+            .side = sums[2], .lr = lr, .grad_norm = norm,
+            .tokens_per_s = (double)c->batch * S / dt, .gflops = train_flops_step / dt * 1e-9,
+            .eta_s = dt * (double)(t->total - done), .wall_s = wall,
+        };
+        if (ctx->rank == 0) {
+            double row[] = { (double)done, loss, ce, sums[1], sums[2], lr, norm,
+                             lg.tokens_per_s, train_flops_step * (double)done,
+                             3.0 * sums[3], wall, (double)comm_bytes_sent(ctx->comm), comm_s,
+                             compute };
+            rc = run_table_append(&t->rec->metrics, row);
+        }
+        bool stop = o->max_steps > 0 && done - t->start >= o->max_steps;
+        bool last = done == t->total || stop;
+        if (!rc && c->eval_every > 0 && (done % c->eval_every == 0 || done == t->total)) {
+            rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_TOPK, &lg.eval_topk, NULL);
+            if (!rc)
+                rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_CAUSAL, &lg.eval_causal,
+                              NULL);
+            lg.has_eval = true;
+            if (!rc && ctx->rank == 0) {
+                double row[] = { (double)done, lg.eval_topk, lg.eval_causal };
+                rc = run_table_append(&t->rec->eval, row);
+            }
+            if (rc)
+                snprintf(err, (size_t)err_len, "step %ld: evaluation failed", done);
+        }
+        if (!rc && o->log && ctx->rank == 0 &&
+            (lg.has_eval || last || (c->log_every > 0 && done % c->log_every == 0)))
+            o->log(&lg, o->log_user);
+        if (!rc && ((c->ckpt_every > 0 && done % c->ckpt_every == 0) || last))
+            rc = save_all(t, done, err, err_len);
+        /* a failure on rank 0 alone (the record) must stop every rank */
+        rc = agree(ctx, rc);
+        if (stop)
+            break;
+    }
+    free(tok);
+    return rc;
+}
+
+int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
+          const trainer_opts *o, char *err, int err_len)
+{
+    trainer t = { .cfg = cfg, .ctx = ctx };
+    model_dims dims = config_dims(cfg);
+    int P = ctx->size;
+    int rc = -ENOMEM;
+    run_paths(cfg, t.dir, t.run_h5, t.ckpt_h5, sizeof(t.dir));
+    t.ini = config_to_ini(cfg);
+    if (!t.ini)
+        goto fail;
+    rc = load_dataset(&t.d, cfg->source, cfg->vocab, cfg->val_fraction, cfg->seq_len,
+                      o->data_dir, err, err_len);
+    if (!rc)
+        rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
+    if (!rc && ctx->rank == 0)
+        rc = check_writable(t.dir, err, err_len);
+    if ((rc = agree(ctx, rc)))
+        goto fail;
+    model_init(t.m, cfg->seed);
+    t.flops_per_seq = model_flops_per_seq(t.m, NULL);
+    t.total = config_planned_steps(cfg, 3.0 * t.flops_per_seq * cfg->batch);
+    if (t.total <= 0) {
+        snprintf(err, (size_t)err_len, "run.flops_budget %g buys no step (one costs %g)",
+                 cfg->flops_budget, 3.0 * t.flops_per_seq * cfg->batch);
+        rc = -EINVAL;
+        goto fail;
+    }
+    if (ctx->rank == 0) {
+        if ((rc = build_run_record(&t.rec, t.ini)))
+            goto fail;
+        provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
+    }
+    if (o->resume && (rc = agree(ctx, resume_from(&t, err, err_len))))
+        goto fail;
+    if (ctx->rank == 0 && t.rec)
+        provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
+    rc = train_steps(&t, o, err, err_len);
+fail:
+    free_run_record(&t.rec);
+    free_model(&t.m);
+    free_dataset(&t.d);
+    free(t.ini);
+    return rc;
+}

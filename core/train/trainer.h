@@ -1,0 +1,53 @@
+/* The training driver: data-parallel steps over the ranks, evaluation,
+ * checkpoints and the run file.  It never prints: progress goes to the
+ * caller's log callback (rank 0 only), errors come back as a code and one
+ * line in err. */
+#ifndef MODE_CORE_TRAIN_TRAINER_H
+#define MODE_CORE_TRAIN_TRAINER_H
+
+#include "core/config/config.h"
+#include "core/data/data.h"
+#include "core/model/model.h"
+#include "core/util/ctx.h"
+
+#include <stdbool.h>
+
+typedef struct train_log {
+    long step, total;       /* step is 1-based here: updates done */
+    double loss, ce, aux, side, lr, grad_norm;
+    double tokens_per_s, gflops, eta_s, wall_s;
+    bool has_eval;          /* an evaluation ran at this step */
+    double eval_topk, eval_causal;
+} train_log;
+
+typedef void (*train_log_fn)(const train_log *l, void *user);
+
+typedef struct trainer_opts {
+    bool resume;
+    train_log_fn log;   /* called on rank 0 every log_every steps and at evaluations */
+    void *log_user;
+    int argc;
+    char **argv;
+    int blas_threads;
+    const char *data_dir; /* NULL: $MODE_DATA or ./data */
+    long max_steps;       /* > 0: stop (with a checkpoint) after this many steps of this
+                             invocation, as a time-sliced job would; --resume goes on */
+} trainer_opts;
+
+/* Steps the config asks for: run.steps, or what run.flops_budget buys at the
+ * nominal training FLOPs per step. */
+long config_planned_steps(const run_config *c, double train_flops_per_step);
+
+/* Mean next-token loss over the first n_windows evaluation windows (all of
+ * them when n_windows <= 0 or more than there are), windows spread over the
+ * ranks.  windows_used receives the count. */
+int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
+             double *loss, long *windows_used);
+
+/* Output paths of a run: <out>/<name>/run.h5 and ckpt.h5. */
+void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len);
+
+int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
+          const trainer_opts *o, char *err, int err_len);
+
+#endif

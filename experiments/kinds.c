@@ -1,0 +1,15 @@
+#include "experiments/kinds.h"
+
+#include <assert.h>
+#include <stddef.h>
+
+/* Adding a kind: one row here, and its file in mod/ or moe/. */
+enum { KIND_DENSE, KIND_COUNT };
+
+const layer_kind *const mode_kinds[] = {
+    [KIND_DENSE] = &dense_kind,
+    [KIND_COUNT] = NULL,
+};
+
+static_assert(sizeof(mode_kinds) / sizeof(mode_kinds[0]) == KIND_COUNT + 1,
+              "one row per kind, then NULL");

@@ -1,0 +1,344 @@
+/* mode-exp: train, evaluate and count FLOPs of MoD / MoE / MoDE models.
+ *   mode-exp CONFIG.ini [section.key=value ...] [--resume] [--quiet] [--jsonl]
+ *   mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]
+ *   mode-exp flops CONFIG.ini [section.key=value ...]
+ * Every subcommand takes --help. */
+#include "core/comm/comm.h"
+#include "core/config/config.h"
+#include "core/io/checkpoint.h"
+#include "core/train/trainer.h"
+#include "experiments/kinds.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void openblas_set_num_threads(int);
+
+static const char usage_main[] =
+    "usage: mode-exp CONFIG.ini [section.key=value ...] [options]   train\n"
+    "       mode-exp eval CKPT [options]                              held-out loss\n"
+    "       mode-exp flops CONFIG.ini [section.key=value ...]         FLOPs per layer and step\n"
+    "\n"
+    "Training options:\n"
+    "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
+    "  --quiet        print nothing but errors\n"
+    "  --jsonl        one JSON object per logged step instead of text\n"
+    "  --threads N    BLAS threads per rank (default: cores / ranks on the node)\n"
+    "  --max-steps N  stop after N steps of this invocation (with a checkpoint);\n"
+    "                 --resume goes on exactly as an uninterrupted run would\n"
+    "  --help         this text\n"
+    "Run under MPI with `mpirun -n P mode-exp ...`; without mpirun it is one rank.\n"
+    "Config keys and the layer-spec table are in the README.\n";
+
+static const char usage_eval[] =
+    "usage: mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]\n"
+    "  Mean next-token loss of the checkpoint over evaluation windows of S+1 tokens\n"
+    "  (window w = tokens [w*S, w*S+S]).\n"
+    "  --data PATH    a .txt or .bin file: its windows, from the start of the file;\n"
+    "                 brown or synthetic: the held-out split (default: the run's source)\n"
+    "  --mode M       topk (routing over the whole sequence, as in training) or causal\n"
+    "                 (the causal rule of MODEL.md; default)\n"
+    "  --windows N    use the first N windows (default: all)\n"
+    "  --json         print one JSON object {\"loss\", \"windows\", \"mode\"}\n";
+
+static const char usage_flops[] =
+    "usage: mode-exp flops CONFIG.ini [section.key=value ...]\n"
+    "  Forward FLOPs per sequence for every layer, the LM head, and per training step\n"
+    "  (3 x forward x batch), nominal as MODEL.md counts them.\n";
+
+typedef struct cli {
+    const char *config;
+    int n_over;
+    char **over;
+    bool resume, quiet, jsonl, json;
+    int threads;
+    long max_steps;
+    const char *data, *mode;
+    long windows;
+} cli;
+
+static int parse_cli(cli *c, int argc, char **argv, const char *usage)
+{
+    memset(c, 0, sizeof(*c));
+    c->windows = 0;
+    c->over = calloc((size_t)argc + 1, sizeof(char *));
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            exit(0);
+        } else if (!strcmp(a, "--resume")) {
+            c->resume = true;
+        } else if (!strcmp(a, "--quiet")) {
+            c->quiet = true;
+        } else if (!strcmp(a, "--jsonl")) {
+            c->jsonl = true;
+        } else if (!strcmp(a, "--json")) {
+            c->json = true;
+        } else if ((!strcmp(a, "--threads") || !strcmp(a, "--data") || !strcmp(a, "--mode") ||
+                    !strcmp(a, "--windows") || !strcmp(a, "--max-steps"))) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mode-exp: %s needs a value\n%s", a, usage);
+                return -EINVAL;
+            }
+            const char *v = argv[++i];
+            char *end = NULL;
+            if (!strcmp(a, "--data")) {
+                c->data = v;
+            } else if (!strcmp(a, "--mode")) {
+                c->mode = v;
+            } else {
+                long n = strtol(v, &end, 10);
+                if (!*v || *end || n < (strcmp(a, "--threads") ? 0 : 1)) {
+                    fprintf(stderr, "mode-exp: %s %s: expected a %s integer\n", a, v,
+                            strcmp(a, "--threads") ? "non-negative" : "positive");
+                    return -EINVAL;
+                }
+                if (!strcmp(a, "--threads"))
+                    c->threads = (int)n;
+                else if (!strcmp(a, "--max-steps"))
+                    c->max_steps = n;
+                else
+                    c->windows = n;
+            }
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "mode-exp: unknown option %s\n%s", a, usage);
+            return -EINVAL;
+        } else if (!c->config) {
+            c->config = a;
+        } else {
+            c->over[c->n_over++] = argv[i];
+        }
+    }
+    if (!c->config) {
+        fputs(usage, stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int choose_threads(const cli *c, const mode_ctx *ctx)
+{
+    int t = c->threads;
+    if (t <= 0) {
+        const char *env = getenv("OPENBLAS_NUM_THREADS");
+        t = env ? atoi(env) : 0;
+    }
+    if (t <= 0) {
+        /* ranks x BLAS threads <= cores: more only makes them fight */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        t = (int)(cores / comm_local_size(ctx->comm));
+        if (t < 1)
+            t = 1;
+    }
+    openblas_set_num_threads(t);
+    return t;
+}
+
+static void fmt_time(char *buf, size_t n, double s)
+{
+    if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+typedef struct log_opts {
+    bool quiet, jsonl;
+} log_opts;
+
+static void print_log(const train_log *l, void *user)
+{
+    const log_opts *o = user;
+    if (o->quiet)
+        return;
+    if (o->jsonl) {
+        printf("{\"step\":%ld,\"total\":%ld,\"loss\":%.6g,\"ce\":%.6g,\"aux\":%.6g,"
+               "\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"gflops\":%.2f,"
+               "\"eta_s\":%.1f,\"wall_s\":%.2f",
+               l->step, l->total, l->loss, l->ce, l->aux, l->lr, l->grad_norm, l->tokens_per_s,
+               l->gflops, l->eta_s, l->wall_s);
+        if (l->has_eval)
+            printf(",\"eval_topk\":%.6g,\"eval_causal\":%.6g", l->eval_topk, l->eval_causal);
+        printf("}\n");
+    } else {
+        char eta[32];
+        fmt_time(eta, sizeof(eta), l->eta_s);
+        printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  ETA %s\n",
+               l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s, l->gflops, eta);
+        if (l->has_eval)
+            printf("eval   %6ld  held-out loss: topk %.4f  causal %.4f\n", l->step, l->eval_topk,
+                   l->eval_causal);
+    }
+    fflush(stdout);
+}
+
+static int cmd_train(mode_ctx *ctx, int argc, char **argv)
+{
+    cli c;
+    if (parse_cli(&c, argc - 1, argv + 1, usage_main))
+        return 2;
+    run_config cfg;
+    char err[1024] = "";
+    int rc = config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, ctx->size, err,
+                         sizeof(err));
+    if (rc) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp: %s\n", err);
+        free(c.over);
+        return 2;
+    }
+    int threads = choose_threads(&c, ctx);
+    ctx->seed = cfg.seed;
+    if (ctx->rank == 0 && !c.quiet && !c.jsonl) {
+        char *ini = config_to_ini(&cfg);
+        printf("# mode-exp %s: %d rank(s) x %d BLAS thread(s)\n# resolved config:\n%s\n",
+               c.config, ctx->size, threads, ini ? ini : "");
+        free(ini);
+    }
+    log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl };
+    trainer_opts o = { .resume = c.resume, .log = print_log, .log_user = &lo, .argc = argc,
+                       .argv = argv, .blas_threads = threads,
+                       .max_steps = c.max_steps };
+    rc = train(&cfg, mode_kinds, ctx, &o, err, sizeof(err));
+    if (rc && ctx->rank == 0)
+        fprintf(stderr, "mode-exp: %s\n", err[0] ? err : strerror(-rc));
+    if (!rc && ctx->rank == 0 && !c.quiet && !c.jsonl) {
+        char dir[4096], run_h5[4096], ckpt[4096];
+        run_paths(&cfg, dir, run_h5, ckpt, sizeof(dir));
+        printf("# wrote %s and %s\n", run_h5, ckpt);
+    }
+    free(c.over);
+    return rc ? 1 : 0;
+}
+
+static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
+{
+    cli c;
+    if (parse_cli(&c, argc - 2, argv + 2, usage_eval))
+        return 2;
+    fwd_mode mode = FWD_EVAL_CAUSAL;
+    if (c.mode && !strcmp(c.mode, "topk"))
+        mode = FWD_EVAL_TOPK;
+    else if (c.mode && strcmp(c.mode, "causal")) {
+        fprintf(stderr, "mode-exp eval: --mode %s: expected topk or causal\n", c.mode);
+        return 2;
+    }
+    choose_threads(&c, ctx);
+    char err[1024] = "";
+    ckpt_meta meta;
+    model *m = NULL;
+    dataset *d = NULL;
+    run_config cfg;
+    int rc = checkpoint_read_meta(c.config, &meta, err, sizeof(err));
+    if (!rc) {
+        char label[4200];
+        snprintf(label, sizeof(label), "%s (config attribute)", c.config);
+        rc = config_load_string(&cfg, meta.config, label, 0, NULL, mode_kinds, 0, err,
+                                sizeof(err));
+    }
+    if (!rc) {
+        bool file = c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic");
+        const char *src = c.data ? c.data : cfg.source;
+        /* a file given to eval is all evaluation data: its windows from the start */
+        rc = file ? load_eval_file(&d, src, cfg.vocab, cfg.seq_len, err, sizeof(err))
+                  : load_dataset(&d, src, cfg.vocab, cfg.val_fraction, cfg.seq_len, NULL, err,
+                                 sizeof(err));
+    }
+    model_dims dims = config_dims(&cfg);
+    int max_seq = 16;
+    if (!rc)
+        rc = build_model(&m, &dims, cfg.layers, mode_kinds, max_seq, err, sizeof(err));
+    if (!rc)
+        rc = checkpoint_load(c.config, m, false, err, sizeof(err));
+    double loss = 0.0;
+    long used = 0;
+    if (!rc) {
+        rc = evaluate(m, ctx, d, c.windows, mode, &loss, &used);
+        if (rc)
+            snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
+    }
+    if (rc && ctx->rank == 0)
+        fprintf(stderr, "mode-exp eval: %s\n", err);
+    if (!rc && ctx->rank == 0) {
+        const char *mn = mode == FWD_EVAL_TOPK ? "topk" : "causal";
+        if (c.json)
+            printf("{\"loss\": %.9g, \"windows\": %ld, \"mode\": \"%s\"}\n", loss, used, mn);
+        else
+            printf("%s: loss %.6f over %ld windows of %d tokens (%s)\n", c.config, loss, used,
+                   cfg.seq_len, mn);
+    }
+    free_model(&m);
+    free_dataset(&d);
+    ckpt_meta_clear(&meta);
+    free(c.over);
+    return rc ? 1 : 0;
+}
+
+static int cmd_flops(int argc, char **argv)
+{
+    cli c;
+    if (parse_cli(&c, argc - 2, argv + 2, usage_flops))
+        return 2;
+    run_config cfg;
+    char err[1024];
+    if (config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, 0, err, sizeof(err))) {
+        fprintf(stderr, "mode-exp: %s\n", err);
+        free(c.over);
+        return 2;
+    }
+    model_dims dims = config_dims(&cfg);
+    double total = model_head_flops_per_seq(&dims), dense = total;
+    printf("%-6s %-12s %16s %14s\n", "layer", "kind", "forward/seq", "vs dense");
+    double dense_layer = dense_kind.flops(&cfg.layers[0], &dims);
+    for (int l = 0; l < cfg.n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_kinds, cfg.layers[l].kind);
+        double f = k->flops(&cfg.layers[l], &dims);
+        printf("%-6d %-12s %16.4g %13.1f%%\n", l, k->name, f, 100.0 * f / dense_layer);
+        total += f;
+        dense += dense_layer;
+    }
+    printf("%-6s %-12s %16.4g\n", "head", "lm head", model_head_flops_per_seq(&dims));
+    double fwd_step = total * cfg.batch;
+    printf("forward per sequence    %.4g FLOPs (%.1f%% of the same shape all dense)\n", total,
+           100.0 * total / dense);
+    printf("forward per step        %.4g FLOPs (batch %d)\n", fwd_step, cfg.batch);
+    printf("training per step       %.4g FLOPs (3 x forward)\n", 3.0 * fwd_step);
+    long steps = config_planned_steps(&cfg, 3.0 * fwd_step);
+    printf("training steps          %ld%s\n", steps,
+           cfg.flops_budget > 0 ? " (from run.flops_budget)" : "");
+    printf("training in all         %.4g FLOPs\n", 3.0 * fwd_step * (double)steps);
+    free(c.over);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        fputs(usage_main, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "flops"))
+        return cmd_flops(argc, argv);
+    /* Oversubscribed ranks must yield the core while they wait, or they steal
+     * it from the BLAS threads doing the work (unless the user chose). */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    mode_ctx ctx = { 0 };
+    if (comm_init(&ctx.comm, &argc, &argv)) {
+        fprintf(stderr, "mode-exp: MPI initialisation failed\n");
+        return 1;
+    }
+    ctx.rank = comm_rank(ctx.comm);
+    ctx.size = comm_size(ctx.comm);
+    int rc = !strcmp(argv[1], "eval") ? cmd_eval(&ctx, argc, argv) : cmd_train(&ctx, argc, argv);
+    comm_finalize(&ctx.comm);
+    return rc;
+}

@@ -1,0 +1,110 @@
+#!/bin/sh
+# End-to-end tests of mode-exp on the tiny config.
+#   test_cli.sh TEST MODE_EXP COMPARE_RUNS CONFIG
+# TEST: ranks | resume | eval | flops | layout | errors
+set -u
+test_name=$1
+abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+exe=$(abspath "$2") compare=$(abspath "$3") config=$(abspath "$4")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+fail() { echo "FAIL: $*"; exit 1; }
+run() { # dir ranks args...: train the tiny config into dir
+	dir=$1 n=$2
+	shift 2
+	mpirun -n "$n" "$exe" "$config" run.out="$dir" --quiet "$@" || fail "mode-exp -n $n $*"
+}
+
+case $test_name in
+ranks)
+	# The global batch is the same whatever the rank count, so the losses
+	# agree up to the order of float sums in the all-reduce.
+	for n in 1 2 4; do run "r$n" "$n"; done
+	"$compare" r1/tiny/run.h5 r2/tiny/run.h5 1e-4 || fail "-n 1 and -n 2 differ"
+	"$compare" r1/tiny/run.h5 r4/tiny/run.h5 1e-4 || fail "-n 1 and -n 4 differ"
+	;;
+resume)
+	# Stop after 10 steps, resume: bit for bit the uninterrupted run.
+	for n in 1 2; do
+		run "full$n" "$n"
+		run "cut$n" "$n" --max-steps 10
+		run "cut$n" "$n" --resume
+		"$compare" "full$n/tiny/run.h5" "cut$n/tiny/run.h5" 0 || fail "resumed run differs at -n $n"
+	done
+	# resuming with another config is refused
+	mpirun -n 1 "$exe" "$config" run.out=cut1 model.d_ff=48 --resume --quiet 2>err.txt &&
+		fail "resume with another config was accepted"
+	grep -q "does not match" err.txt || fail "resume mismatch message: $(cat err.txt)"
+	;;
+eval)
+	run e 1
+	a=$("$exe" eval e/tiny/ckpt.h5 --mode topk --json) || fail "eval"
+	b=$(mpirun -n 2 "$exe" eval e/tiny/ckpt.h5 --mode topk --json) || fail "eval -n 2"
+	c=$("$exe" eval e/tiny/ckpt.h5 --mode topk --json) || fail "eval again"
+	echo "$a"
+	[ "$a" = "$c" ] || fail "eval is not deterministic: $a / $c"
+	echo "$a" | grep -q '"windows": [1-9]' || fail "eval json: $a"
+	echo "$a" | grep -q '"mode": "topk"' || fail "eval json mode: $a"
+	# two ranks split the windows: the same loss within float rounding
+	la=$(echo "$a" | sed 's/.*"loss": \([^,]*\),.*/\1/')
+	lb=$(echo "$b" | sed 's/.*"loss": \([^,]*\),.*/\1/')
+	awk -v a="$la" -v b="$lb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * a) }' ||
+		fail "eval -n 1 $la, -n 2 $lb"
+	# a text file of our own: its windows from the start
+	head -c 5000 /dev/urandom | base64 >text.txt
+	"$exe" eval e/tiny/ckpt.h5 --data text.txt --windows 4 --json | grep -q '"windows": 4' ||
+		fail "eval --data text.txt"
+	;;
+flops)
+	# tiny: per sequence 2 layers x 786432 + head 524288 = 2097152;
+	# batch 8: 16777216 forward, 50331648 training per step
+	out=$("$exe" flops "$config") || fail "flops"
+	echo "$out"
+	echo "$out" | grep -q "forward per sequence *2.097e+06" || fail "forward per sequence"
+	echo "$out" | grep -q "training per step *5.033e+07" || fail "training per step"
+	;;
+layout)
+	run l 2
+	ls=$(h5ls -r l/tiny/run.h5) || fail "h5ls run.h5"
+	for d in metrics/step metrics/loss metrics/lr metrics/grad_norm metrics/tokens_per_s \
+		metrics/train_flops metrics/wall_s eval/step eval/loss_topk eval/loss_causal provenance; do
+		echo "$ls" | grep -q "^/$d " || fail "run.h5 has no /$d"
+	done
+	h5dump -a provenance/commit l/tiny/run.h5 >/dev/null || fail "no provenance/commit"
+	h5dump -a config l/tiny/run.h5 | grep -q "d_model = 32" || fail "run.h5 config"
+	ls=$(h5ls -r l/tiny/ckpt.h5) || fail "h5ls ckpt.h5"
+	for d in tok_emb final_norm layers/0/attn_norm layers/0/wq layers/0/wk layers/0/wv \
+		layers/0/wo layers/0/mlp_norm layers/0/w1 layers/0/w3 layers/1/w2 optim/m/tok_emb \
+		optim/v/layers/1/w2; do
+		echo "$ls" | grep -q "^/$d " || fail "ckpt.h5 has no /$d"
+	done
+	h5dump -a layers/0/kind l/tiny/ckpt.h5 | grep -q '"dense"' || fail "layer kind attribute"
+	h5dump -a n_layers l/tiny/ckpt.h5 | grep -q "2" || fail "n_layers attribute"
+	h5ls l/tiny/ckpt.h5/layers/0/w1 | grep -q "{32, 64}" || fail "w1 shape"
+	ls l/tiny | grep -q tmp && fail "temporary files left behind"
+	;;
+errors)
+	"$exe" "$config" --no-such-flag >out.txt 2>&1 && fail "unknown flag accepted"
+	grep -q "unknown option --no-such-flag" out.txt || fail "flag message: $(cat out.txt)"
+	"$exe" "$config" model.d_model=30 --quiet >out.txt 2>&1; [ $? -eq 2 ] || fail "exit code"
+	grep -q "command line: model.d_model=30" out.txt || fail "override message: $(cat out.txt)"
+	"$exe" missing.ini >out.txt 2>&1 && fail "missing config accepted"
+	grep -q "missing.ini" out.txt || fail "missing config message: $(cat out.txt)"
+	mpirun -n 3 "$exe" "$config" --quiet >out.txt 2>&1 && fail "batch 8 on 3 ranks accepted"
+	grep -q "batch" out.txt || fail "rank message: $(cat out.txt)"
+	[ -e out ] && fail "a refused run left output behind"
+	"$exe" --help | grep -q "usage: mode-exp" || fail "--help"
+	"$exe" eval --help | grep -q "usage: mode-exp eval" || fail "eval --help"
+	"$exe" eval nothing.h5 >out.txt 2>&1 && fail "eval of a missing file"
+	grep -q "nothing.h5" out.txt || fail "eval message: $(cat out.txt)"
+	;;
+*)
+	fail "unknown test $test_name"
+	;;
+esac
+echo "ok: $test_name"

@@ -1,0 +1,442 @@
+/* The configuration: every kind of bad file or override is refused with one
+ * line that names the place, the key, the value and what was expected; good
+ * files resolve as documented; config_to_ini() reads back to the same config. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/config/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A kind that takes two keys, and one whose validate refuses small
+ * capacities: config may only use name, keys and validate. */
+static const char *const routed_keys[] = { "capacity", "router", NULL };
+
+static int routed_validate(const layer_spec *spec, const model_dims *dims, char *err,
+                           int err_len)
+{
+    return 0;
+}
+
+static int picky_validate(const layer_spec *spec, const model_dims *dims, char *err, int err_len)
+{
+    if (spec->capacity * dims->seq_len >= 1.0)
+        return 0;
+    snprintf(err, (size_t)err_len, "capacity %g selects no token of %d", spec->capacity,
+             dims->seq_len);
+    return -1;
+}
+
+static const layer_kind routed_kind = { .name = "routed", .keys = routed_keys,
+                                        .validate = routed_validate };
+static const layer_kind picky_kind = { .name = "picky", .keys = routed_keys,
+                                       .validate = picky_validate };
+static const layer_kind *const kinds[] = { &dense_kind, &routed_kind, &picky_kind, NULL };
+
+typedef struct bad_case {
+    const char *ini;
+    const char *over;   /* one override, or NULL */
+    int ranks;
+    const char *expect; /* a substring of the message */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    /* structure */
+    { "[run]\nseed = 2\n[foo]\nx = 1\n", NULL, 0,
+      "cfg.ini:4: [foo] x = 1: expected a section among [run], [data]" },
+    { "[run]\nnme = x\n", NULL, 0, "cfg.ini:2: [run] nme = x: expected a key of [run] among name, seed" },
+    { "[run]\nseed = 1\n\n[data]\nbatch = 4\n[run]\nseed = 2\n", NULL, 0,
+      "cfg.ini:7: [run] seed = 2: expected each key once per section (set before at line 2)" },
+    { "seed = 1\n", NULL, 0, "cfg.ini:1: [] seed = 1: expected a [section] line before the first key" },
+    { "[run\nseed = 1\n", NULL, 0, "cfg.ini:1: syntax error: expected [section]" },
+    { "[run]\nseed = 1\njunk\n", NULL, 0, "cfg.ini:3: syntax error" },
+    { "[run]\nname = a\n  seed = 2\n", NULL, 0, "cfg.ini:3: expected no indentation" },
+    { "[layer.x]\ncapacity = 0.5\n", NULL, 0, "cfg.ini:2: [layer.x] capacity = 0.5: expected a section" },
+    /* types */
+    { "[run]\nseed = abc\n", NULL, 0, "cfg.ini:2: [run] seed = abc: expected an integer in [0, 18446744073709551615]" },
+    { "[run]\nseed = -1\n", NULL, 0, "cfg.ini:2: [run] seed = -1: expected an integer in [0," },
+    { "[run]\nsteps = 12x\n", NULL, 0, "cfg.ini:2: [run] steps = 12x: expected an integer >= 0" },
+    { "[run]\nsteps =\n", NULL, 0, "cfg.ini:2: [run] steps = : expected an integer >= 0" },
+    { "[data]\nbatch = 99999999999999999999\n", NULL, 0, "cfg.ini:2: [data] batch = 99999999999999999999: expected an integer >= 1" },
+    { "[optim]\nlr = 1e-3x\n", NULL, 0, "cfg.ini:2: [optim] lr = 1e-3x: expected a number > 0" },
+    { "[optim]\nlr = inf\n", NULL, 0, "cfg.ini:2: [optim] lr = inf: expected a number > 0" },
+    /* ranges */
+    { "[data]\nseq_len = 1\n", NULL, 0, "cfg.ini:2: [data] seq_len = 1: expected an integer in [2, 65536]" },
+    { "[data]\nval_fraction = 1\n", NULL, 0, "cfg.ini:2: [data] val_fraction = 1: expected a number in (0, 1)" },
+    { "[optim]\nbeta2 = 1\n", NULL, 0, "cfg.ini:2: [optim] beta2 = 1: expected a number in [0, 1)" },
+    { "[optim]\neps = 0\n", NULL, 0, "cfg.ini:2: [optim] eps = 0: expected a number > 0" },
+    { "[mod]\ncapacity = 0\n", NULL, 0, "cfg.ini:2: [mod] capacity = 0: expected a number in (0, 1]" },
+    { "[mod]\ncapacity = 1.5\n", NULL, 0, "cfg.ini:2: [mod] capacity = 1.5: expected a number in (0, 1]" },
+    { "[mod]\nrouter = smart\n", NULL, 0, "cfg.ini:2: [mod] router = smart: expected one of learned, random" },
+    { "[moe]\nexperts = 0\n", NULL, 0, "cfg.ini:2: [moe] experts = 0: expected an integer >= 1" },
+    { "[run]\nname = a;b\n", NULL, 0, "cfg.ini:2: [run] name = a;b: expected a text" },
+    /* between keys */
+    { "[model]\nd_model = 100\nn_heads = 3\n", NULL, 0,
+      "cfg.ini:3: [model] n_heads = 3: expected [model] d_model = 100 (line 2) to be a "
+      "multiple of [model] n_heads" },
+    { "[model]\nn_heads = 4\nd_model = 12\n", NULL, 0,
+      "cfg.ini:3: [model] d_model = 12: expected [model] d_model divided by [model] n_heads = 4 "
+      "(line 2) to be even" },
+    { "[moe]\ntop_k = 3\nexperts = 2\n", NULL, 0,
+      "cfg.ini:3: [moe] experts = 2: expected [moe] top_k = 3 (line 2) to be at most [moe] experts" },
+    { "[data]\nbatch = 6\n", NULL, 4, "cfg.ini:2: [data] batch = 6: expected a multiple of the 4 ranks" },
+    { "[data]\nbatch = 2\n", NULL, 4,
+      "cfg.ini:2: [data] batch = 2: expected at least 4, one sequence per rank (more ranks than sequences)" },
+    { "", NULL, 3, "cfg.ini: [data] batch = 8 (default): expected a multiple of the 3 ranks" },
+    { "[data]\nvocab = 300\n", NULL, 0,
+      "cfg.ini:2: [data] vocab = 300: expected [data] vocab to be 256 (byte tokens) with the text "
+      "source [data] source = synthetic (default)" },
+    { "[data]\nsource = foo.csv\n", NULL, 0,
+      "cfg.ini:2: [data] source = foo.csv: expected brown, synthetic or a path ending .txt or .bin" },
+    { "[run]\nsteps = 0\n", NULL, 0,
+      "cfg.ini:2: [run] steps = 0: expected [run] steps or [run] flops_budget = 0 (default) to be "
+      "> 0: set run.steps or run.flops_budget" },
+    /* the layer-spec table */
+    { "[model]\nlayers = dense, moe, dense\n", NULL, 0,
+      "cfg.ini:2: [model] layers = dense, moe, dense: expected a layer kind among dense, routed, "
+      "picky, not 'moe'" },
+    { "[model]\nlayers = (dense, routed x 2\n", NULL, 0,
+      "cfg.ini:2: [model] layers = (dense, routed x 2: expected ',' or ')' at character 19" },
+    { "[model]\nlayers = dense x 0\n", NULL, 0,
+      "cfg.ini:2: [model] layers = dense x 0: expected a repeat count in [1, 256] at character 9" },
+    { "[model]\nlayers =\n", NULL, 0, "cfg.ini:2: [model] layers = : expected a layer-spec table such as" },
+    { "[model]\nlayers = dense,, dense\n", NULL, 0, "expected a layer kind or '(' at character 7" },
+    { "[model]\nlayers = dense dense\n", NULL, 0, "expected ',' or the end at character 7" },
+    { "[model]\nlayers = (dense x 16) x 17\n", NULL, 0, "expected at most 256 layers in all" },
+    { "[layer.9]\ncapacity = 0.5\n", NULL, 0,
+      "cfg.ini:2: [layer.9] capacity = 0.5: expected a layer index in 0..3 ([model] layers has 4 layers)" },
+    { "[layer.0]\ncapacity = 0.5\n", NULL, 0,
+      "cfg.ini:2: [layer.0] capacity = 0.5: layer 0 is 'dense', which takes no key 'capacity' (it takes: none)" },
+    { "[model]\nlayers = dense, routed\n[layer.1]\ngate = raw\n", NULL, 0,
+      "cfg.ini:4: [layer.1] gate = raw: layer 1 is 'routed', which takes no key 'gate' (it takes: capacity, router)" },
+    { "[model]\nlayers = dense, routed\n[layer.1]\ncapacity = 2\n", NULL, 0,
+      "cfg.ini:4: [layer.1] capacity = 2: expected a number in (0, 1]" },
+    { "[model]\nlayers = routed\n[layer.0]\nrouter = a\nrouter = random\n", NULL, 0,
+      "cfg.ini:5: [layer.0] router = random: expected each key once per section (set before at line 4)" },
+    { "[data]\nseq_len = 4\n[model]\nlayers = dense, picky\n[layer.1]\ncapacity = 0.125\n", NULL, 0,
+      "cfg.ini:4: [model] layers = dense, picky: layer 1 (picky): capacity 0.125 selects no token of 4" },
+    /* overrides */
+    { "", "foo", 0, "command line: foo: expected section.key=value" },
+    { "", "run.seed", 0, "command line: run.seed: expected section.key=value" },
+    { "", "=3", 0, "command line: =3: expected section.key=value" },
+    { "", ".seed=3", 0, "command line: .seed=3: expected section.key=value" },
+    { "", "run.nope=1", 0, "command line: run.nope=1: expected a key of [run] among name" },
+    { "", "run.seed=abc", 0, "command line: run.seed=abc: expected an integer in [0," },
+    { "", "layer.1.capacity=0.5", 0,
+      "command line: layer.1.capacity=0.5: layer 1 is 'dense', which takes no key 'capacity'" },
+    { "[data]\nbatch = 8\n", "data.batch=6", 4, "command line: data.batch=6: expected a multiple of the 4 ranks" },
+    { "[model]\nn_heads = 3\n", "model.d_model=99", 0,
+      "command line: model.d_model=99: expected [model] d_model divided by [model] n_heads = 3 (line 2) to be even" },
+};
+
+static char tmpdir[] = "/tmp/test_config.XXXXXX";
+
+static int setup_dir(void **state)
+{
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_dir(void **state)
+{
+    char path[sizeof(tmpdir) + 16];
+    snprintf(path, sizeof(path), "%s/cfg.ini", tmpdir);
+    unlink(path);
+    return rmdir(tmpdir);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void expect_error(int i, int rc, const char *err, const char *expect)
+{
+    if (rc == 0 || !strstr(err, expect) || strchr(err, '\n'))
+        print_error("case %d: rc %d, message \"%s\", expected \"%s\"\n", i, rc, err, expect);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(err, expect));
+    assert_null(strchr(err, '\n')); /* one line */
+}
+
+/* Each case from memory and from a file (whose path ends in cfg.ini). */
+static void test_bad(void **state)
+{
+    char path[sizeof(tmpdir) + 16];
+    snprintf(path, sizeof(path), "%s/cfg.ini", tmpdir);
+    int n = (int)(sizeof(bad_cases) / sizeof(bad_cases[0]));
+    assert_true(n >= 25);
+    for (int i = 0; i < n; i++) {
+        const bad_case *b = &bad_cases[i];
+        char *over[1] = { (char *)b->over };
+        int n_over = b->over ? 1 : 0;
+        run_config c;
+        char err[CFG_ERR_LEN] = "";
+        int rc = config_load_string(&c, b->ini, "cfg.ini", n_over, over, kinds, b->ranks, err,
+                                    sizeof(err));
+        expect_error(i, rc, err, b->expect);
+        write_file(path, b->ini);
+        err[0] = '\0';
+        rc = config_load(&c, path, n_over, over, kinds, b->ranks, err, sizeof(err));
+        expect_error(i, rc, err, b->expect);
+    }
+}
+
+static void test_long_line(void **state)
+{
+    char text[512];
+    snprintf(text, sizeof(text), "[run]\nseed = 1\nname = %0300d\n", 7);
+    run_config c;
+    char err[CFG_ERR_LEN];
+    int rc = config_load_string(&c, text, "cfg.ini", 0, NULL, kinds, 0, err, sizeof(err));
+    expect_error(0, rc, err, "cfg.ini:3: expected lines of at most 198 characters");
+    /* a value the writer could not put on one line is refused as well */
+    char over[600];
+    snprintf(over, sizeof(over), "run.out=%0250d", 7);
+    char *o[1] = { over };
+    rc = config_load_string(&c, "", "cfg.ini", 1, o, kinds, 0, err, sizeof(err));
+    expect_error(1, rc, err, "expected a text of 1 to 192 characters");
+}
+
+static void test_missing_file(void **state)
+{
+    run_config c;
+    char err[CFG_ERR_LEN];
+    assert_int_not_equal(config_load(&c, "/nonexistent/x.ini", 0, NULL, kinds, 0, err,
+                                     sizeof(err)), 0);
+    assert_non_null(strstr(err, "/nonexistent/x.ini: cannot open it"));
+}
+
+static void test_defaults(void **state)
+{
+    run_config c, d;
+    char err[CFG_ERR_LEN];
+    assert_int_equal(config_load_string(&c, "", "cfg.ini", 0, NULL, kinds, 8, err, sizeof(err)),
+                     0);
+    config_defaults(&d);
+    assert_string_equal(c.name, "run");
+    assert_int_equal(c.steps, 200);
+    assert_int_equal(c.optim.warmup, 20);
+    assert_int_equal(c.optim.total_steps, 200);
+    assert_string_equal(c.source, "synthetic");
+    assert_int_equal(c.n_layers, 4);
+    assert_string_equal(c.layers_text, "dense x 4");
+    for (int l = 0; l < 4; l++)
+        assert_string_equal(c.layers[l].kind, "dense");
+    assert_true(c.layers[2].capacity == d.layer_defaults.capacity);
+    model_dims dims = config_dims(&c);
+    assert_int_equal(dims.vocab, 256);
+    assert_int_equal(dims.d_model, 128);
+    assert_int_equal(dims.n_heads, 4);
+    assert_int_equal(dims.d_head, 32);
+    assert_int_equal(dims.d_ff, 352);
+    assert_int_equal(dims.n_layers, 4);
+    assert_int_equal(dims.seq_len, 128);
+    /* NULL kinds: core's own (dense) */
+    assert_int_equal(config_load_string(&c, "", NULL, 0, NULL, NULL, 0, err, sizeof(err)), 0);
+}
+
+static void load_ok(run_config *c, const char *text, int n_over, char *const *over)
+{
+    char err[CFG_ERR_LEN] = "";
+    int rc = config_load_string(c, text, "cfg.ini", n_over, over, kinds, 0, err, sizeof(err));
+    if (rc)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+}
+
+static void test_layer_table(void **state)
+{
+    run_config c;
+    load_ok(&c, "[model]\nlayers = (dense, dense) x 2\n", 0, NULL);
+    assert_int_equal(c.n_layers, 4);
+    for (int l = 0; l < 4; l++)
+        assert_string_equal(c.layers[l].kind, "dense");
+    assert_string_equal(c.layers_text, "(dense, dense) x 2");
+
+    load_ok(&c, "[model]\nlayers = dense x 2, (dense, (routed, dense) x 2) x 2\n", 0, NULL);
+    static const char *const want[] = { "dense", "dense",  "dense", "routed", "dense", "routed",
+                                        "dense", "dense",  "routed", "dense", "routed", "dense" };
+    assert_int_equal(c.n_layers, 12);
+    for (int l = 0; l < 12; l++)
+        assert_string_equal(c.layers[l].kind, want[l]);
+
+    load_ok(&c, "[model]\nlayers=routed,dense x3,(routed)x1\n", 0, NULL);
+    assert_int_equal(c.n_layers, 5);
+    assert_string_equal(c.layers[4].kind, "routed");
+}
+
+/* [layer.N] lands on that layer only, on top of [mod] wherever [mod] is. */
+static void test_layer_override(void **state)
+{
+    run_config c;
+    load_ok(&c,
+            "[model]\nlayers = routed, routed, dense\n"
+            "[layer.1]\ncapacity = 0.25\n"
+            "[mod]\ncapacity = 0.5\nrouter = random\n",
+            0, NULL);
+    assert_true(c.layers[1].capacity == 0.25);
+    assert_true(c.layers[0].capacity == 0.5);
+    assert_true(c.layers[2].capacity == 0.5);
+    assert_string_equal(c.layers[1].router, "random");
+    assert_true(c.layer_defaults.capacity == 0.5);
+}
+
+static void test_overrides_win(void **state)
+{
+    run_config c;
+    char *over[] = { (char[]){ "run.seed=7" }, (char[]){ " data.source = corpus.bin " },
+                     (char[]){ "data.vocab=1000" }, (char[]){ "model.layers=routed x 2" },
+                     (char[]){ "layer.1.capacity=0.75" }, (char[]){ "run.name=from cli" } };
+    load_ok(&c, "[run]\nseed = 5\nname = file\n[data]\nsource = brown\n", 6, over);
+    assert_int_equal(c.seed, 7);
+    assert_string_equal(c.name, "from cli");
+    assert_string_equal(c.source, "corpus.bin");
+    assert_int_equal(c.vocab, 1000);
+    assert_int_equal(c.n_layers, 2);
+    assert_true(c.layers[1].capacity == 0.75);
+    assert_true(c.layers[0].capacity == c.layer_defaults.capacity);
+
+    /* an override replaces a [layer.N] key of the file */
+    char *over2[] = { (char[]){ "layer.0.capacity=0.5" } };
+    load_ok(&c, "[model]\nlayers = routed\n[layer.0]\ncapacity = 0.25\n", 1, over2);
+    assert_true(c.layers[0].capacity == 0.5);
+}
+
+static void test_sources(void **state)
+{
+    run_config c;
+    load_ok(&c, "[data]\nsource = brown\nvocab = 256\n", 0, NULL);
+    assert_int_equal(c.vocab, 256);
+    load_ok(&c, "[data]\nsource = a/b.txt\n", 0, NULL);
+    assert_int_equal(c.vocab, 256);
+    load_ok(&c, "[data]\nsource = tokens.bin\nvocab = 50000\n", 0, NULL);
+    assert_int_equal(c.vocab, 50000);
+    /* a budget instead of steps */
+    load_ok(&c, "[run]\nsteps = 0\nflops_budget = 1e15\n", 0, NULL);
+    assert_int_equal(c.steps, 0);
+    assert_true(c.flops_budget == 1e15);
+    assert_int_equal(c.optim.total_steps, 0);
+}
+
+static void assert_spec_equal(const layer_spec *a, const layer_spec *b)
+{
+    assert_string_equal(a->kind, b->kind);
+    assert_true(a->capacity == b->capacity);
+    assert_string_equal(a->router, b->router);
+    assert_string_equal(a->gate, b->gate);
+    assert_string_equal(a->causal, b->causal);
+    assert_true(a->aux_weight == b->aux_weight);
+    assert_int_equal(a->experts, b->experts);
+    assert_int_equal(a->top_k, b->top_k);
+    assert_true(a->capacity_factor == b->capacity_factor);
+    assert_int_equal(a->expert_d_ff, b->expert_d_ff);
+    assert_true(a->balance_weight == b->balance_weight);
+    assert_true(a->z_weight == b->z_weight);
+}
+
+static void assert_config_equal(const run_config *a, const run_config *b)
+{
+    assert_string_equal(a->name, b->name);
+    assert_true(a->seed == b->seed);
+    assert_int_equal(a->steps, b->steps);
+    assert_true(a->flops_budget == b->flops_budget);
+    assert_string_equal(a->out, b->out);
+    assert_int_equal(a->log_every, b->log_every);
+    assert_int_equal(a->eval_every, b->eval_every);
+    assert_int_equal(a->eval_windows, b->eval_windows);
+    assert_int_equal(a->ckpt_every, b->ckpt_every);
+    assert_int_equal(a->routing_every, b->routing_every);
+    assert_string_equal(a->source, b->source);
+    assert_int_equal(a->seq_len, b->seq_len);
+    assert_int_equal(a->batch, b->batch);
+    assert_true(a->val_fraction == b->val_fraction);
+    assert_int_equal(a->vocab, b->vocab);
+    assert_int_equal(a->d_model, b->d_model);
+    assert_int_equal(a->n_heads, b->n_heads);
+    assert_int_equal(a->d_ff, b->d_ff);
+    assert_int_equal(a->n_layers, b->n_layers);
+    assert_string_equal(a->layers_text, b->layers_text);
+    for (int l = 0; l < a->n_layers; l++)
+        assert_spec_equal(&a->layers[l], &b->layers[l]);
+    assert_spec_equal(&a->layer_defaults, &b->layer_defaults);
+    assert_true(a->optim.lr == b->optim.lr);
+    assert_int_equal(a->optim.warmup, b->optim.warmup);
+    assert_int_equal(a->optim.total_steps, b->optim.total_steps);
+    assert_true(a->optim.weight_decay == b->optim.weight_decay);
+    assert_true(a->optim.beta1 == b->optim.beta1);
+    assert_true(a->optim.beta2 == b->optim.beta2);
+    assert_true(a->optim.eps == b->optim.eps);
+    assert_true(a->optim.clip == b->optim.clip);
+}
+
+static void round_trip(const run_config *a)
+{
+    char *ini = config_to_ini(a);
+    assert_non_null(ini);
+    run_config b;
+    char err[CFG_ERR_LEN] = "";
+    int rc = config_load_string(&b, ini, "resolved.ini", 0, NULL, kinds, 0, err, sizeof(err));
+    if (rc)
+        print_error("%s\n%s\n", err, ini);
+    assert_int_equal(rc, 0);
+    assert_config_equal(a, &b);
+    free(ini);
+}
+
+static void test_round_trip(void **state)
+{
+    run_config c;
+    load_ok(&c, "", 0, NULL);
+    round_trip(&c);
+    load_ok(&c,
+            "[run]\nname = exp 1\nseed = 18446744073709551615\nsteps = 0\n"
+            "flops_budget = 1.2345678901234567e18\nout = runs/a b\nlog_every = 0\n"
+            "[data]\nsource = /data/tok.bin\nvocab = 50257\nseq_len = 2\nbatch = 3\n"
+            "val_fraction = 0.30000000000000004\n"
+            "[model]\nd_model = 96\nn_heads = 6\nd_ff = 1\n"
+            "layers = routed, (dense, picky x 2) x 3\n"
+            "[mod]\ncapacity = 0.7\ngate = raw\ncausal = predictor\naux_weight = 0\n"
+            "[moe]\nexperts = 3\ntop_k = 3\ncapacity_factor = 0\nd_ff = 17\n"
+            "balance_weight = 1e-300\nz_weight = 3.14159\n"
+            "[optim]\nlr = 0.1\nwarmup = 0\nweight_decay = 0\nbeta1 = 0\nbeta2 = 0.999999\n"
+            "eps = 2.2250738585072014e-308\nclip = 0\n"
+            "[layer.0]\ncapacity = 0.1\nrouter = random\n[layer.5]\ncapacity = 0.5\n",
+            0, NULL);
+    assert_true(c.layers[0].capacity == 0.1);
+    assert_true(c.layers[5].capacity == 0.5);
+    assert_true(c.layers[2].capacity == 0.7);
+    round_trip(&c);
+
+    /* only the layers that differ get a [layer.N] section */
+    char *ini = config_to_ini(&c);
+    assert_non_null(strstr(ini, "[layer.0]\ncapacity = 0.1\nrouter = random\n"));
+    assert_non_null(strstr(ini, "[layer.5]\ncapacity = 0.5\n"));
+    assert_null(strstr(ini, "[layer.1]"));
+    assert_null(strstr(ini, "[layer.2]"));
+    free(ini);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_layer_table),
+        cmocka_unit_test(test_layer_override),
+        cmocka_unit_test(test_overrides_win),
+        cmocka_unit_test(test_sources),
+        cmocka_unit_test(test_round_trip),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, remove_dir);
+}

@@ -1,0 +1,550 @@
+/* Data loading, the split, sampling, evaluation windows and the synthetic
+ * corpus.  Every file is written into a fresh mkdtemp folder; nothing here
+ * needs the Brown download (the `brown` source is tested on a tiny fake). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/data/data.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- fixture: a temporary folder, removed with what it holds ---------- */
+
+typedef struct tmp_dir {
+    char path[256];
+} tmp_dir;
+
+static int setup_tmp(void **state)
+{
+    tmp_dir *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -1;
+    const char *base = getenv("TMPDIR");
+    snprintf(t->path, sizeof(t->path), "%s/mode-data-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(t->path)) {
+        free(t);
+        return -1;
+    }
+    *state = t;
+    return 0;
+}
+
+/* Remove dir and everything in it (the tests make at most one level of
+ * sub-folders, empty ones). */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char p[512];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            if (unlink(p) != 0)
+                rmdir(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static int teardown_tmp(void **state)
+{
+    tmp_dir *t = *state;
+    remove_tree(t->path);
+    free(t);
+    return 0;
+}
+
+/* Write bytes to dir/name; the full path goes to path. */
+static void write_file(const tmp_dir *t, const char *name, const void *bytes, size_t n,
+                       char *path, size_t path_len)
+{
+    snprintf(path, path_len, "%s/%s", t->path, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (n > 0)
+        assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A text file of n bytes whose byte i is a function of i. */
+static void write_text(const tmp_dir *t, const char *name, long n, char *path, size_t path_len)
+{
+    uint8_t *b = malloc((size_t)n + 1);
+    assert_non_null(b);
+    for (long i = 0; i < n; i++)
+        b[i] = (uint8_t)(i * 7 + 3);
+    write_file(t, name, b, (size_t)n, path, path_len);
+    free(b);
+}
+
+/* A .bin whose token i is i itself (so a sample shows its offset). */
+static void write_counting_bin(const tmp_dir *t, const char *name, long n, char *path,
+                               size_t path_len)
+{
+    uint8_t *b = malloc(2 * (size_t)n + 1);
+    assert_non_null(b);
+    for (long i = 0; i < n; i++) {
+        b[2 * i] = (uint8_t)(i & 0xff);
+        b[2 * i + 1] = (uint8_t)(i >> 8);
+    }
+    write_file(t, name, b, 2 * (size_t)n, path, path_len);
+    free(b);
+}
+
+/* ---- loading and the split -------------------------------------------- */
+
+static void test_txt_load(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    write_text(t, "a.txt", 1001, path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, 0, 0.1, 16, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->n_tokens, 1001);
+    assert_int_equal(d->vocab, 256);
+    /* Held out: the last floor(1001 * 0.1) = 100 tokens. */
+    assert_int_equal(d->train_end, 901);
+    assert_null(d->labels);
+    for (long i = 0; i < d->n_tokens; i++)
+        assert_int_equal(d->tokens[i], (uint8_t)(i * 7 + 3));
+    free_dataset(&d);
+    assert_null(d);
+    free_dataset(&d); /* a second free is harmless */
+}
+
+static void test_bin_round_trip(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    enum { N = 3000 };
+    uint16_t tok[N];
+    uint8_t b[2 * N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (uint16_t)((i * 40503u) % 65536u); /* spans both bytes */
+        b[2 * i] = (uint8_t)(tok[i] & 0xff);
+        b[2 * i + 1] = (uint8_t)(tok[i] >> 8);
+    }
+    tok[17] = 65535;
+    b[34] = b[35] = 0xff;
+    write_file(t, "t.bin", b, sizeof(b), path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->n_tokens, N);
+    assert_int_equal(d->vocab, 65536);
+    assert_int_equal(d->train_end, N - N / 4);
+    assert_memory_equal(d->tokens, tok, sizeof(tok));
+    free_dataset(&d);
+}
+
+/* load_dataset must fail, leave *out NULL, and say `want` (and the path). */
+static void expect_error(const char *source, int vocab, double val_fraction, int seq_len,
+                         const char *data_dir, const char *want1, const char *want2)
+{
+    char err[1024] = "";
+    dataset dummy;
+    dataset *d = &dummy; /* must come back NULL */
+    int rc = load_dataset(&d, source, vocab, val_fraction, seq_len, data_dir, err, sizeof(err));
+    if (rc == 0 || d != NULL || !strstr(err, want1) || (want2 && !strstr(err, want2)))
+        fail_msg("source %s: rc %d, message \"%s\", wanted \"%s\" and \"%s\"", source, rc, err,
+                 want1, want2 ? want2 : "");
+}
+
+static void test_bad_files(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], want[640];
+    uint8_t b[2002];
+    memset(b, 0, sizeof(b));
+
+    write_file(t, "odd.bin", b, 1001, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 1001 bytes is not a whole number of uint16 tokens", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+
+    write_file(t, "empty.bin", b, 0, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: file is empty", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+
+    write_file(t, "empty.txt", b, 0, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: file is empty", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+
+    b[10] = 0x2c; /* token 5 = 0x012c = 300 */
+    b[11] = 0x01;
+    write_file(t, "big.bin", b, 2000, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: token 5 (byte offset 10) is 300, not below vocab 256", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+    dataset *d = NULL;
+    char err[512];
+    assert_int_equal(load_dataset(&d, path, 301, 0.1, 8, NULL, err, sizeof(err)), 0); /* fits 301 */
+    free_dataset(&d);
+    snprintf(want, sizeof(want), "%s: vocab 70000 must be in [1, 65536]", path);
+    expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
+
+    snprintf(path, sizeof(path), "%s/missing.bin", t->path);
+    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+    snprintf(path, sizeof(path), "%s/missing.txt", t->path);
+    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+
+    /* Unreadable: a folder where the file should be (chmod 000 would not
+     * stop root, which CI runs as). */
+    snprintf(path, sizeof(path), "%s/dir.bin", t->path);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(want, sizeof(want), "%s: not a regular file", path);
+    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
+
+    /* Too few tokens: 40 tokens, S = 16 needs 17 on each side. */
+    write_text(t, "short.txt", 40, path, sizeof(path));
+    expect_error(path, 0, 0.1, 16, NULL, path, "4 held out"); /* held-out side short */
+    expect_error(path, 0, 0.6, 16, NULL, path, "16 for training"); /* training side short */
+    expect_error(path, 0, 0.5, 20, NULL, path, "seq_len+1 = 21"); /* both */
+    d = NULL;
+    assert_int_equal(load_dataset(&d, path, 0, 0.5, 16, NULL, err, sizeof(err)), 0); /* 20 | 20 */
+    assert_int_equal(d->train_end, 20);
+    free_dataset(&d);
+    write_counting_bin(t, "short.bin", 40, path, sizeof(path));
+    expect_error(path, 256, 0.1, 16, NULL, path, "4 held out");
+
+    /* Arguments. */
+    expect_error(path, 256, 0.0, 8, NULL, "val_fraction 0 must be in (0, 1)", NULL);
+    expect_error(path, 256, 1.0, 8, NULL, "val_fraction 1 must be in (0, 1)", NULL);
+    expect_error(path, 256, 0.1, 0, NULL, "seq_len 0 must be at least 1", NULL);
+    expect_error("corpus.csv", 256, 0.1, 8, NULL, "data source 'corpus.csv': expected brown", NULL);
+}
+
+/* `brown` from a tiny fake in the temp folder, and the errors when it is
+ * missing or inconsistent. */
+static void test_brown_files(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], want[640], err[512];
+    snprintf(want, sizeof(want), "%s/brown.txt: cannot open (", t->path);
+    expect_error("brown", 0, 0.1, 8, t->path, want, "run scripts/fetch-brown.sh");
+
+    enum { N = 200 };
+    uint8_t text[N], pos[N];
+    for (int i = 0; i < N; i++) {
+        text[i] = (uint8_t)(i % 5 == 4 ? ' ' : 'a' + i % 26);
+        pos[i] = (uint8_t)(i % 5 == 4 ? 0 : 2 + i % 7);
+    }
+    write_file(t, "brown.txt", text, N, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s/brown.pos: cannot open (", t->path);
+    expect_error("brown", 0, 0.1, 8, t->path, want, "run scripts/fetch-brown.sh");
+
+    write_file(t, "brown.pos", pos, N - 1, path, sizeof(path));
+    expect_error("brown", 0, 0.1, 8, t->path, path, "199 labels for the 200 bytes");
+    pos[3] = 9;
+    write_file(t, "brown.pos", pos, N, path, sizeof(path));
+    expect_error("brown", 0, 0.1, 8, t->path, path, "label at offset 3 is 9");
+    pos[3] = 3;
+    write_file(t, "brown.pos", pos, N, path, sizeof(path));
+
+    /* Found through $MODE_DATA when no folder is given. */
+    const char *old = getenv("MODE_DATA");
+    char *saved = old ? strdup(old) : NULL;
+    assert_int_equal(setenv("MODE_DATA", t->path, 1), 0);
+    dataset *d = NULL;
+    int rc = load_dataset(&d, "brown", 0, 0.2, 8, NULL, err, sizeof(err));
+    if (saved) {
+        setenv("MODE_DATA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("MODE_DATA");
+    }
+    if (rc)
+        fail_msg("%s", err);
+    assert_int_equal(d->n_tokens, N);
+    assert_int_equal(d->vocab, 256);
+    assert_int_equal(d->train_end, N - N / 5);
+    assert_int_equal(d->n_label_classes, 9);
+    const char *names[] = { "space", "punct", "function", "noun", "verb",
+                            "adj", "adv", "number", "other" };
+    for (int c = 0; c < 9; c++)
+        assert_string_equal(d->label_names[c], names[c]);
+    assert_memory_equal(d->labels, pos, N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(d->tokens[i], text[i]);
+    /* Evaluation labels follow their window. */
+    long nw = dataset_eval_windows(d, 8);
+    assert_int_equal(nw, (N / 5 - 1) / 8);
+    for (long w = 0; w < nw; w++) {
+        const uint8_t *l = dataset_eval_labels(d, 8, w);
+        assert_ptr_equal(l, d->labels + d->train_end + w * 8);
+    }
+    free_dataset(&d);
+}
+
+/* ---- sampling ---------------------------------------------------------- */
+
+static void test_sampling(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    enum { N = 60, S = 8 };
+    write_counting_bin(t, "count.bin", N, path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, 1000, 0.25, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->train_end, 45);
+    const long last = d->train_end - (S + 1); /* largest offset: 36 */
+
+    /* In range, every offset drawn, and the sample is the tokens there. */
+    long hits[64] = { 0 };
+    uint16_t out[S + 1];
+    for (long step = 0; step < 400; step++) {
+        for (long g = 0; g < 16; g++) {
+            long off = dataset_sample_offset(d, S, 1234, step, g);
+            assert_true(off >= 0 && off <= last);
+            hits[off]++;
+            dataset_sample(d, out, S, 1234, step, g);
+            for (int i = 0; i <= S; i++)
+                assert_int_equal(out[i], off + i); /* token i is i: never held out */
+        }
+    }
+    /* 6400 draws over 37 offsets: about 173 each; uniform enough that none
+     * is far off (binomial sd ~13). */
+    for (long o = 0; o <= last; o++)
+        assert_true(hits[o] > 100 && hits[o] < 250);
+
+    /* Depends only on (seed, step, global_seq): a global batch of 8 split
+     * over 1, 2 or 4 ranks, each rank drawing its own slice in its own
+     * order, gives the same offsets. */
+    enum { B = 8 };
+    long ref[B];
+    for (long g = 0; g < B; g++)
+        ref[g] = dataset_sample_offset(d, S, 99, 7, g);
+    for (int ranks = 1; ranks <= 4; ranks *= 2) {
+        for (int r = ranks - 1; r >= 0; r--) { /* ranks in reverse, to vary the order */
+            for (int i = B / ranks - 1; i >= 0; i--) {
+                long g = (long)r * (B / ranks) + i;
+                assert_int_equal(dataset_sample_offset(d, S, 99, 7, g), ref[g]);
+            }
+        }
+    }
+    /* ... and each element of the tuple matters. */
+    int differ_seed = 0, differ_step = 0, differ_seq = 0;
+    for (long g = 0; g < 64; g++) {
+        long o = dataset_sample_offset(d, S, 5, 3, g);
+        differ_seed += o != dataset_sample_offset(d, S, 6, 3, g);
+        differ_step += o != dataset_sample_offset(d, S, 5, 4, g);
+        differ_seq += o != dataset_sample_offset(d, S, 5, 3, g + 64);
+    }
+    assert_true(differ_seed > 40 && differ_step > 40 && differ_seq > 40);
+    free_dataset(&d);
+}
+
+/* ---- evaluation windows ------------------------------------------------ */
+
+static void check_windows(const tmp_dir *t, long n, double val_fraction, int S, long want_val,
+                          long want_windows)
+{
+    char path[512], err[512];
+    write_counting_bin(t, "eval.bin", n, path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, 65536, val_fraction, S, NULL, err, sizeof(err)), 0);
+    long n_val = d->n_tokens - d->train_end;
+    assert_int_equal(n_val, want_val);
+    long nw = dataset_eval_windows(d, S);
+    assert_int_equal(nw, want_windows);
+    assert_int_equal(nw, (n_val - 1) / S);
+
+    uint16_t *win = malloc(((size_t)S + 1) * sizeof(uint16_t));
+    int *predicted = calloc((size_t)n_val, sizeof(int));
+    assert_non_null(win);
+    assert_non_null(predicted);
+    long prev_last = -1;
+    for (long w = 0; w < nw; w++) {
+        dataset_eval_window(d, win, S, w);
+        for (int i = 0; i <= S; i++) /* split tokens [w*S, w*S + S] */
+            assert_int_equal(win[i], d->train_end + w * S + i);
+        if (w > 0)
+            assert_int_equal(win[0], prev_last); /* neighbours share one token */
+        prev_last = win[S];
+        for (int i = 1; i <= S; i++) /* targets: every window token but the first */
+            predicted[win[i] - d->train_end]++;
+        assert_null(dataset_eval_labels(d, S, w));
+    }
+    /* Every held-out token after the first, up to the last full window, is
+     * predicted exactly once; only a tail shorter than S is left out. */
+    assert_int_equal(predicted[0], 0);
+    for (long i = 1; i < n_val; i++)
+        assert_int_equal(predicted[i], i <= nw * S ? 1 : 0);
+    assert_true(n_val - 1 - nw * S < S);
+    free(win);
+    free(predicted);
+    free_dataset(&d);
+}
+
+static void test_eval_windows(void **state)
+{
+    const tmp_dir *t = *state;
+    check_windows(t, 330, 0.1, 8, 33, 4);   /* n_val - 1 = 32 = 4 S: all covered */
+    check_windows(t, 360, 0.1, 8, 36, 4);   /* 35 = 4 S + 3: a tail of 3 */
+    check_windows(t, 1000, 0.5, 1, 500, 499); /* S = 1: every token its own target */
+    check_windows(t, 200, 0.1, 19, 20, 1);  /* exactly one window */
+}
+
+/* ---- the synthetic corpus ---------------------------------------------- */
+
+enum { EASY = SYNTH_EASY, MEDIUM = SYNTH_MEDIUM, HARD = SYNTH_HARD, FILLER = SYNTH_FILLER,
+       N_CLASSES = SYNTH_CLASSES };
+/* An easy token is fixed by the last CTX bytes (the longest reach is the
+ * ' ' closing a repeat: its '~' is 13 bytes back). */
+#define CTX 13
+
+static uint64_t ctx_hash(const uint16_t *t)
+{
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (int i = 0; i < CTX; i++)
+        h = (h ^ t[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static void test_synthetic(void **state)
+{
+    enum { N = 300000 };
+    uint16_t *a = malloc(N * sizeof(uint16_t)), *b = malloc(N * sizeof(uint16_t));
+    uint8_t *la = malloc(N), *lb = malloc(N);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(la);
+    assert_non_null(lb);
+    assert_int_equal(synthetic_generate(a, la, N, 42), 0);
+    assert_int_equal(synthetic_generate(b, lb, N, 42), 0);
+    assert_memory_equal(a, b, N * sizeof(uint16_t)); /* deterministic */
+    assert_memory_equal(la, lb, N);
+    assert_int_equal(synthetic_generate(b, lb, N, 43), 0);
+    assert_memory_not_equal(a, b, N * sizeof(uint16_t)); /* and seeded */
+    /* A shorter run is a prefix of a longer one (the last document is cut). */
+    assert_int_equal(synthetic_generate(b, lb, 1234, 42), 0);
+    assert_memory_equal(a, b, 1234 * sizeof(uint16_t));
+
+    long count[N_CLASSES] = { 0 };
+    for (long i = 0; i < N; i++) {
+        assert_true(a[i] < 256);
+        assert_true(la[i] < N_CLASSES);
+        count[la[i]]++;
+    }
+    /* Reasonable proportions: none rare, none dominant. */
+    for (int c = 0; c < N_CLASSES; c++)
+        assert_true(count[c] > N / 25 && count[c] < N * 3 / 4);
+
+    /* Hard tokens are recall tokens: "K=v" where the document's header
+     * defined "K=v;" at least 40 bytes earlier (so no local context has it). */
+    long doc = 0, hard_checked = 0, medium_checked = 0;
+    for (long i = 0; i < N; i++) {
+        if (a[i] == '@')
+            doc = i;
+        if (la[i] == HARD) {
+            assert_true(i >= 2 && a[i - 1] == '=' && a[i - 2] >= 'A' && a[i - 2] <= 'Z');
+            assert_true(a[doc] == '@');
+            long def = -1;
+            for (long j = doc + 1; j + 3 < i && a[j] != '|'; j += 4) { /* "K=v;" */
+                assert_true(a[j + 1] == '=' && a[j + 3] == ';');
+                if (a[j] == a[i - 2])
+                    def = j;
+            }
+            assert_true(def >= 0);
+            assert_int_equal(a[def + 2], a[i]);
+            assert_true(i - (def + 2) >= 40);
+            hard_checked++;
+        } else if (la[i] == MEDIUM) {
+            /* A running sum: previous sum (4 back) + digit (2 back), mod 10. */
+            assert_true(a[i - 1] == '=' && a[i - 3] == ' ');
+            int prev = a[i - 4] - '0', digit = a[i - 2] - '0';
+            assert_true(prev >= 0 && prev < 10 && digit >= 0 && digit < 10);
+            assert_int_equal(a[i], '0' + (prev + digit) % 10);
+            medium_checked++;
+        }
+    }
+    assert_int_equal(hard_checked, count[HARD]);
+    assert_int_equal(medium_checked, count[MEDIUM]);
+
+    /* Easy tokens are fixed by the last CTX bytes: wherever an easy token's
+     * context occurs in the corpus, the same byte follows.  Open addressing
+     * on a hash of the context, verified byte for byte. */
+    enum { TABLE = 1 << 20 };
+    long *slot = malloc(TABLE * sizeof(long)); /* a position whose context is stored, or -1 */
+    uint8_t *conflict = calloc(TABLE, 1);
+    assert_non_null(slot);
+    assert_non_null(conflict);
+    for (long s = 0; s < TABLE; s++)
+        slot[s] = -1;
+    long *where = malloc(N * sizeof(long)); /* slot of position i's context */
+    assert_non_null(where);
+    for (long i = CTX; i < N; i++) {
+        uint64_t h = ctx_hash(a + i - CTX) & (TABLE - 1);
+        while (slot[h] >= 0
+               && memcmp(a + slot[h] - CTX, a + i - CTX, CTX * sizeof(uint16_t)) != 0)
+            h = (h + 1) & (TABLE - 1);
+        if (slot[h] < 0)
+            slot[h] = i;
+        else if (a[slot[h]] != a[i])
+            conflict[h] = 1;
+        where[i] = (long)h;
+    }
+    long easy_checked = 0;
+    for (long i = CTX; i < N; i++) {
+        if (la[i] != EASY)
+            continue;
+        if (conflict[where[i]])
+            fail_msg("easy token %ld ('%c') is not fixed by its last %d bytes", i, a[i], CTX);
+        easy_checked++;
+    }
+    assert_true(easy_checked > N / 4);
+    free(where);
+    free(slot);
+    free(conflict);
+    free(a);
+    free(b);
+    free(la);
+    free(lb);
+}
+
+static void test_synthetic_dataset(void **state)
+{
+    char err[512];
+    dataset *d = NULL, *e = NULL;
+    assert_int_equal(load_dataset(&d, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&e, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->n_tokens, 1000000);
+    assert_int_equal(d->vocab, 256);
+    assert_int_equal(d->train_end, 900000);
+    assert_int_equal(d->n_label_classes, N_CLASSES);
+    assert_string_equal(d->label_names[EASY], "easy");
+    assert_string_equal(d->label_names[MEDIUM], "medium");
+    assert_string_equal(d->label_names[HARD], "hard");
+    assert_string_equal(d->label_names[FILLER], "filler");
+    assert_memory_equal(d->tokens, e->tokens, 1000000 * sizeof(uint16_t));
+    assert_memory_equal(d->labels, e->labels, 1000000);
+    const uint8_t *l = dataset_eval_labels(d, 256, 3);
+    assert_ptr_equal(l, d->labels + 900000 + 3 * 256);
+    free_dataset(&d);
+    free_dataset(&e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_txt_load, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_bin_round_trip, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_bad_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_brown_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_sampling, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_eval_windows, setup_tmp, teardown_tmp),
+        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_synthetic_dataset),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
