@@ -99,7 +99,8 @@ static double check_direction(fixture *f, size_t off, size_t n, pcg32 *r, float 
 /* Finite-difference check of a two-layer dense model.  Weights are scaled up
  * from MODEL.md's init (std 0.02 -> 0.2) so that every tensor's gradient is
  * well above float32 noise.  Step h = 1e-3 along a random direction within
- * each tensor (restricted to that tensor), tolerance 2e-2 relative; the whole
+ * each tensor (restricted to that tensor), tolerance 5e-3 relative (a 1% error in one
+ * gain gradient shows as 1e-2); the whole
  * parameter vector along one direction, tolerance 1e-2. */
 static void test_model_gradients(void **state)
 {
@@ -125,7 +126,7 @@ static void test_model_gradients(void **state)
         double e = check_direction(&f, mt->offset, (size_t)mt->numel, &r, 1e-3f, &an);
         print_message("model grad %-18s rel err %.2e  (<g,u> = %+.4e)\n", mt->path, e, an);
         assert_true(fabs(an) > 1e-4); /* the check means something only if the gradient is there */
-        assert_true(e < 2e-2);
+        assert_true(e < 5e-3);
         if (e > worst)
             worst = e;
     }

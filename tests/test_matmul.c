@@ -1,0 +1,262 @@
+/* Tests for core/kernels/matmul: matmul() (cblas_sgemm) against matmul_ref()
+ * (plain loops, double accumulation) for every transpose and beta
+ * combination over random shapes and leading dimensions, and linear_forward /
+ * linear_backward against expectations built with matmul_ref on explicitly
+ * transposed operands (so the expectation does not share their transpose
+ * flags).
+ *
+ * Tolerance: a float product of length k with N(0,1) inputs has rounding
+ * error of order 2^-24 * sqrt(k) * |C|, so
+ *     max |C - C_ref| <= 1e-4 * (1 + max |C_ref|) * sqrt(k)
+ * leaves a margin of about 1000 for reordering (blocking, FMA) in the BLAS,
+ * while a wrong element, a wrong transpose or a dropped beta term is off by
+ * O(1) relative to |C_ref|. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kernels/matmul.h"
+#include "core/rng/pcg32.h"
+
+#define NSHAPES 36
+#define MAXDIM 97
+#define PAD_SENTINEL 1234.5f /* C's padding: must survive untouched */
+
+/* rows x cols in a buffer of leading dimension ld; padding gets pad. */
+static float *mat(pcg32 *rng, int rows, int cols, int ld, float pad)
+{
+    float *p = malloc((size_t)rows * ld * sizeof(float));
+    assert_non_null(p);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < ld; j++)
+            p[(size_t)i * ld + j] = j < cols ? pcg32_normal(rng) : pad;
+    return p;
+}
+
+static float *copy(const float *p, size_t count)
+{
+    float *q = malloc(count * sizeof(float));
+    assert_non_null(q);
+    memcpy(q, p, count * sizeof(float));
+    return q;
+}
+
+static float *transpose(const float *p, int rows, int cols)
+{
+    float *t = malloc((size_t)rows * cols * sizeof(float));
+    assert_non_null(t);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            t[(size_t)j * rows + i] = p[(size_t)i * cols + j];
+    return t;
+}
+
+/* Compare c with ref (rows x cols, leading dimension ld) under the tolerance
+ * above for products of length k; padding columns of c must still hold
+ * PAD_SENTINEL when check_pad.  Returns max |c - ref| / (1 + max |ref|). */
+static double check_close(const char *what, const float *c, const float *ref, int rows,
+                          int cols, int ld, int k, bool check_pad)
+{
+    double err = 0.0, refmax = 0.0;
+    for (int i = 0; i < rows; i++) {
+        for (int j = 0; j < ld; j++) {
+            size_t o = (size_t)i * ld + j;
+            if (j >= cols) {
+                if (check_pad && c[o] != PAD_SENTINEL)
+                    fail_msg("%s: padding of C written at (%d, %d)", what, i, j);
+                continue;
+            }
+            double e = fabs((double)c[o] - (double)ref[o]);
+            if (!(e <= err)) /* also catches NaN */
+                err = isnan(e) ? (double)INFINITY : e;
+            refmax = fmax(refmax, fabs((double)ref[o]));
+        }
+    }
+    double tol = 1e-4 * (1.0 + refmax) * sqrt((double)(k > 1 ? k : 1));
+    if (!(err <= tol))
+        fail_msg("%s: max abs err %.3e > tol %.3e (rows %d cols %d k %d ld %d)", what, err,
+                 tol, rows, cols, k, ld);
+    return err / (1.0 + refmax);
+}
+
+static int pad(pcg32 *rng)
+{
+    /* about half the operands are views into wider rows */
+    return pcg32_bounded(rng, 2) ? 0 : 1 + (int)pcg32_bounded(rng, 5);
+}
+
+static void test_matmul_vs_ref(void **st)
+{
+    (void)st;
+    static const int fixed[][3] = {
+        { 1, 1, 1 },    { 1, 1, 97 },  { 97, 1, 1 },  { 1, 97, 1 },  { 97, 97, 97 },
+        { 1, 97, 97 },  { 97, 1, 97 }, { 97, 97, 1 }, { 2, 3, 5 },   { 7, 1, 13 },
+        { 31, 17, 1 },  { 64, 64, 64 }, { 33, 65, 9 },
+    };
+    static const float betas[] = { 0.0f, 1.0f, 0.5f };
+    const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
+    pcg32 rng;
+    pcg32_seed(&rng, 20240611u, 1u);
+    double worst = 0.0;
+    int cases = 0;
+    for (int s = 0; s < NSHAPES; s++) {
+        int m, n, k;
+        if (s < nfixed) {
+            m = fixed[s][0], n = fixed[s][1], k = fixed[s][2];
+        } else {
+            m = 1 + (int)pcg32_bounded(&rng, MAXDIM);
+            n = 1 + (int)pcg32_bounded(&rng, MAXDIM);
+            k = 1 + (int)pcg32_bounded(&rng, MAXDIM);
+        }
+        for (int combo = 0; combo < 12; combo++) {
+            bool ta = combo & 1, tb = (combo >> 1) & 1;
+            float beta = betas[combo >> 2];
+            /* stored shapes: A is [m][k] or [k][m], B is [k][n] or [n][k] */
+            int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+            int lda = ac + pad(&rng), ldb = bc + pad(&rng), ldc = n + pad(&rng);
+            /* NaN in the operands' padding: reading it would poison C. */
+            float *a = mat(&rng, ar, ac, lda, NAN);
+            float *b = mat(&rng, br, bc, ldb, NAN);
+            float *c = mat(&rng, m, n, ldc, PAD_SENTINEL);
+            if (beta == 0.0f) /* beta = 0 must overwrite, even NaN */
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++)
+                        c[(size_t)i * ldc + j] = NAN;
+            float *ref = copy(c, (size_t)m * ldc);
+            matmul(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
+            matmul_ref(ref, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
+            worst = fmax(worst, check_close("matmul", c, ref, m, n, ldc, k, true));
+            cases++;
+            free(a);
+            free(b);
+            free(c);
+            free(ref);
+        }
+    }
+    print_message("matmul vs matmul_ref: max |C - ref| / (1 + max |ref|) = %.2e over %d cases "
+                  "(tolerance 1e-4 sqrt(k))\n", worst, cases);
+}
+
+/* beta = 0 on a NaN-filled C, including k = 0 (no product at all), and
+ * k = 0 with beta = 0.5 (C is only scaled). */
+static void test_beta0_overwrites_nan(void **st)
+{
+    (void)st;
+    pcg32 rng;
+    pcg32_seed(&rng, 20240611u, 2u);
+    const int m = 5, n = 4;
+    for (int k = 0; k <= 3; k += 3) {
+        for (int combo = 0; combo < 4; combo++) {
+            bool ta = combo & 1, tb = combo >> 1;
+            int kk = k > 0 ? k : 1; /* operand storage even when k = 0 */
+            float *a = mat(&rng, ta ? kk : m, ta ? m : kk, ta ? m : kk, 0.0f);
+            float *b = mat(&rng, tb ? n : kk, tb ? kk : n, tb ? kk : n, 0.0f);
+            float c[5 * 4], ref[5 * 4];
+            for (int i = 0; i < m * n; i++)
+                c[i] = NAN;
+            matmul(c, n, a, ta ? m : kk, ta, b, tb ? kk : n, tb, m, n, k, 0.0f);
+            for (int i = 0; i < m * n; i++)
+                assert_false(isnan(c[i]));
+            for (int i = 0; i < m * n; i++)
+                ref[i] = NAN;
+            matmul_ref(ref, n, a, ta ? m : kk, ta, b, tb ? kk : n, tb, m, n, k, 0.0f);
+            check_close("beta=0 on NaN", c, ref, m, n, n, k, false);
+            free(a);
+            free(b);
+        }
+    }
+    float c[6], ref[6];
+    for (int i = 0; i < 6; i++)
+        c[i] = ref[i] = pcg32_normal(&rng);
+    matmul(c, 3, c, 1, false, c, 1, false, 2, 3, 0, 0.5f);
+    matmul_ref(ref, 3, ref, 1, false, ref, 1, false, 2, 3, 0, 0.5f);
+    for (int i = 0; i < 6; i++)
+        assert_true(c[i] == ref[i]);
+}
+
+/* y = x W, dx = dy W^T, dW += x^T dy, with every beta and NULL combination,
+ * against matmul_ref on explicit transposes. */
+static void test_linear(void **st)
+{
+    (void)st;
+    static const int shapes[][3] = { { 5, 7, 3 }, { 1, 13, 9 }, { 17, 4, 1 }, { 8, 8, 8 },
+                                     { 33, 21, 40 } };
+    pcg32 rng;
+    pcg32_seed(&rng, 20240611u, 3u);
+    double worst = 0.0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        float *x = mat(&rng, n, in, in, 0.0f), *w = mat(&rng, in, out, out, 0.0f);
+        float *dy = mat(&rng, n, out, out, 0.0f);
+        float *wt = transpose(w, in, out), *xt = transpose(x, n, in);
+        float *y0 = mat(&rng, n, out, out, 0.0f), *dx0 = mat(&rng, n, in, in, 0.0f);
+        float *dw0 = mat(&rng, in, out, out, 0.0f);
+        /* forward, beta 0 (over NaN) and 1 */
+        for (int beta = 0; beta <= 1; beta++) {
+            float *y = copy(y0, (size_t)n * out), *ye = copy(y0, (size_t)n * out);
+            if (!beta)
+                for (int i = 0; i < n * out; i++)
+                    y[i] = ye[i] = NAN;
+            linear_forward(y, x, w, n, in, out, (float)beta);
+            matmul_ref(ye, out, x, in, false, w, out, false, n, out, in, (float)beta);
+            worst = fmax(worst, check_close("linear_forward", y, ye, n, out, out, in, false));
+            free(y);
+            free(ye);
+        }
+        /* backward: mode 0 both, 1 dx only, 2 dw only; dx_beta 0 and 1 */
+        for (int mode = 0; mode < 3; mode++) {
+            for (int beta = 0; beta <= 1; beta++) {
+                float *dx = copy(dx0, (size_t)n * in), *dxe = copy(dx0, (size_t)n * in);
+                float *dw = copy(dw0, (size_t)in * out), *dwe = copy(dw0, (size_t)in * out);
+                if (!beta)
+                    for (int i = 0; i < n * in; i++)
+                        dx[i] = dxe[i] = NAN;
+                linear_backward(mode == 2 ? NULL : dx, mode == 1 ? NULL : dw, dy, x, w, n, in,
+                                out, (float)beta);
+                if (mode != 2) {
+                    matmul_ref(dxe, in, dy, out, false, wt, in, false, n, in, out, (float)beta);
+                    worst = fmax(worst, check_close("linear_backward dx", dx, dxe, n, in, in,
+                                                    out, false));
+                } else {
+                    assert_memory_equal(dx, dxe, (size_t)n * in * sizeof(float));
+                }
+                if (mode != 1)
+                    matmul_ref(dwe, out, xt, n, false, dy, out, false, in, out, n, 1.0f);
+                /* dw only ever accumulates; untouched when NULL is passed for it */
+                worst = fmax(worst, check_close("linear_backward dw", dw, dwe, in, out, out, n,
+                                                false));
+                free(dx);
+                free(dxe);
+                free(dw);
+                free(dwe);
+            }
+        }
+        free(x);
+        free(w);
+        free(dy);
+        free(wt);
+        free(xt);
+        free(y0);
+        free(dx0);
+        free(dw0);
+    }
+    print_message("linear_forward/backward: max |out - ref| / (1 + max |ref|) = %.2e\n", worst);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_vs_ref),
+        cmocka_unit_test(test_beta0_overwrites_nan),
+        cmocka_unit_test(test_linear),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
