@@ -478,7 +478,7 @@ static void expected_text(const cfg_key *k, char *out, size_t n)
         break;
     case K_ENUM:
         join(names, sizeof(names), k->allowed);
-        snprintf(out, n, "one of %s", names);
+        snprintf(out, n, "one of %.900s", names);
         break;
     case K_U64: snprintf(out, n, "an integer in [0, %" PRIu64 "]", UINT64_MAX); break;
     default:

@@ -273,3 +273,71 @@ double ffn_flops_rows(int d, int f, long n)
 {
     return 2.0 * 3.0 * (double)n * d * f;
 }
+
+int build_kv_cache(kv_cache *c, const model_dims *dims, int cap)
+{
+    memset(c, 0, sizeof(*c));
+    size_t d = (size_t)dims->d_model;
+    c->cap = cap;
+    c->k = malloc((size_t)cap * d * sizeof(float));
+    c->v = malloc((size_t)cap * d * sizeof(float));
+    c->scores = malloc((size_t)cap * sizeof(float));
+    c->u = malloc(3 * d * sizeof(float));
+    c->pos = malloc((size_t)cap * sizeof(int32_t));
+    if (!c->k || !c->v || !c->scores || !c->u || !c->pos) {
+        free_kv_cache(c);
+        return -ENOMEM;
+    }
+    c->q = c->u + d;
+    c->att = c->u + 2 * d;
+    return 0;
+}
+
+void free_kv_cache(kv_cache *c)
+{
+    free(c->k);
+    free(c->v);
+    free(c->scores);
+    free(c->u);
+    free(c->pos);
+    memset(c, 0, sizeof(*c));
+}
+
+int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_weights *w,
+                const fwd_args *a)
+{
+    const model_dims *dm = a->dims;
+    int d = dm->d_model, dh = dm->d_head, n = c->n;
+    if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
+        return -EINVAL;
+    float *k = c->k + (size_t)n * d, *v = c->v + (size_t)n * d;
+    rmsnorm_forward(c->u, &c->rstd, x, w->norm, 1, d);
+    linear_forward(c->q, c->u, w->wq, 1, d, d, 0.0f);
+    linear_forward(k, c->u, w->wk, 1, d, d, 0.0f);
+    linear_forward(v, c->u, w->wv, 1, d, d, 0.0f);
+    rope_forward(c->q, &pos, a->rope, 1, dm->n_heads, dh);
+    rope_forward(k, &pos, a->rope, 1, dm->n_heads, dh);
+    c->pos[n] = pos;
+    c->n = ++n;
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int hd = 0; hd < dm->n_heads; hd++) {
+        /* scores against every cached row (all earlier, and itself) */
+        matmul(c->scores, n, c->q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh, 0.0f);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int m = 0; m < n; m++) {
+            c->scores[m] *= scale;
+            if (c->scores[m] > mx)
+                mx = c->scores[m];
+        }
+        for (int m = 0; m < n; m++) {
+            c->scores[m] = expf(c->scores[m] - mx);
+            sum += c->scores[m];
+        }
+        for (int m = 0; m < n; m++)
+            c->scores[m] /= sum;
+        matmul(c->att + hd * dh, d, c->scores, n, false, c->v + hd * dh, d, false, 1, dh, n, 0.0f);
+    }
+    memcpy(h, x, (size_t)d * sizeof(float));
+    linear_forward(h, c->att, w->wo, 1, d, d, 1.0f);
+    return 0;
+}

@@ -98,6 +98,23 @@ void mlp_backward(float *dh, float *dnorm, const ffn_weights *dw, const float *d
                   const float *h, const mlp_cache *c, int n, const float *norm,
                   const ffn_weights *w, int d, int f, float *ws);
 
+/* Incremental decoding: the keys and values of the rows that took this
+ * block so far, in position order. */
+typedef struct kv_cache {
+    int cap, n;
+    float *k, *v;   /* [cap][d], after RoPE (k) */
+    float *scores;  /* [cap] */
+    float *u, *q, *att, rstd; /* one row of scratch */
+    int32_t *pos;   /* [cap] original positions of the cached rows */
+} kv_cache;
+int build_kv_cache(kv_cache *c, const model_dims *dims, int cap);
+void free_kv_cache(kv_cache *c);
+/* h[d] = x + Attn(x) for one new row at position pos, attending to the cached
+ * rows and itself; its k and v join the cache.  The same maths as
+ * attn_forward on the rows in the cache plus this one. */
+int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_weights *w,
+                const fwd_args *a);
+
 /* FLOPs of the pieces, for n rows in sequences of the given sizes. */
 double attn_flops_rows(const model_dims *dims, long n, long sum_sq_seq_rows);
 double ffn_flops_rows(int d, int f, long n);

@@ -13,6 +13,9 @@ typedef struct dense_state {
     int *seq_start;  /* [max_seq+1] */
     int32_t *pos;    /* [rows] */
     int max_seq;
+    kv_cache kv;      /* decoding */
+    mlp_cache mlp1;   /* one row of MLP activations for decoding */
+    float *h1;        /* [d] */
 } dense_state;
 
 static const char *const dense_keys[] = { NULL };
@@ -39,6 +42,9 @@ static void dense_free(layer *l)
     free(s->h);
     free(s->seq_start);
     free(s->pos);
+    free_kv_cache(&s->kv);
+    free_mlp_cache(&s->mlp1);
+    free(s->h1);
     free(s);
     l->state = NULL;
 }
@@ -121,6 +127,35 @@ static double dense_flops(const layer_spec *spec, const model_dims *dims)
     return attn_flops_rows(dims, S, S * S) + ffn_flops_rows(dims->d_model, dims->d_ff, S);
 }
 
+static int dense_decode_begin(layer *l, const model_dims *dims, int max_len)
+{
+    dense_state *s = l->state;
+    if (s->kv.cap < max_len) {
+        free_kv_cache(&s->kv);
+        free_mlp_cache(&s->mlp1);
+        free(s->h1);
+        s->h1 = malloc((size_t)dims->d_model * sizeof(float));
+        if (!s->h1 || build_kv_cache(&s->kv, dims, max_len) ||
+            build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
+            return -ENOMEM;
+    }
+    s->kv.n = 0;
+    return 0;
+}
+
+static int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
+{
+    dense_state *s = l->state;
+    const model_dims *dm = a->dims;
+    attn_weights aw = attn_weights_at(l->w);
+    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
+    int rc = attn_decode(&s->kv, s->h1, x, pos, &aw, a);
+    if (rc)
+        return rc;
+    mlp_forward(&s->mlp1, y, s->h1, 1, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
+    return 1;
+}
+
 const layer_kind dense_kind = {
     .name = "dense",
     .keys = dense_keys,
@@ -132,5 +167,7 @@ const layer_kind dense_kind = {
     .forward = dense_forward,
     .backward = dense_backward,
     .flops = dense_flops,
+    .decode_begin = dense_decode_begin,
+    .decode = dense_decode,
     .record = NULL,
 };

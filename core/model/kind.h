@@ -13,6 +13,7 @@
 struct mode_ctx;
 struct rope_table;
 struct layer;
+struct record_sink;
 
 typedef enum fwd_mode {
     FWD_TRAIN,       /* top-k routing, keep activations for backward */
@@ -72,10 +73,35 @@ typedef struct layer_kind {
     int (*backward)(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
     /* Nominal forward FLOPs of one sequence of S rows (MODEL.md "FLOPs"). */
     double (*flops)(const layer_spec *spec, const model_dims *dims);
-    /* Routing hook: called after a forward to let the layer describe its
-     * routing decisions (NULL for kinds that do not route). */
-    int (*record)(const layer *l, void *sink);
+    /* Incremental decoding (sampling with a KV cache).  decode_begin()
+     * sizes the layer's caches for max_len positions and empties them;
+     * decode() runs one new row x[d] at position pos (positions arrive in
+     * increasing order) into y[d] and returns 1 when the row took the
+     * layer's block, 0 when it skipped it (costing nothing there and adding
+     * no K/V to the layer's cache), negative on error. */
+    int (*decode_begin)(layer *l, const model_dims *dims, int max_len);
+    int (*decode)(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
+    /* Routing records: after a forward, describe the routing decisions of
+     * the batch through the sink (NULL for kinds that do not route). */
+    int (*record)(const layer *l, const fwd_args *a, struct record_sink *sink);
+    /* Per-step statistics of the last FWD_TRAIN forward: stat_sums() writes
+     * n_stat_sums raw sums (counts, sums of losses...) that add up over
+     * ranks; stat_columns() turns the summed values into the columns named
+     * by stat_names (NULL-terminated).  All NULL/0 for kinds without. */
+    int n_stat_sums;
+    const char *const *stat_names;
+    void (*stat_sums)(const layer *l, double *sums);
+    void (*stat_columns)(const layer *l, const double *sums, double *cols);
 } layer_kind;
+
+/* Where record() puts its arrays: put() copies them under name (e.g.
+ * "selected") into the run file, below a group the caller chose. */
+typedef struct record_sink {
+    int (*put)(struct record_sink *s, const char *name, int type, int ndim,
+               const unsigned long long *dims, const void *data);
+    void *user;
+} record_sink;
+enum { RECORD_FLOAT, RECORD_INT32, RECORD_UINT8 }; /* same values as RUN_BLOB_* */
 
 /* The row called name in a NULL-terminated table, or NULL. */
 const layer_kind *layer_kind_lookup(const layer_kind *const *table, const char *name);
