@@ -2,15 +2,19 @@
  *   mode-exp CONFIG.ini [section.key=value ...] [--resume] [--quiet] [--jsonl]
  *   mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]
  *   mode-exp flops CONFIG.ini [section.key=value ...]
+ *   mode-exp sample CKPT --prompt TEXT --tokens N [--temperature T] [--top-k K] [--seed S]
  * Every subcommand takes --help. */
 #include "core/comm/comm.h"
 #include "core/config/config.h"
 #include "core/io/checkpoint.h"
+#include "core/rng/pcg32.h"
 #include "core/train/trainer.h"
+#include "experiments/cli.h"
 #include "experiments/kinds.h"
 
 #include <cblas.h>
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,8 @@ static const char usage_main[] =
     "usage: mode-exp CONFIG.ini [section.key=value ...] [options]   train\n"
     "       mode-exp eval CKPT [options]                              held-out loss\n"
     "       mode-exp flops CONFIG.ini [section.key=value ...]         FLOPs per layer and step\n"
+    "       mode-exp sample CKPT --prompt TEXT --tokens N [options]   generate text\n"
+    "       mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json]\n"
     "\n"
     "Training options:\n"
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
@@ -50,95 +56,6 @@ static const char usage_flops[] =
     "usage: mode-exp flops CONFIG.ini [section.key=value ...]\n"
     "  Forward FLOPs per sequence for every layer, the LM head, and per training step\n"
     "  (3 x forward x batch), nominal as MODEL.md counts them.\n";
-
-typedef struct cli {
-    const char *config;
-    int n_over;
-    char **over;
-    bool resume, quiet, jsonl, json;
-    int threads;
-    long max_steps;
-    const char *data, *mode;
-    long windows;
-} cli;
-
-static int parse_cli(cli *c, int argc, char **argv, const char *usage)
-{
-    memset(c, 0, sizeof(*c));
-    c->windows = 0;
-    c->over = calloc((size_t)argc + 1, sizeof(char *));
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage, stdout);
-            exit(0);
-        } else if (!strcmp(a, "--resume")) {
-            c->resume = true;
-        } else if (!strcmp(a, "--quiet")) {
-            c->quiet = true;
-        } else if (!strcmp(a, "--jsonl")) {
-            c->jsonl = true;
-        } else if (!strcmp(a, "--json")) {
-            c->json = true;
-        } else if ((!strcmp(a, "--threads") || !strcmp(a, "--data") || !strcmp(a, "--mode") ||
-                    !strcmp(a, "--windows") || !strcmp(a, "--max-steps"))) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "mode-exp: %s needs a value\n%s", a, usage);
-                return -EINVAL;
-            }
-            const char *v = argv[++i];
-            char *end = NULL;
-            if (!strcmp(a, "--data")) {
-                c->data = v;
-            } else if (!strcmp(a, "--mode")) {
-                c->mode = v;
-            } else {
-                long n = strtol(v, &end, 10);
-                if (!*v || *end || n < (strcmp(a, "--threads") ? 0 : 1)) {
-                    fprintf(stderr, "mode-exp: %s %s: expected a %s integer\n", a, v,
-                            strcmp(a, "--threads") ? "non-negative" : "positive");
-                    return -EINVAL;
-                }
-                if (!strcmp(a, "--threads"))
-                    c->threads = (int)n;
-                else if (!strcmp(a, "--max-steps"))
-                    c->max_steps = n;
-                else
-                    c->windows = n;
-            }
-        } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "mode-exp: unknown option %s\n%s", a, usage);
-            return -EINVAL;
-        } else if (!c->config) {
-            c->config = a;
-        } else {
-            c->over[c->n_over++] = argv[i];
-        }
-    }
-    if (!c->config) {
-        fputs(usage, stderr);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-static int choose_threads(const cli *c, const mode_ctx *ctx)
-{
-    int t = c->threads;
-    if (t <= 0) {
-        const char *env = getenv("OPENBLAS_NUM_THREADS");
-        t = env ? atoi(env) : 0;
-    }
-    if (t <= 0) {
-        /* ranks x BLAS threads <= cores: more only makes them fight */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        t = (int)(cores / comm_local_size(ctx->comm));
-        if (t < 1)
-            t = 1;
-    }
-    openblas_set_num_threads(t);
-    return t;
-}
 
 static void fmt_time(char *buf, size_t n, double s)
 {
@@ -233,17 +150,10 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     }
     choose_threads(&c, ctx);
     char err[1024] = "";
-    ckpt_meta meta;
     model *m = NULL;
     dataset *d = NULL;
     run_config cfg;
-    int rc = checkpoint_read_meta(c.config, &meta, err, sizeof(err));
-    if (!rc) {
-        char label[4200];
-        snprintf(label, sizeof(label), "%s (config attribute)", c.config);
-        rc = config_load_string(&cfg, meta.config, label, 0, NULL, mode_kinds, 0, err,
-                                sizeof(err));
-    }
+    int rc = load_checkpoint_model(c.config, &cfg, &m, 16, err, sizeof(err));
     if (!rc) {
         bool file = c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic");
         const char *src = c.data ? c.data : cfg.source;
@@ -252,12 +162,6 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
                   : load_dataset(&d, src, cfg.vocab, cfg.val_fraction, cfg.seq_len, NULL, err,
                                  sizeof(err));
     }
-    model_dims dims = config_dims(&cfg);
-    int max_seq = 16;
-    if (!rc)
-        rc = build_model(&m, &dims, cfg.layers, mode_kinds, max_seq, err, sizeof(err));
-    if (!rc)
-        rc = checkpoint_load(c.config, m, false, err, sizeof(err));
     double loss = 0.0;
     long used = 0;
     if (!rc) {
@@ -277,7 +181,6 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     }
     free_model(&m);
     free_dataset(&d);
-    ckpt_meta_clear(&meta);
     free(c.over);
     return rc ? 1 : 0;
 }
@@ -338,7 +241,10 @@ int main(int argc, char **argv)
     }
     ctx.rank = comm_rank(ctx.comm);
     ctx.size = comm_size(ctx.comm);
-    int rc = !strcmp(argv[1], "eval") ? cmd_eval(&ctx, argc, argv) : cmd_train(&ctx, argc, argv);
+    int rc = !strcmp(argv[1], "eval")     ? cmd_eval(&ctx, argc, argv)
+             : !strcmp(argv[1], "sample") ? cmd_sample(&ctx, argc, argv)
+             : !strcmp(argv[1], "bench")  ? cmd_bench(&ctx, argc, argv)
+                                          : cmd_train(&ctx, argc, argv);
     comm_finalize(&ctx.comm);
     return rc;
 }

@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,11 +55,24 @@ void free_run_record(run_record **pr)
     free(r->config);
     free(r->metrics.rows);
     free(r->eval.rows);
+    for (int i = 0; i < r->n_extra; i++)
+        free(r->extra[i].rows);
+    free(r->extra);
     for (int i = 0; i < r->n_blobs; i++)
         free(r->blobs[i].data);
     free(r->blobs);
     free(r);
     *pr = NULL;
+}
+
+int run_record_add_table(run_record *r, const char *group, const char *const *cols, int n)
+{
+    run_table *p = realloc(r->extra, (size_t)(r->n_extra + 1) * sizeof(run_table));
+    if (!p)
+        return -ENOMEM;
+    r->extra = p;
+    table_init(&r->extra[r->n_extra], group, cols, n);
+    return r->n_extra++;
 }
 
 int run_table_append(run_table *t, const double *row)
@@ -125,6 +139,8 @@ void run_record_truncate(run_record *r, long step)
 {
     table_truncate(&r->metrics, step);
     table_truncate(&r->eval, step);
+    for (int i = 0; i < r->n_extra; i++)
+        table_truncate(&r->extra[i], step);
     int k = 0;
     for (int i = 0; i < r->n_blobs; i++) {
         if (r->blobs[i].step < step)
@@ -217,6 +233,8 @@ int run_record_write(const run_record *r, const char *path, char *err, int err_l
         rc = write_table(f, &r->metrics);
     if (!rc)
         rc = write_table(f, &r->eval);
+    for (int i = 0; !rc && i < r->n_extra; i++)
+        rc = write_table(f, &r->extra[i]);
     for (int i = 0; !rc && i < r->n_blobs; i++)
         rc = write_blob(f, &r->blobs[i]);
     if (H5Fclose(f) < 0)
@@ -268,12 +286,22 @@ typedef struct visit_ctx {
     int rc;
 } visit_ctx;
 
+static bool in_group(const char *name, const char *group)
+{
+    size_t n = strlen(group);
+    if (strncmp(name, group, n) || name[n] != '/')
+        return false;
+    return strchr(&name[n + 1], '/') == NULL;
+}
+
 static herr_t visit_blob(hid_t f, const char *name, const H5O_info_t *info, void *op)
 {
     visit_ctx *v = op;
-    if (info->type != H5O_TYPE_DATASET || !strncmp(name, "metrics/", 8) ||
-        !strncmp(name, "eval/", 5))
+    if (info->type != H5O_TYPE_DATASET || in_group(name, "metrics") || in_group(name, "eval"))
         return 0;
+    for (int i = 0; i < v->r->n_extra; i++)
+        if (in_group(name, v->r->extra[i].group))
+            return 0;
     hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
     hid_t space = H5Dget_space(ds), type = H5Dget_type(ds);
     int nd = H5Sget_simple_extent_ndims(space);
@@ -305,7 +333,7 @@ static herr_t visit_blob(hid_t f, const char *name, const H5O_info_t *info, void
     return v->rc ? -1 : 0;
 }
 
-int run_record_read(run_record **out, const char *path, char *err, int err_len)
+int run_record_load(run_record *r, const char *path, char *err, int err_len)
 {
     h5_quiet();
     if (H5Fis_hdf5(path) <= 0) {
@@ -317,32 +345,45 @@ int run_record_read(run_record **out, const char *path, char *err, int err_len)
         snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it (truncated?)", path);
         return -EIO;
     }
-    char *config = h5_attr_read_string(f, "config");
-    run_record *r = NULL;
-    int rc = -EINVAL;
+    int rc = read_table(f, &r->metrics, path, err, err_len);
+    if (!rc)
+        rc = read_table(f, &r->eval, path, err, err_len);
+    for (int i = 0; !rc && i < r->n_extra; i++)
+        rc = read_table(f, &r->extra[i], path, err, err_len);
+    if (!rc) {
+        visit_ctx v = { .r = r, .rc = 0 };
+        H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, visit_blob, &v);
+        if ((rc = v.rc))
+            snprintf(err, (size_t)err_len, "%s: a record dataset cannot be read", path);
+    }
+    H5Fclose(f);
+    return rc;
+}
+
+int run_record_read(run_record **out, const char *path, char *err, int err_len)
+{
+    h5_quiet();
+    char *config = NULL;
+    if (H5Fis_hdf5(path) > 0) {
+        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (f >= 0) {
+            config = h5_attr_read_string(f, "config");
+            H5Fclose(f);
+        }
+    }
     if (!config) {
-        snprintf(err, (size_t)err_len, "%s: not a mode run file (no config attribute)", path);
-        goto fail;
+        snprintf(err, (size_t)err_len, "%s: not a mode run file (missing, or no config attribute)",
+                 path);
+        return -EINVAL;
     }
-    if ((rc = build_run_record(&r, config)))
-        goto fail;
-    if ((rc = read_table(f, &r->metrics, path, err, err_len)) ||
-        (rc = read_table(f, &r->eval, path, err, err_len)))
-        goto fail;
-    visit_ctx v = { .r = r, .rc = 0 };
-    H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, visit_blob, &v);
-    if ((rc = v.rc)) {
-        snprintf(err, (size_t)err_len, "%s: a record dataset cannot be read", path);
-        goto fail;
-    }
+    run_record *r = NULL;
+    int rc = build_run_record(&r, config);
     free(config);
-    H5Fclose(f);
+    if (!rc)
+        rc = run_record_load(r, path, err, err_len);
+    if (rc)
+        free_run_record(&r);
     *out = r;
-    return 0;
-fail:
-    free(config);
-    free_run_record(&r);
-    H5Fclose(f);
     return rc;
 }
 

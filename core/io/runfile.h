@@ -41,6 +41,8 @@ typedef struct run_record {
     char *config;
     provenance prov;
     run_table metrics, eval;
+    run_table *extra;   /* more tables, e.g. per-layer routing statistics */
+    int n_extra;
     run_blob *blobs;
     int n_blobs, cap_blobs;
 } run_record;
@@ -52,6 +54,10 @@ extern const int run_eval_count;
 
 int build_run_record(run_record **out, const char *config_text);
 void free_run_record(run_record **r);
+/* Add a table under group (e.g. "layer_stats/3") with columns cols[0..n)
+ * (cols[0] must be "step"; the strings must outlive the record).  Returns
+ * its index in r->extra, or a negative code. */
+int run_record_add_table(run_record *r, const char *group, const char *const *cols, int n);
 /* Append one row (values in the order of the table's columns). */
 int run_table_append(run_table *t, const double *row);
 /* Add a dataset (copied). */
@@ -61,7 +67,11 @@ int run_record_add_blob(run_record *r, const char *path, int type, int ndim,
 void run_record_truncate(run_record *r, long step);
 
 int run_record_write(const run_record *r, const char *path, char *err, int err_len);
-/* Read metrics and eval back (blobs are kept out: resume rewrites them). */
+/* Read a run file back: metrics, eval, every table r already has (by group
+ * name; all must exist), and every other dataset as a blob.  Used by resume
+ * on a record built like the original. */
+int run_record_load(run_record *r, const char *path, char *err, int err_len);
+/* A record with metrics and eval and the file's config (build + load). */
 int run_record_read(run_record **out, const char *path, char *err, int err_len);
 
 /* Fill prov from the libraries, /proc/cpuinfo and the build. */

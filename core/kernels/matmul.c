@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
 
 void matmul(float *c, int ldc,
             const float *a, int lda, bool ta,
@@ -53,4 +55,46 @@ void linear_backward(float *dx, float *dw, const float *dy, const float *x, cons
         matmul(dx, in, dy, out, false, w, out, true, n, in, out, dx_beta);
     if (dw)
         matmul(dw, out, x, in, true, dy, out, false, in, out, n, 1.0f);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double matmul_measure_gflops(int rows, int d, int f, int reps)
+{
+    int w = d > f ? d : f;
+    float *a = malloc((size_t)rows * w * sizeof(float)), *b = malloc((size_t)w * w * sizeof(float));
+    float *c = malloc((size_t)rows * w * sizeof(float));
+    if (!a || !b || !c) {
+        free(a);
+        free(b);
+        free(c);
+        return 0.0;
+    }
+    for (long i = 0; i < (long)rows * w; i++)
+        a[i] = (float)(i % 7) * 0.1f;
+    for (long i = 0; i < (long)w * w; i++)
+        b[i] = (float)(i % 5) * 0.1f;
+    const int shapes[4][4] = { /* m n k transA */
+        { rows, d, d, 0 }, { rows, f, d, 0 }, { rows, d, f, 0 }, { d, f, rows, 1 } };
+    double flops = 0.0, t = 0.0;
+    for (int r = 0; r <= reps; r++) {
+        for (int s = 0; s < 4; s++) {
+            int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            double t0 = now_s();
+            matmul(c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k, 0.0f);
+            if (r > 0) { /* round 0 warms the caches and the thread pool */
+                t += now_s() - t0;
+                flops += 2.0 * m * n * k;
+            }
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return t > 0.0 ? flops / t * 1e-9 : 0.0;
 }

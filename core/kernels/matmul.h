@@ -30,4 +30,10 @@ void linear_forward(float *y, const float *x, const float *w, int n, int in, int
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                      int n, int in, int out, float dx_beta);
 
+/* sgemm GFLOP/s at a transformer's own shapes (rows x d by d x d, rows x d
+ * by d x f, rows x f by f x d, and the weight-gradient form d x rows by
+ * rows x f), reps timed rounds after one warm-up round, at the current
+ * BLAS thread count.  The yardstick benchmarks report against. */
+double matmul_measure_gflops(int rows, int d, int f, int reps);
+
 #endif

@@ -68,6 +68,9 @@ void free_model(model **pm)
     free(m->targets);
     free(m->ws);
     free_rope_table(&m->rope);
+    free(m->dec_x[0]);
+    free(m->dec_x[1]);
+    free(m->dec_u);
     free(m);
     *pm = NULL;
 }
@@ -354,4 +357,51 @@ double model_flops_per_seq(const model *m, double *per_layer)
         total += f;
     }
     return total;
+}
+
+int model_decode_begin(model *m, int max_len)
+{
+    const model_dims *dm = &m->dims;
+    if (max_len > dm->seq_len)
+        return -EINVAL; /* RoPE's table and the training length */
+    if (!m->dec_x[0]) {
+        m->dec_x[0] = alloc_floats((size_t)dm->d_model);
+        m->dec_x[1] = alloc_floats((size_t)dm->d_model);
+        m->dec_u = alloc_floats((size_t)dm->d_model);
+        if (!m->dec_x[0] || !m->dec_x[1] || !m->dec_u)
+            return -ENOMEM;
+    }
+    for (int l = 0; l < dm->n_layers; l++) {
+        layer *ly = &m->layers[l];
+        if (!ly->kind->decode_begin)
+            return -ENOTSUP;
+        int rc = ly->kind->decode_begin(ly, dm, max_len);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int model_decode_step(model *m, mode_ctx *ctx, uint16_t token, int32_t pos, float *logits,
+                      unsigned char *taken)
+{
+    const model_dims *dm = &m->dims;
+    int d = dm->d_model;
+    if (token >= dm->vocab || pos < 0 || pos >= dm->seq_len)
+        return -ERANGE;
+    batch b = { .nseq = 1, .global_seqs = 1 };
+    fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
+    embedding_forward(m->dec_x[0], m->tok_emb, &token, 1, d);
+    for (int l = 0; l < dm->n_layers; l++) {
+        layer *ly = &m->layers[l];
+        int rc = ly->kind->decode(ly, &a, m->dec_x[(l + 1) & 1], m->dec_x[l & 1], pos);
+        if (rc < 0)
+            return rc;
+        if (taken)
+            taken[l] = (unsigned char)rc;
+    }
+    float rstd;
+    rmsnorm_forward(m->dec_u, &rstd, m->dec_x[dm->n_layers & 1], m->final_norm, 1, d);
+    matmul(logits, dm->vocab, m->dec_u, d, false, m->tok_emb, d, true, 1, dm->vocab, d, 0.0f);
+    return 0;
 }

@@ -43,6 +43,8 @@ typedef struct model {
     float *ws;               /* backward work space */
     long ws_floats;
     rope_table *rope;
+    float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
+    float *dec_u;            /* [d] */
 } model;
 
 /* A batch of nseq sequences of S+1 tokens each (tokens[nseq][S+1]). */
@@ -79,6 +81,15 @@ void model_zero_grad(model *m);
 int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r);
 /* Gradients of the last FWD_TRAIN forward, added into m->grads. */
 int model_backward(model *m, mode_ctx *ctx, const batch *b);
+
+/* Sampling with a KV cache per layer: decode_begin() empties the caches for
+ * up to max_len positions; decode_step() runs the token at position pos
+ * (0, 1, 2, ... in order) and writes the next-token logits[V].  taken[l]
+ * (when not NULL) says whether layer l's block ran for this token.  The
+ * logits equal those of a FWD_EVAL_CAUSAL forward over the whole prefix. */
+int model_decode_begin(model *m, int max_len);
+int model_decode_step(model *m, mode_ctx *ctx, uint16_t token, int32_t pos, float *logits,
+                      unsigned char *taken);
 
 const model_tensor *model_find_tensor(const model *m, const char *path);
 

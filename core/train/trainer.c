@@ -133,7 +133,162 @@ typedef struct trainer {
     char dir[4096], run_h5[4096], ckpt_h5[4096];
     long total, start;
     double flops_per_seq;
+    int n_sums;              /* stat sums of all layers, concatenated */
+    int *stat_table;         /* [n_layers] index into rec->extra, -1 without */
+    char (*stat_group)[32];  /* [n_layers] "layer_stats/<l>" */
+    const char ***stat_cols; /* [n_layers] "step" + the kind's stat names */
+    int n_record;            /* held-out sequences whose routing is recorded */
+    uint16_t *record_tokens; /* [n_record][S+1] */
 } trainer;
+
+/* Tables of per-step layer statistics, one per layer whose kind has them. */
+static int setup_stat_tables(trainer *t)
+{
+    int L = t->m->dims.n_layers;
+    t->stat_table = malloc((size_t)L * sizeof(int));
+    t->stat_group = calloc((size_t)L, sizeof(*t->stat_group));
+    t->stat_cols = calloc((size_t)L, sizeof(*t->stat_cols));
+    if (!t->stat_table || !t->stat_group || !t->stat_cols)
+        return -ENOMEM;
+    for (int l = 0; l < L; l++) {
+        const layer_kind *k = t->m->layers[l].kind;
+        t->stat_table[l] = -1;
+        if (!k->n_stat_sums)
+            continue;
+        t->n_sums += k->n_stat_sums;
+        int nc = 0;
+        while (k->stat_names[nc])
+            nc++;
+        t->stat_cols[l] = malloc((size_t)(nc + 1) * sizeof(char *));
+        if (!t->stat_cols[l])
+            return -ENOMEM;
+        t->stat_cols[l][0] = "step";
+        memcpy(t->stat_cols[l] + 1, k->stat_names, (size_t)nc * sizeof(char *));
+        snprintf(t->stat_group[l], sizeof(t->stat_group[l]), "layer_stats/%d", l);
+        if (t->rec) {
+            int idx = run_record_add_table(t->rec, t->stat_group[l], t->stat_cols[l], nc + 1);
+            if (idx < 0)
+                return idx;
+            t->stat_table[l] = idx;
+        }
+    }
+    return 0;
+}
+
+/* After a training step: sum every layer's statistics over the ranks and
+ * append one row per layer (rank 0). */
+static int record_stats(trainer *t, long done)
+{
+    if (!t->n_sums)
+        return 0;
+    double *all = malloc((size_t)t->n_sums * sizeof(double));
+    if (!all)
+        return -ENOMEM;
+    int off = 0, L = t->m->dims.n_layers;
+    for (int l = 0; l < L; l++) {
+        const layer *ly = &t->m->layers[l];
+        if (ly->kind->n_stat_sums) {
+            ly->kind->stat_sums(ly, all + off);
+            off += ly->kind->n_stat_sums;
+        }
+    }
+    int rc = comm_allreduce_sum_double(t->ctx->comm, all, t->n_sums);
+    off = 0;
+    for (int l = 0; !rc && l < L; l++) {
+        const layer *ly = &t->m->layers[l];
+        if (!ly->kind->n_stat_sums)
+            continue;
+        if (t->rec) {
+            double row[64];
+            row[0] = (double)done;
+            ly->kind->stat_columns(ly, all + off, row + 1);
+            rc = run_table_append(&t->rec->extra[t->stat_table[l]], row);
+        }
+        off += ly->kind->n_stat_sums;
+    }
+    free(all);
+    return rc;
+}
+
+typedef struct blob_sink {
+    record_sink sink;
+    run_record *rec;
+    char prefix[96];
+    long step;
+} blob_sink;
+
+static int blob_put(record_sink *s, const char *name, int type, int ndim,
+                    const unsigned long long *dims, const void *data)
+{
+    blob_sink *b = (blob_sink *)s;
+    char path[160];
+    snprintf(path, sizeof(path), "%s/%s", b->prefix, name);
+    return b->rec ? run_record_add_blob(b->rec, path, type, ndim, dims, data, b->step) : 0;
+}
+
+/* Routing records: the first held-out windows through a top-k forward; each
+ * routed layer describes its decisions (every rank runs the forward, so
+ * kinds that talk across ranks work; rank 0 keeps the arrays). */
+static int record_routing(trainer *t, long done)
+{
+    int S = t->cfg->seq_len, L = t->m->dims.n_layers;
+    bool any = false;
+    for (int l = 0; l < L; l++)
+        any |= t->m->layers[l].kind->record != NULL;
+    if (!any || t->n_record == 0)
+        return 0;
+    batch b = { .tokens = t->record_tokens, .nseq = t->n_record, .step = 0, .seq0 = 0,
+                .global_seqs = t->n_record };
+    fwd_result r;
+    int rc = model_forward(t->m, t->ctx, &b, FWD_EVAL_TOPK, &r);
+    blob_sink bs = { .sink = { .put = blob_put }, .rec = t->rec, .step = done };
+    fwd_args a = { .ctx = t->ctx, .dims = &t->m->dims, .nseq = t->n_record, .seq_len = S,
+                   .mode = FWD_EVAL_TOPK };
+    for (int l = 0; !rc && l < L; l++) {
+        const layer *ly = &t->m->layers[l];
+        if (!ly->kind->record)
+            continue;
+        snprintf(bs.prefix, sizeof(bs.prefix), "routing/step_%06ld/layer_%d", done, l);
+        rc = ly->kind->record(ly, &a, &bs.sink);
+    }
+    return rc;
+}
+
+/* The fixed held-out sequences of the routing records, with their tokens
+ * (and labels, where the source has them) stored once. */
+static int setup_records(trainer *t)
+{
+    int S = t->cfg->seq_len;
+    long avail = dataset_eval_windows(t->d, S);
+    t->n_record = (int)(avail < 4 ? avail : 4);
+    if (t->n_record > t->m->max_seq)
+        t->n_record = t->m->max_seq;
+    if (t->cfg->routing_every <= 0)
+        t->n_record = 0;
+    if (t->n_record == 0)
+        return 0;
+    t->record_tokens = malloc((size_t)t->n_record * (S + 1) * sizeof(uint16_t));
+    int32_t *tok = malloc((size_t)t->n_record * (S + 1) * sizeof(int32_t));
+    uint8_t *lab = malloc((size_t)t->n_record * (S + 1));
+    int rc = t->record_tokens && tok && lab ? 0 : -ENOMEM;
+    bool labels = t->d->labels != NULL;
+    for (int i = 0; !rc && i < t->n_record; i++) {
+        dataset_eval_window(t->d, t->record_tokens + (size_t)i * (S + 1), S, i);
+        for (int j = 0; j <= S; j++)
+            tok[(size_t)i * (S + 1) + j] = t->record_tokens[(size_t)i * (S + 1) + j];
+        if (labels)
+            memcpy(lab + (size_t)i * (S + 1), dataset_eval_labels(t->d, S, i), (size_t)S + 1);
+    }
+    unsigned long long dims[2] = { (unsigned long long)t->n_record, (unsigned long long)S + 1 };
+    if (!rc && t->rec && t->rec->n_blobs == 0) { /* a resumed record has them already */
+        rc = run_record_add_blob(t->rec, "routing/tokens", RUN_BLOB_INT32, 2, dims, tok, 0);
+        if (!rc && labels)
+            rc = run_record_add_blob(t->rec, "routing/labels", RUN_BLOB_UINT8, 2, dims, lab, 0);
+    }
+    free(tok);
+    free(lab);
+    return rc;
+}
 
 static int save_all(trainer *t, long step, char *err, int err_len)
 {
@@ -164,14 +319,10 @@ static int resume_from(trainer *t, char *err, int err_len)
     t->start = meta.step;
     ckpt_meta_clear(&meta);
     rc = checkpoint_load(t->ckpt_h5, t->m, true, err, err_len);
-    if (!rc && t->ctx->rank == 0) {
-        run_record *old = NULL;
-        rc = run_record_read(&old, t->run_h5, err, err_len);
-        if (!rc) {
-            free_run_record(&t->rec);
-            t->rec = old;
+    if (!rc && t->rec) {
+        rc = run_record_load(t->rec, t->run_h5, err, err_len);
+        if (!rc)
             run_record_truncate(t->rec, t->start + 1);
-        }
     }
     return rc;
 }
@@ -257,6 +408,12 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         }
         bool stop = o->max_steps > 0 && done - t->start >= o->max_steps;
         bool last = done == t->total || stop;
+        if (!rc)
+            rc = record_stats(t, done);
+        if (!rc && t->cfg->routing_every > 0 && (done % t->cfg->routing_every == 0 || last))
+            rc = record_routing(t, done);
+        if (rc && !err[0])
+            snprintf(err, (size_t)err_len, "step %ld: recording statistics failed", done);
         if (!rc && c->eval_every > 0 && (done % c->eval_every == 0 || done == t->total)) {
             rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_TOPK, &lg.eval_topk, NULL);
             if (!rc)
@@ -317,12 +474,23 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
             goto fail;
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
     }
+    if ((rc = agree(ctx, setup_stat_tables(&t))))
+        goto fail;
     if (o->resume && (rc = agree(ctx, resume_from(&t, err, err_len))))
+        goto fail;
+    if ((rc = agree(ctx, setup_records(&t))))
         goto fail;
     if (ctx->rank == 0 && t.rec)
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
     rc = train_steps(&t, o, err, err_len);
 fail:
+    if (t.stat_cols)
+        for (int l = 0; l < dims.n_layers; l++)
+            free(t.stat_cols[l]);
+    free(t.stat_cols);
+    free(t.stat_group);
+    free(t.stat_table);
+    free(t.record_tokens);
     free_run_record(&t.rec);
     free_model(&t.m);
     free_dataset(&t.d);

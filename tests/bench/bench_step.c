@@ -17,36 +17,6 @@ void openblas_set_num_threads(int);
 
 static const layer_kind *const kinds[] = { &dense_kind, NULL };
 
-/* sgemm GFLOP/s over the products a step makes: (rows x d) (d x d),
- * (rows x d) (d x f), (rows x f) (f x d), in forward and weight-gradient form. */
-static double sgemm_gflops(int rows, int d, int f, int reps)
-{
-    float *a = calloc((size_t)rows * f, sizeof(float)), *b = calloc((size_t)f * f, sizeof(float));
-    float *c = calloc((size_t)rows * f, sizeof(float));
-    for (long i = 0; i < (long)rows * f; i++)
-        a[i] = (float)(i % 7) * 0.1f;
-    for (long i = 0; i < (long)f * f; i++)
-        b[i] = (float)(i % 5) * 0.1f;
-    int shapes[4][4] = { /* m n k transA */
-        { rows, d, d, 0 }, { rows, f, d, 0 }, { rows, d, f, 0 }, { d, f, rows, 1 } };
-    double flops = 0.0, t = 0.0;
-    for (int r = 0; r < reps + 1; r++) {
-        for (int s = 0; s < 4; s++) {
-            int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-            double t0 = mode_now();
-            matmul(c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k, 0.0f);
-            if (r > 0) { /* the first round warms the caches and the thread pool */
-                t += mode_now() - t0;
-                flops += 2.0 * m * n * k;
-            }
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    return flops / t * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -75,7 +45,7 @@ int main(int argc, char **argv)
     optim_cfg oc;
     optim_defaults(&oc);
     mode_ctx ctx = { .rank = 0, .size = 1, .seed = 1 };
-    double gemm_before = sgemm_gflops(nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
+    double gemm_before = matmul_measure_gflops(nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
     double t = 0.0, flops = 0.0;
     for (int s = 0; s < steps + 2; s++) {
         if (s == 2) /* two warm-up steps */
@@ -95,7 +65,7 @@ int main(int argc, char **argv)
             flops += 3.0 * fr.flops_executed;
         }
     }
-    double gemm_after = sgemm_gflops(nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
+    double gemm_after = matmul_measure_gflops(nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
     double gemm = 0.5 * (gemm_before + gemm_after);
     double step_s = t / steps, gf = flops / t * 1e-9;
     printf("dense L%d d256 S256 B16, %d BLAS thread(s): %.1f ms/step, %.0f tokens/s, "

@@ -36,6 +36,16 @@ resume)
 		run "cut$n" "$n" --resume
 		"$compare" "full$n/tiny/run.h5" "cut$n/tiny/run.h5" 0 || fail "resumed run differs at -n $n"
 	done
+	# with routed layers: statistics tables and routing records survive it
+	run fullm 1 'model.layers=(dense, mod) x 2'
+	run cutm 1 'model.layers=(dense, mod) x 2' --max-steps 10
+	run cutm 1 'model.layers=(dense, mod) x 2' --resume
+	"$compare" fullm/tiny/run.h5 cutm/tiny/run.h5 0 || fail "resumed mod run differs"
+	[ "$(h5ls -r fullm/tiny/run.h5 | wc -l)" = "$(h5ls -r cutm/tiny/run.h5 | wc -l)" ] ||
+		fail "resumed run file has other datasets"
+	h5dump -d layer_stats/1/recall fullm/tiny/run.h5 | sed 1d >a.txt
+	h5dump -d layer_stats/1/recall cutm/tiny/run.h5 | sed 1d >b.txt
+	cmp -s a.txt b.txt || fail "layer statistics differ after resume"
 	# resuming with another config is refused
 	mpirun -n 1 "$exe" "$config" run.out=cut1 model.d_ff=48 --resume --quiet 2>err.txt &&
 		fail "resume with another config was accepted"
@@ -102,6 +112,39 @@ errors)
 	"$exe" eval --help | grep -q "usage: mode-exp eval" || fail "eval --help"
 	"$exe" eval nothing.h5 >out.txt 2>&1 && fail "eval of a missing file"
 	grep -q "nothing.h5" out.txt || fail "eval message: $(cat out.txt)"
+	;;
+mod)
+	# MoD layers: statistics, routing records, both eval modes, sampling
+	run m 2 'model.layers=(dense, mod) x 2' mod.capacity=0.25
+	ls=$(h5ls -r m/tiny/run.h5) || fail "h5ls"
+	for d in layer_stats/1/recall layer_stats/3/causal_capacity routing/tokens routing/labels \
+		routing/step_000012/layer_1/selected routing/step_000024/layer_3/scores \
+		routing/step_000024/layer_3/causal; do
+		echo "$ls" | grep -q "^/$d " || fail "run.h5 has no /$d"
+	done
+	h5ls m/tiny/ckpt.h5/layers/1/router | grep -q "{32}" || fail "router shape"
+	h5dump -a layers/1/capacity m/tiny/ckpt.h5 | grep -q "0.25" || fail "capacity attribute"
+	t=$("$exe" eval m/tiny/ckpt.h5 --mode topk --json) || fail "eval topk"
+	c=$("$exe" eval m/tiny/ckpt.h5 --mode causal --json) || fail "eval causal"
+	echo "$t $c"
+	out=$("$exe" sample m/tiny/ckpt.h5 --prompt "?K=" --tokens 20 --seed 2) || fail "sample"
+	echo "$out"
+	echo "$out" | grep -q "# 20 tokens generated" || fail "sample count"
+	echo "$out" | grep -q "# layer 1 (mod): .* took the block .*capacity 25.0%" || fail "sample report"
+	# the random-routing control runs and has no router tensor
+	run r 1 'model.layers=(dense, mod) x 2' mod.router=random
+	h5ls -r r/tiny/ckpt.h5 | grep -q router && fail "random routing has a router tensor"
+	"$exe" sample r/tiny/ckpt.h5 --prompt "ab" --tokens 5 >/dev/null || fail "sample random"
+	;;
+bench)
+	out=$("$exe" bench "$config" --steps 2 --json) || fail "bench"
+	echo "$out"
+	for k in tokens_per_s gflops_nominal gflops_executed sgemm_gflops ratio_nominal peak_rss_mb \
+		attention_s routing_s; do
+		echo "$out" | grep -q "\"$k\": [0-9]" || fail "bench json has no $k"
+	done
+	mpirun -n 2 "$exe" bench "$config" 'model.layers=(dense, mod) x 2' --steps 2 | grep -q "steps/s" ||
+		fail "bench -n 2"
 	;;
 *)
 	fail "unknown test $test_name"

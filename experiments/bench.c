@@ -1,0 +1,165 @@
+/* mode-exp bench: time training steps of a config on random tokens, beside
+ * cblas_sgemm measured in the same run at the same thread count. */
+#include "experiments/cli.h"
+
+#include "core/comm/comm.h"
+#include "core/kernels/matmul.h"
+#include "core/rng/pcg32.h"
+#include "core/train/optim.h"
+#include "experiments/kinds.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static const char usage_bench[] =
+    "usage: mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json] [--threads N]\n"
+    "  Times N training steps (default 10) after 2 warm-up steps on random tokens and\n"
+    "  prints tokens/s, steps/s, training GFLOP/s (nominal and executed, MODEL.md), the\n"
+    "  ratio to cblas_sgemm GFLOP/s measured in the same run at the model's shapes and\n"
+    "  the same threads (summed over ranks), the time by phase, and the peak RSS.\n";
+
+static const char *const phase_names[PHASE_COUNT] = {
+    "matmul", "attention", "routing", "experts", "comm", "optimizer", "other",
+};
+
+typedef struct bench_result {
+    double step_s, tokens_s, gflops_nominal, gflops_executed, sgemm;
+    double phase[PHASE_COUNT];
+    double rss_mb, param_mb;
+} bench_result;
+
+static int time_steps(model *m, mode_ctx *ctx, const run_config *cfg, int steps,
+                      bench_result *br)
+{
+    int S = cfg->seq_len, local = cfg->batch / ctx->size;
+    uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
+    if (!tok)
+        return -ENOMEM;
+    optim_cfg oc = cfg->optim;
+    oc.total_steps = steps + 2;
+    double t = 0.0, executed = 0.0;
+    int rc = 0;
+    for (int s = 0; s < steps + 2 && !rc; s++) {
+        pcg32 r;
+        pcg32_keyed(&r, cfg->seed, 0x42454e43u, (uint64_t)s, (uint64_t)ctx->rank);
+        for (int i = 0; i < local * (S + 1); i++)
+            tok[i] = (uint16_t)pcg32_bounded(&r, (uint32_t)cfg->vocab);
+        if (s == 2) /* two warm-up steps */
+            memset(ctx->timers, 0, sizeof(ctx->timers));
+        comm_barrier(ctx->comm);
+        double t0 = mode_now();
+        batch b = { .tokens = tok, .nseq = local, .step = s, .seq0 = (long)ctx->rank * local,
+                    .global_seqs = cfg->batch };
+        fwd_result fr;
+        model_zero_grad(m);
+        rc = model_forward(m, ctx, &b, FWD_TRAIN, &fr);
+        if (!rc)
+            rc = model_backward(m, ctx, &b);
+        double tc = mode_now();
+        if (!rc)
+            rc = comm_allreduce_sum_float(ctx->comm, m->grads, m->n_params);
+        ctx->timers[PHASE_COMM] += mode_now() - tc;
+        double to = mode_now();
+        clip_grad_norm(m->grads, m->n_params, grad_global_norm(m->grads, m->n_params), oc.clip);
+        adamw_update(m, &oc, s + 1, lr_at(&oc, s));
+        ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
+        if (s >= 2) {
+            t += mode_now() - t0;
+            executed += 3.0 * fr.flops_executed;
+        }
+    }
+    free(tok);
+    double sums[2] = { executed, 0.0 };
+    comm_allreduce_sum_double(ctx->comm, sums, 1);
+    double fps = model_flops_per_seq(m, NULL);
+    br->step_s = t / steps;
+    br->tokens_s = (double)cfg->batch * S / br->step_s;
+    br->gflops_nominal = 3.0 * fps * cfg->batch / br->step_s * 1e-9;
+    br->gflops_executed = sums[0] / t * 1e-9;
+    double other = t;
+    for (int p = 0; p < PHASE_COUNT; p++) {
+        br->phase[p] = ctx->timers[p] / steps;
+        other -= ctx->timers[p];
+    }
+    br->phase[PHASE_OTHER] += other / steps; /* what no phase claimed */
+    return rc;
+}
+
+int cmd_bench(mode_ctx *ctx, int argc, char **argv)
+{
+    cli c;
+    if (parse_cli(&c, argc - 2, argv + 2, usage_bench))
+        return 2;
+    int steps = c.steps > 0 ? (int)c.steps : 10;
+    run_config cfg;
+    char err[1024] = "";
+    int rc = config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, ctx->size, err,
+                         sizeof(err));
+    model *m = NULL;
+    model_dims dims = config_dims(&cfg);
+    if (!rc)
+        rc = build_model(&m, &dims, cfg.layers, mode_kinds, cfg.batch / ctx->size, err,
+                         sizeof(err));
+    if (rc) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp bench: %s\n", err);
+        free(c.over);
+        return 2;
+    }
+    int threads = choose_threads(&c, ctx);
+    ctx->seed = cfg.seed;
+    model_init(m, cfg.seed);
+    bench_result br = { 0 };
+    int rows = cfg.batch / ctx->size * cfg.seq_len;
+    /* every rank measures sgemm at once: the machine's aggregate yardstick */
+    comm_barrier(ctx->comm);
+    double g[2] = { matmul_measure_gflops(rows, dims.d_model, dims.d_ff, 3), 0.0 };
+    rc = time_steps(m, ctx, &cfg, steps, &br);
+    comm_barrier(ctx->comm);
+    g[1] = matmul_measure_gflops(rows, dims.d_model, dims.d_ff, 3);
+    comm_allreduce_sum_double(ctx->comm, g, 2);
+    br.sgemm = 0.5 * (g[0] + g[1]);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    int rss_kb = (int)ru.ru_maxrss;
+    comm_allreduce_max_int(ctx->comm, &rss_kb);
+    br.rss_mb = rss_kb / 1024.0;
+    br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
+    if (rc && ctx->rank == 0)
+        fprintf(stderr, "mode-exp bench: a step failed: %s\n", strerror(-rc));
+    if (!rc && ctx->rank == 0) {
+        if (c.json) {
+            printf("{\"config\": \"%s\", \"ranks\": %d, \"threads\": %d, \"steps\": %d, "
+                   "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"steps_per_s\": %.6g, "
+                   "\"gflops_nominal\": %.6g, \"gflops_executed\": %.6g, \"sgemm_gflops\": %.6g, "
+                   "\"ratio_nominal\": %.4g, \"ratio_executed\": %.4g, \"peak_rss_mb\": %.1f, "
+                   "\"param_state_mb\": %.1f",
+                   c.config, ctx->size, threads, steps, br.step_s, br.tokens_s, 1.0 / br.step_s,
+                   br.gflops_nominal, br.gflops_executed, br.sgemm, br.gflops_nominal / br.sgemm,
+                   br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb);
+            for (int p = 0; p < PHASE_COUNT; p++)
+                printf(", \"%s_s\": %.6g", phase_names[p], br.phase[p]);
+            printf("}\n");
+        } else {
+            printf("%s: %d rank(s) x %d BLAS thread(s), %d steps\n", c.config, ctx->size, threads,
+                   steps);
+            printf("  %.1f ms/step  %.2f steps/s  %.0f tokens/s\n", br.step_s * 1e3,
+                   1.0 / br.step_s, br.tokens_s);
+            printf("  training GFLOP/s: nominal %.1f, executed %.1f; sgemm %.1f GFLOP/s in the "
+                   "same run: %.0f%% (nominal), %.0f%% (executed)\n",
+                   br.gflops_nominal, br.gflops_executed, br.sgemm,
+                   100.0 * br.gflops_nominal / br.sgemm, 100.0 * br.gflops_executed / br.sgemm);
+            printf("  per step (rank 0):");
+            for (int p = 0; p < PHASE_COUNT; p++)
+                printf(" %s %.1f ms", phase_names[p], br.phase[p] * 1e3);
+            printf("\n  peak RSS %.0f MiB (parameters, gradients and Adam moments %.0f MiB)\n",
+                   br.rss_mb, br.param_mb);
+        }
+    }
+    free_model(&m);
+    free(c.over);
+    return rc ? 1 : 0;
+}

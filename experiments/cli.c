@@ -1,0 +1,156 @@
+#include "experiments/cli.h"
+
+#include "core/comm/comm.h"
+#include "core/io/checkpoint.h"
+#include "experiments/kinds.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void openblas_set_num_threads(int);
+
+/* The options of every subcommand: one table, so each is parsed and checked
+ * the same way wherever it appears. */
+typedef enum opt_type { OPT_FLAG, OPT_STRING, OPT_LONG, OPT_POSITIVE, OPT_DOUBLE } opt_type;
+typedef struct opt {
+    const char *name;
+    opt_type type;
+    size_t offset;
+} opt;
+
+#define OFF(f) offsetof(cli, f)
+static const opt options[] = {
+    { "--resume", OPT_FLAG, OFF(resume) },
+    { "--quiet", OPT_FLAG, OFF(quiet) },
+    { "--jsonl", OPT_FLAG, OFF(jsonl) },
+    { "--json", OPT_FLAG, OFF(json) },
+    { "--threads", OPT_POSITIVE, OFF(threads) },
+    { "--max-steps", OPT_LONG, OFF(max_steps) },
+    { "--steps", OPT_POSITIVE, OFF(steps) },
+    { "--windows", OPT_LONG, OFF(windows) },
+    { "--tokens", OPT_LONG, OFF(tokens) },
+    { "--top-k", OPT_LONG, OFF(top_k) },
+    { "--seed", OPT_LONG, OFF(seed) },
+    { "--temperature", OPT_DOUBLE, OFF(temperature) },
+    { "--data", OPT_STRING, OFF(data) },
+    { "--mode", OPT_STRING, OFF(mode) },
+    { "--prompt", OPT_STRING, OFF(prompt) },
+};
+
+static int set_option(cli *c, const opt *o, const char *v)
+{
+    char *f = (char *)c + o->offset, *end = NULL;
+    switch (o->type) {
+    case OPT_FLAG: *(bool *)(void *)f = true; return 0;
+    case OPT_STRING: *(const char **)(void *)f = v; return 0;
+    case OPT_DOUBLE: {
+        double x = strtod(v, &end);
+        if (!*v || *end || !(x >= 0.0 && x < 1e9))
+            break;
+        *(double *)(void *)f = x;
+        return 0;
+    }
+    default: {
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || errno || n < (o->type == OPT_POSITIVE ? 1 : 0))
+            break;
+        if (o->offset == OFF(threads))
+            c->threads = (int)n;
+        else
+            *(long *)(void *)f = n;
+        return 0;
+    }
+    }
+    fprintf(stderr, "mode-exp: %s %s: expected %s\n", o->name, v,
+            o->type == OPT_DOUBLE     ? "a number >= 0"
+            : o->type == OPT_POSITIVE ? "a positive integer"
+                                      : "a non-negative integer");
+    return -EINVAL;
+}
+
+int parse_cli(cli *c, int argc, char **argv, const char *usage)
+{
+    memset(c, 0, sizeof(*c));
+    c->temperature = 1.0;
+    c->seed = 1;
+    c->over = calloc((size_t)argc + 1, sizeof(char *));
+    if (!c->over)
+        return -ENOMEM;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (a[0] == '-' && a[1] == '-') {
+            const opt *o = NULL;
+            for (size_t k = 0; k < sizeof(options) / sizeof(options[0]); k++)
+                if (!strcmp(a, options[k].name))
+                    o = &options[k];
+            if (!o) {
+                fprintf(stderr, "mode-exp: unknown option %s\n%s", a, usage);
+                return -EINVAL;
+            }
+            if (o->type != OPT_FLAG && i + 1 >= argc) {
+                fprintf(stderr, "mode-exp: %s needs a value\n%s", a, usage);
+                return -EINVAL;
+            }
+            if (set_option(c, o, o->type == OPT_FLAG ? NULL : argv[++i]))
+                return -EINVAL;
+        } else if (!c->config) {
+            c->config = a;
+        } else {
+            c->over[c->n_over++] = argv[i];
+        }
+    }
+    if (!c->config) {
+        fputs(usage, stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int choose_threads(const cli *c, const mode_ctx *ctx)
+{
+    int t = c->threads;
+    if (t <= 0) {
+        const char *env = getenv("OPENBLAS_NUM_THREADS");
+        t = env ? atoi(env) : 0;
+    }
+    if (t <= 0) {
+        /* ranks x BLAS threads <= cores: more only makes them fight */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        t = (int)(cores / comm_local_size(ctx->comm));
+        if (t < 1)
+            t = 1;
+    }
+    openblas_set_num_threads(t);
+    return t;
+}
+
+/* Load a checkpoint into a model for nseq sequences (eval, sample). */
+int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq,
+                                 char *err, int err_len)
+{
+    ckpt_meta meta;
+    int rc = checkpoint_read_meta(path, &meta, err, err_len);
+    if (!rc) {
+        char label[4200];
+        snprintf(label, sizeof(label), "%s (config attribute)", path);
+        rc = config_load_string(cfg, meta.config, label, 0, NULL, mode_kinds, 0, err, err_len);
+    }
+    ckpt_meta_clear(&meta);
+    if (rc)
+        return rc;
+    model_dims dims = config_dims(cfg);
+    rc = build_model(m, &dims, cfg->layers, mode_kinds, nseq, err, err_len);
+    if (!rc)
+        rc = checkpoint_load(path, *m, false, err, err_len);
+    return rc;
+}
+

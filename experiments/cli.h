@@ -1,0 +1,38 @@
+/* What the subcommands of mode-exp share: the command line, BLAS threads,
+ * loading a checkpoint into a model. */
+#ifndef MODE_EXPERIMENTS_CLI_H
+#define MODE_EXPERIMENTS_CLI_H
+
+#include "core/config/config.h"
+#include "core/model/model.h"
+#include "core/util/ctx.h"
+
+#include <stdbool.h>
+
+typedef struct cli {
+    const char *config;
+    int n_over;
+    char **over;
+    bool resume, quiet, jsonl, json;
+    int threads;
+    long max_steps;
+    const char *data, *mode, *prompt;
+    long windows, tokens, top_k, seed, steps;
+    double temperature;
+} cli;
+
+/* Parse options and positional arguments (the first is the config or
+ * checkpoint, the rest section.key=value overrides); --help prints usage and
+ * exits 0.  Returns non-zero (after a message) on a bad command line. */
+int parse_cli(cli *c, int argc, char **argv, const char *usage);
+/* BLAS threads per rank: --threads, else $OPENBLAS_NUM_THREADS, else cores /
+ * ranks on the node (ranks x threads <= cores). */
+int choose_threads(const cli *c, const mode_ctx *ctx);
+/* A checkpoint's config and parameters in a model for nseq sequences. */
+int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, char *err,
+                          int err_len);
+
+int cmd_sample(mode_ctx *ctx, int argc, char **argv);
+int cmd_bench(mode_ctx *ctx, int argc, char **argv);
+
+#endif
