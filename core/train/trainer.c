@@ -410,7 +410,8 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         bool last = done == t->total || stop;
         if (!rc)
             rc = record_stats(t, done);
-        if (!rc && t->cfg->routing_every > 0 && (done % t->cfg->routing_every == 0 || last))
+        if (!rc && t->cfg->routing_every > 0 &&
+            (done % t->cfg->routing_every == 0 || done == t->total))
             rc = record_routing(t, done);
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "step %ld: recording statistics failed", done);
