@@ -66,19 +66,20 @@ static double now_s(void)
 
 double matmul_measure_gflops(int rows, int d, int f, int reps)
 {
-    int w = d > f ? d : f;
-    float *a = malloc((size_t)rows * w * sizeof(float)), *b = malloc((size_t)w * w * sizeof(float));
-    float *c = malloc((size_t)rows * w * sizeof(float));
+    /* every operand fits in max(rows, d, f)^2 floats */
+    size_t w = (size_t)(d > f ? d : f), big = (size_t)rows > w ? (size_t)rows * w : w * w;
+    float *a = malloc(big * sizeof(float)), *b = malloc(big * sizeof(float));
+    float *c = malloc(big * sizeof(float));
     if (!a || !b || !c) {
         free(a);
         free(b);
         free(c);
         return 0.0;
     }
-    for (long i = 0; i < (long)rows * w; i++)
+    for (size_t i = 0; i < big; i++) {
         a[i] = (float)(i % 7) * 0.1f;
-    for (long i = 0; i < (long)w * w; i++)
         b[i] = (float)(i % 5) * 0.1f;
+    }
     const int shapes[4][4] = { /* m n k transA */
         { rows, d, d, 0 }, { rows, f, d, 0 }, { rows, d, f, 0 }, { d, f, rows, 1 } };
     double flops = 0.0, t = 0.0;
