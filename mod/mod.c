@@ -605,6 +605,17 @@ static int mod_record(const layer *l, const fwd_args *a, record_sink *sink)
     return rc;
 }
 
+static int mod_stat_count(const layer *l, int *n_sums)
+{
+    *n_sums = 6;
+    return 5;
+}
+
+static void mod_stat_name(const layer *l, int col, char *buf, int len)
+{
+    snprintf(buf, (size_t)len, "%s", mod_stat_names[col]);
+}
+
 static void mod_stat_sums(const layer *l, double *sums)
 {
     const mod_state *s = l->state;
@@ -695,8 +706,8 @@ const layer_kind mod_kind = {
     .decode_begin = mod_decode_begin,
     .decode = mod_decode,
     .record = mod_record,
-    .n_stat_sums = 6,
-    .stat_names = mod_stat_names,
+    .stat_count = mod_stat_count,
+    .stat_name = mod_stat_name,
     .stat_sums = mod_stat_sums,
     .stat_columns = mod_stat_columns,
 };

@@ -133,6 +133,16 @@ int comm_barrier(comm *c)
     return MPI_Barrier(c->world) ? -EIO : 0;
 }
 
+int comm_exchange_counts(comm *c, const int *send_counts, int *recv_counts)
+{
+    if (!c || c->size == 1) {
+        recv_counts[0] = send_counts[0];
+        return 0;
+    }
+    c->bytes_sent += (uint64_t)(c->size - 1) * sizeof(int);
+    return MPI_Alltoall(send_counts, 1, MPI_INT, recv_counts, 1, MPI_INT, c->world) ? -EIO : 0;
+}
+
 int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv,
                    const int *recv_counts, int *recv_counts_out, size_t item_bytes)
 {
@@ -140,9 +150,7 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
     if (!recv_counts) {
         if (!recv_counts_out)
             return -EINVAL;
-        if (!c || size == 1)
-            recv_counts_out[0] = send_counts[0];
-        else if (MPI_Alltoall(send_counts, 1, MPI_INT, recv_counts_out, 1, MPI_INT, c->world))
+        if (comm_exchange_counts(c, send_counts, recv_counts_out))
             return -EIO;
         recv_counts = recv_counts_out;
     }

@@ -28,6 +28,10 @@ int comm_allreduce_min_int(comm *c, int *v);
 int comm_bcast(comm *c, void *buf, size_t bytes, int root);
 int comm_barrier(comm *c);
 
+/* recv_counts[p] = what rank p will send this rank, given what this rank
+ * sends each (send_counts[P]): the count exchange before an all-to-all. */
+int comm_exchange_counts(comm *c, const int *send_counts, int *recv_counts);
+
 /* Rows to and from other ranks: rank r sends send_counts[p] items of
  * item_bytes from send (packed by destination) to rank p, and receives
  * recv_counts[p] items from each p into recv (packed by source).  With

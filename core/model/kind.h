@@ -84,12 +84,13 @@ typedef struct layer_kind {
     /* Routing records: after a forward, describe the routing decisions of
      * the batch through the sink (NULL for kinds that do not route). */
     int (*record)(const layer *l, const fwd_args *a, struct record_sink *sink);
-    /* Per-step statistics of the last FWD_TRAIN forward: stat_sums() writes
-     * n_stat_sums raw sums (counts, sums of losses...) that add up over
-     * ranks; stat_columns() turns the summed values into the columns named
-     * by stat_names (NULL-terminated).  All NULL/0 for kinds without. */
-    int n_stat_sums;
-    const char *const *stat_names;
+    /* Per-step statistics of the last FWD_TRAIN forward: stat_count() gives
+     * the number of columns and (in *n_sums) of raw sums; stat_sums() writes
+     * the raw sums (counts, sums of losses...) that add up over ranks;
+     * stat_columns() turns the summed values into the columns, named by
+     * stat_name().  All NULL for kinds without. */
+    int (*stat_count)(const layer *l, int *n_sums);
+    void (*stat_name)(const layer *l, int col, char *buf, int len);
     void (*stat_sums)(const layer *l, double *sums);
     void (*stat_columns)(const layer *l, const double *sums, double *cols);
 } layer_kind;

@@ -134,6 +134,7 @@ typedef struct trainer {
     long total, start;
     double flops_per_seq;
     int n_sums;              /* stat sums of all layers, concatenated */
+    int *stat_sums;          /* [n_layers] sums of each layer */
     int *stat_table;         /* [n_layers] index into rec->extra, -1 without */
     char (*stat_group)[32];  /* [n_layers] "layer_stats/<l>" */
     const char ***stat_cols; /* [n_layers] "step" + the kind's stat names */
@@ -148,22 +149,29 @@ static int setup_stat_tables(trainer *t)
     t->stat_table = malloc((size_t)L * sizeof(int));
     t->stat_group = calloc((size_t)L, sizeof(*t->stat_group));
     t->stat_cols = calloc((size_t)L, sizeof(*t->stat_cols));
-    if (!t->stat_table || !t->stat_group || !t->stat_cols)
+    t->stat_sums = calloc((size_t)L, sizeof(int));
+    if (!t->stat_table || !t->stat_group || !t->stat_cols || !t->stat_sums)
         return -ENOMEM;
     for (int l = 0; l < L; l++) {
-        const layer_kind *k = t->m->layers[l].kind;
+        const layer *ly = &t->m->layers[l];
         t->stat_table[l] = -1;
-        if (!k->n_stat_sums)
+        if (!ly->kind->stat_count)
             continue;
-        t->n_sums += k->n_stat_sums;
-        int nc = 0;
-        while (k->stat_names[nc])
-            nc++;
-        t->stat_cols[l] = malloc((size_t)(nc + 1) * sizeof(char *));
-        if (!t->stat_cols[l])
+        int nc = ly->kind->stat_count(ly, &t->stat_sums[l]);
+        t->n_sums += t->stat_sums[l];
+        /* "step" then the kind's names, in one allocation */
+        char **cols = malloc((size_t)(nc + 1) * (sizeof(char *) + 48));
+        if (!cols)
             return -ENOMEM;
-        t->stat_cols[l][0] = "step";
-        memcpy(t->stat_cols[l] + 1, k->stat_names, (size_t)nc * sizeof(char *));
+        char *names = (char *)(cols + nc + 1);
+        for (int c = 0; c <= nc; c++) {
+            cols[c] = names + (size_t)c * 48;
+            if (c == 0)
+                snprintf(cols[c], 48, "step");
+            else
+                ly->kind->stat_name(ly, c - 1, cols[c], 48);
+        }
+        t->stat_cols[l] = (const char **)cols;
         snprintf(t->stat_group[l], sizeof(t->stat_group[l]), "layer_stats/%d", l);
         if (t->rec) {
             int idx = run_record_add_table(t->rec, t->stat_group[l], t->stat_cols[l], nc + 1);
@@ -181,30 +189,37 @@ static int record_stats(trainer *t, long done)
 {
     if (!t->n_sums)
         return 0;
-    double *all = malloc((size_t)t->n_sums * sizeof(double));
+    int L = t->m->dims.n_layers, off = 0, maxc = 0;
+    for (int l = 0; l < L; l++) {
+        int ns;
+        if (t->m->layers[l].kind->stat_count) {
+            int nc = t->m->layers[l].kind->stat_count(&t->m->layers[l], &ns);
+            maxc = nc > maxc ? nc : maxc;
+        }
+    }
+    double *all = malloc((size_t)(t->n_sums + maxc + 1) * sizeof(double));
     if (!all)
         return -ENOMEM;
-    int off = 0, L = t->m->dims.n_layers;
+    double *row = all + t->n_sums;
     for (int l = 0; l < L; l++) {
         const layer *ly = &t->m->layers[l];
-        if (ly->kind->n_stat_sums) {
+        if (ly->kind->stat_count) {
             ly->kind->stat_sums(ly, all + off);
-            off += ly->kind->n_stat_sums;
+            off += t->stat_sums[l];
         }
     }
     int rc = comm_allreduce_sum_double(t->ctx->comm, all, t->n_sums);
     off = 0;
     for (int l = 0; !rc && l < L; l++) {
         const layer *ly = &t->m->layers[l];
-        if (!ly->kind->n_stat_sums)
+        if (!ly->kind->stat_count)
             continue;
         if (t->rec) {
-            double row[64];
             row[0] = (double)done;
             ly->kind->stat_columns(ly, all + off, row + 1);
             rc = run_table_append(&t->rec->extra[t->stat_table[l]], row);
         }
-        off += ly->kind->n_stat_sums;
+        off += t->stat_sums[l];
     }
     free(all);
     return rc;
@@ -489,6 +504,7 @@ fail:
         for (int l = 0; l < dims.n_layers; l++)
             free(t.stat_cols[l]);
     free(t.stat_cols);
+    free(t.stat_sums);
     free(t.stat_group);
     free(t.stat_table);
     free(t.record_tokens);
