@@ -1000,10 +1000,30 @@ static int resolve_layers(loader *L)
     return 0;
 }
 
+/* Expert parallelism: each rank computes experts/ranks experts, or the ranks
+ * form ranks/experts groups that each hold every expert; nothing else. */
+static int check_expert_ranks(loader *L, int ranks)
+{
+    for (int li = 0; ranks > 1 && li < L->c->n_layers; li++) {
+        const layer_kind *k = layer_kind_lookup(L->kinds, L->c->layers[li].kind);
+        int E = L->c->layers[li].experts;
+        if (!k || !kind_takes(k, "experts") || E % ranks == 0 || ranks % E == 0)
+            continue;
+        char sec[32], v[VALUE_LEN];
+        cfg_ref r = layer_key_ref(L, li, key_index(SEC_MOE, "experts"), sec, sizeof(sec), v,
+                                  sizeof(v));
+        return failf(L, &r,
+                     "expected a multiple or a divisor of the %d ranks (layer %d, %s: each rank "
+                     "computes experts/ranks of them, or groups of `experts` ranks each hold all)",
+                     ranks, li, k->name);
+    }
+    return 0;
+}
+
 static int resolve(loader *L, int ranks)
 {
     if (check_source(L) || check_steps(L) || check_heads(L) || check_ranks(L, ranks) ||
-        check_top_k(L, -1) || resolve_layers(L))
+        check_top_k(L, -1) || resolve_layers(L) || check_expert_ranks(L, ranks))
         return -EINVAL;
     L->c->optim.total_steps = L->c->steps;
     return 0;

@@ -303,9 +303,10 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     /* tied head: logits = u tok_emb^T */
     matmul(m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
-    r->ce_sum = cross_entropy(mode == FWD_TRAIN ? m->logits : NULL, m->logits, m->targets, n, V,
-                              scale);
-    r->n_positions = n;
+    int counted = b->n_counted > 0 && b->n_counted < b->nseq ? b->n_counted * S : n;
+    r->ce_sum = cross_entropy(mode == FWD_TRAIN ? m->logits : NULL, m->logits, m->targets,
+                              counted, V, scale);
+    r->n_positions = counted;
     r->flops_executed += b->nseq * model_head_flops_per_seq(dm);
     if (ctx)
         ctx->timers[PHASE_MATMUL] += mode_now() - t0;

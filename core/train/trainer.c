@@ -38,18 +38,25 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
         return -ENOMEM;
     double sums[2] = { 0.0, 0.0 }; /* ce, positions */
     int rc = 0;
-    /* rank r takes windows r, r+P, ...; in chunks of the model's batch */
-    long mine = n > rank ? (n - rank + P - 1) / P : 0;
-    for (long i0 = 0; i0 < mine && !rc; i0 += m->max_seq) {
-        int cnt = (int)(mine - i0 < m->max_seq ? mine - i0 : m->max_seq);
-        for (int i = 0; i < cnt; i++)
-            dataset_eval_window(d, tok + (size_t)i * (S + 1), S, rank + (i0 + i) * P);
+    /* rank r takes windows r, r+P, ...; in chunks of the model's batch.  Every
+     * rank runs the same number of forwards of the same size (layers may talk
+     * to other ranks), padding with window 0 that does not count. */
+    long per_rank = (n + P - 1) / P;
+    for (long i0 = 0; i0 < per_rank && !rc; i0 += m->max_seq) {
+        int cnt = (int)(per_rank - i0 < m->max_seq ? per_rank - i0 : m->max_seq), real = 0;
+        for (int i = 0; i < cnt; i++) {
+            long w = rank + (i0 + i) * P;
+            real += w < n;
+            dataset_eval_window(d, tok + (size_t)i * (S + 1), S, w < n ? w : 0);
+        }
         batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
-                    .global_seqs = (int)n };
+                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1 };
         fwd_result r;
         rc = model_forward(m, ctx, &b, mode, &r);
-        sums[0] += r.ce_sum;
-        sums[1] += (double)r.n_positions;
+        if (real > 0) {
+            sums[0] += r.ce_sum;
+            sums[1] += (double)r.n_positions;
+        }
     }
     free(tok);
     int bad = rc != 0;

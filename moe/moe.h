@@ -1,0 +1,20 @@
+/* The `moe` and `integrated` layer kinds (MODEL.md "Layer kinds"):
+ * h = x + Attn(x); y = h + sum_e p_e SwiGLU_e(RMSNorm_mlp(h)) over the kept
+ * token-choice assignments; `integrated` (integrated MoDE, Raposo et al.
+ * 2024 Sec. 4.3) adds a no-op column to the gate: tokens sent there get no
+ * MLP update, cost nothing and are never dropped. */
+#ifndef MODE_MOE_MOE_H
+#define MODE_MOE_MOE_H
+
+#include "core/model/kind.h"
+#include "moe/experts.h"
+
+extern const layer_kind moe_kind;
+extern const layer_kind integrated_kind;
+
+/* The expert configuration of a layer spec (noop for integrated). */
+experts_cfg moe_experts_cfg(const layer_spec *s, const model_dims *dims, bool noop);
+/* Check an expert configuration; a message into err when it is wrong. */
+int moe_validate_experts(const layer_spec *s, bool noop, char *err, int err_len);
+
+#endif
