@@ -1,0 +1,457 @@
+/* Routing for `mod` and staged MoDE (see router.h). */
+#include "mod/router.h"
+
+#include "core/kernels/matmul.h"
+#include "core/rng/pcg32.h"
+#include "core/util/ctx.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Random-router streams: pcg32_keyed(seed, MOD_RANDOM_KEY + layer, step, sequence). */
+#define MOD_RANDOM_KEY 0x524e4400u
+
+const char *const mod_router_keys[] = { "capacity", "router", "gate", "causal", "aux_weight",
+                                        NULL };
+static const char *const stat_names[] = { "accuracy", "precision", "recall", "causal_capacity",
+                                          "topk_capacity" };
+static const char *const router_names[] = { "learned", "random", NULL };
+static const char *const gate_names[] = { "raw", "sigmoid", NULL };
+static const char *const causal_names[] = { "aux", "predictor", "none", NULL };
+
+int mod_k(double capacity, int seq_len)
+{
+    /* floor in double, to the letter of MODEL.md (0.29 x 100 gives 28) */
+    int k = (int)floor(capacity * seq_len);
+    return k < 1 ? 1 : (k > seq_len ? seq_len : k);
+}
+
+static int parse_choice(const char *v, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(v, names[i]))
+            return i;
+    return -1;
+}
+
+mod_router_cfg mod_router_parse(const layer_spec *s, const model_dims *dims)
+{
+    mod_router_cfg c = {
+        .router = parse_choice(s->router, router_names),
+        .gate = parse_choice(s->gate, gate_names),
+        .causal = parse_choice(s->causal, causal_names),
+        .capacity = s->capacity,
+        .aux_weight = s->aux_weight,
+        .k = mod_k(s->capacity, dims->seq_len),
+    };
+    int t = 0;
+    c.t_router = c.router == ROUTER_LEARNED ? t++ : -1;
+    /* the random router is the ablation control: no parameters, gate 1, and
+     * its own causal rule (threshold at the capacity's normal quantile) */
+    c.t_pred = c.router == ROUTER_LEARNED && c.causal == CAUSAL_PREDICTOR ? t : -1;
+    if (c.t_pred >= 0)
+        t += 4;
+    c.n_tensors = t;
+    return c;
+}
+
+int mod_router_validate(const layer_spec *s, char *err, int err_len)
+{
+    if (!(s->capacity > 0.0 && s->capacity <= 1.0))
+        snprintf(err, (size_t)err_len, "capacity %g: expected a value in (0, 1]", s->capacity);
+    else if (parse_choice(s->router, router_names) < 0)
+        snprintf(err, (size_t)err_len, "router '%s': expected learned or random", s->router);
+    else if (parse_choice(s->gate, gate_names) < 0)
+        snprintf(err, (size_t)err_len, "gate '%s': expected raw or sigmoid", s->gate);
+    else if (parse_choice(s->causal, causal_names) < 0)
+        snprintf(err, (size_t)err_len, "causal '%s': expected aux, predictor or none",
+                 s->causal);
+    else
+        return 0;
+    return -EINVAL;
+}
+
+static tensor_desc tdesc(const char *name, int ndim, int s0, int s1, tensor_init init, float std)
+{
+    tensor_desc t;
+    memset(&t, 0, sizeof(t));
+    snprintf(t.name, sizeof(t.name), "%s", name);
+    t.ndim = ndim;
+    t.shape[0] = s0;
+    t.shape[1] = s1;
+    t.init = init;
+    t.init_std = std;
+    t.decay = ndim == 2; /* weight decay on matrices only */
+    return t;
+}
+
+int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_desc *out)
+{
+    int d = dims->d_model;
+    if (out && c->t_router >= 0)
+        out[c->t_router] = tdesc("router", 1, d, 0, INIT_NORMAL, 0.02f);
+    if (out && c->t_pred >= 0) {
+        out[c->t_pred + 0] = tdesc("pred_w1", 2, d, MOD_PRED_HIDDEN, INIT_NORMAL, 0.02f);
+        out[c->t_pred + 1] = tdesc("pred_b1", 1, MOD_PRED_HIDDEN, 0, INIT_ZEROS, 0.0f);
+        out[c->t_pred + 2] = tdesc("pred_w2", 1, MOD_PRED_HIDDEN, 0, INIT_NORMAL, 0.02f);
+        out[c->t_pred + 3] = tdesc("pred_b2", 1, 1, 0, INIT_ZEROS, 0.0f);
+    }
+    return c->n_tensors;
+}
+
+double mod_router_flops(const mod_router_cfg *c, const model_dims *dims)
+{
+    double S = dims->seq_len, d = dims->d_model;
+    double f = c->router == ROUTER_LEARNED ? 2.0 * S * d : 0.0;
+    if (c->t_pred >= 0)
+        f += 2.0 * S * (d * MOD_PRED_HIDDEN + MOD_PRED_HIDDEN);
+    return f;
+}
+
+void free_mod_router(mod_router *rt)
+{
+    free(rt->r);
+    free(rt->pa);
+    free(rt->ph);
+    free(rt->pl);
+    free(rt->z);
+    free(rt->c);
+    free(rt->scratch);
+    free(rt->sel);
+    free(rt->seq_start);
+    free(rt->pos);
+    free(rt->gate);
+    free(rt->dr);
+    free(rt->dpa);
+    memset(rt, 0, sizeof(*rt));
+}
+
+int build_mod_router(mod_router *rt, const layer_spec *s, const model_dims *dims, int max_seq)
+{
+    memset(rt, 0, sizeof(*rt));
+    int S = dims->seq_len;
+    size_t rows = (size_t)max_seq * S;
+    rt->cfg = mod_router_parse(s, dims);
+    rt->max_seq = max_seq;
+    rt->r = malloc(rows * sizeof(float));
+    rt->pl = malloc(rows * sizeof(float));
+    rt->z = malloc(rows);
+    rt->c = malloc(rows);
+    rt->scratch = malloc((size_t)S * sizeof(int));
+    rt->sel = malloc(rows * sizeof(int));
+    rt->seq_start = malloc((size_t)(max_seq + 1) * sizeof(int));
+    rt->pos = malloc(rows * sizeof(int32_t));
+    rt->gate = malloc(rows * sizeof(float));
+    rt->dr = malloc(rows * sizeof(float));
+    if (rt->cfg.t_pred >= 0) {
+        rt->pa = malloc(rows * MOD_PRED_HIDDEN * sizeof(float));
+        rt->ph = malloc(rows * MOD_PRED_HIDDEN * sizeof(float));
+        rt->dpa = malloc(rows * MOD_PRED_HIDDEN * sizeof(float));
+    }
+    if (!rt->r || !rt->pl || !rt->z || !rt->c || !rt->scratch || !rt->sel || !rt->seq_start ||
+        !rt->pos || !rt->gate || !rt->dr ||
+        (rt->cfg.t_pred >= 0 && (!rt->pa || !rt->ph || !rt->dpa))) {
+        free_mod_router(rt);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Insertion-friendly comparison for the top-k: larger score first, then the
+ * lower position (MODEL.md's tie rule). */
+static int better(const float *r, int a, int b)
+{
+    return r[a] > r[b] || (r[a] == r[b] && a < b);
+}
+
+static void sift_down(int *heap, int n, int i, const float *r)
+{
+    /* a min-heap of the k best so far under better(): the root is the worst */
+    for (;;) {
+        int l = 2 * i + 1, m = i;
+        if (l < n && better(r, heap[m], heap[l]))
+            m = l;
+        if (l + 1 < n && better(r, heap[m], heap[l + 1]))
+            m = l + 1;
+        if (m == i)
+            return;
+        int t = heap[i];
+        heap[i] = heap[m];
+        heap[m] = t;
+        i = m;
+    }
+}
+
+void mod_topk(unsigned char *z, const float *r, int n, int k, int *heap)
+{
+    /* O(n log k): keep the k best in a heap whose root is the worst of them */
+    memset(z, 0, (size_t)n);
+    if (k <= 0)
+        return;
+    if (k >= n) {
+        memset(z, 1, (size_t)n);
+        return;
+    }
+    for (int i = 0; i < k; i++)
+        heap[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--)
+        sift_down(heap, k, i, r);
+    for (int i = k; i < n; i++) {
+        if (better(r, i, heap[0])) {
+            heap[0] = i;
+            sift_down(heap, k, 0, r);
+        }
+    }
+    for (int i = 0; i < k; i++)
+        z[heap[i]] = 1;
+}
+
+double mod_normal_quantile(double p)
+{
+    /* bisection on Phi(x) = erfc(-x / sqrt 2) / 2: slow but exact enough,
+     * and called once per forward */
+    double lo = -40.0, hi = 40.0;
+    for (int i = 0; i < 200; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+static float sigmoidf(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* BCE(sigmoid(x), z) = softplus(x) - z x, written to stay finite. */
+static double bce_logit(float x, int z)
+{
+    double xd = x;
+    return fmax(xd, 0.0) + log1p(exp(-fabs(xd))) - (z ? xd : 0.0);
+}
+
+static void random_scores(float *r, uint64_t seed, int layer_index, long step, long seq, int n)
+{
+    pcg32 g;
+    pcg32_keyed(&g, seed, MOD_RANDOM_KEY + (uint64_t)layer_index, (uint64_t)step, (uint64_t)seq);
+    for (int i = 0; i < n; i++)
+        r[i] = pcg32_normal(&g);
+}
+
+static void predictor_forward(float *pa, float *ph, float *pl, const float *x, float *const *w,
+                              int n, int d)
+{
+    const float *w1 = w[0], *b1 = w[1], *w2 = w[2], *b2 = w[3];
+    linear_forward(pa, x, w1, n, d, MOD_PRED_HIDDEN, 0.0f);
+    for (int i = 0; i < n; i++) {
+        float *a = pa + (size_t)i * MOD_PRED_HIDDEN, *hh = ph + (size_t)i * MOD_PRED_HIDDEN;
+        float acc = b2[0];
+        for (int j = 0; j < MOD_PRED_HIDDEN; j++) {
+            a[j] += b1[j];
+            hh[j] = a[j] * sigmoidf(a[j]);
+            acc += hh[j] * w2[j];
+        }
+        pl[i] = acc;
+    }
+}
+
+/* The predictor reads stop-gradient(x): its BCE reaches its own weights only. */
+static void predictor_backward(float *const *dw, const float *dl, const float *x, const float *pa,
+                               const float *ph, float *const *w, int n, int d, float *dpa)
+{
+    float *dw1 = dw[0], *db1 = dw[1], *dw2 = dw[2], *db2 = dw[3];
+    const float *w2 = w[2];
+    for (int i = 0; i < n; i++) {
+        const float *a = pa + (size_t)i * MOD_PRED_HIDDEN, *hh = ph + (size_t)i * MOD_PRED_HIDDEN;
+        float *da = dpa + (size_t)i * MOD_PRED_HIDDEN;
+        db2[0] += dl[i];
+        for (int j = 0; j < MOD_PRED_HIDDEN; j++) {
+            float sg = sigmoidf(a[j]);
+            dw2[j] += dl[i] * hh[j];
+            da[j] = dl[i] * w2[j] * sg * (1.0f + a[j] * (1.0f - sg));
+            db1[j] += da[j];
+        }
+    }
+    matmul(dw1, MOD_PRED_HIDDEN, x, d, true, dpa, MOD_PRED_HIDDEN, false, d, MOD_PRED_HIDDEN, n,
+           1.0f);
+}
+
+static float gate_of(const mod_router_cfg *c, float r)
+{
+    if (c->router == ROUTER_RANDOM)
+        return 1.0f;
+    return c->gate == GATE_RAW ? r : sigmoidf(r);
+}
+
+static float causal_threshold(const mod_router_cfg *c)
+{
+    return c->router == ROUTER_RANDOM ? (float)mod_normal_quantile(1.0 - c->capacity) : 0.0f;
+}
+
+void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
+                        const float *x)
+{
+    const mod_router_cfg *c = &rt->cfg;
+    int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
+    if (c->router == ROUTER_LEARNED)
+        linear_forward(rt->r, x, w[c->t_router], n, d, 1, 0.0f);
+    else
+        for (int b = 0; b < a->nseq; b++)
+            random_scores(rt->r + (size_t)b * S, a->ctx ? a->ctx->seed : 0, layer_index, a->step,
+                          a->seq0 + b, S);
+    if (c->t_pred >= 0)
+        predictor_forward(rt->pa, rt->ph, rt->pl, x, w + c->t_pred, n, d);
+    for (int b = 0; b < a->nseq; b++)
+        mod_topk(rt->z + (size_t)b * S, rt->r + (size_t)b * S, S, c->k, rt->scratch);
+    /* the causal rule: sign of the router logit (aux, none), of the
+     * predictor's logit, or the random score above the capacity quantile */
+    float thr = causal_threshold(c);
+    const float *sc = c->t_pred >= 0 ? rt->pl : rt->r;
+    for (int i = 0; i < n; i++)
+        rt->c[i] = sc[i] > thr;
+
+    const unsigned char *take = a->mode == FWD_EVAL_CAUSAL ? rt->c : rt->z;
+    rt->n_sel = 0;
+    rt->nseq = a->nseq;
+    rt->sum_sq = 0;
+    for (int b = 0; b < a->nseq; b++) {
+        rt->seq_start[b] = rt->n_sel;
+        for (int i = 0; i < S; i++) {
+            int row = b * S + i;
+            if (!take[row])
+                continue;
+            rt->sel[rt->n_sel] = row;
+            rt->pos[rt->n_sel] = i;
+            rt->gate[rt->n_sel] = gate_of(c, rt->r[row]);
+            rt->n_sel++;
+        }
+        long ns = rt->n_sel - rt->seq_start[b];
+        rt->sum_sq += ns * ns;
+    }
+    rt->seq_start[a->nseq] = rt->n_sel;
+    if (a->flops_executed)
+        *a->flops_executed += a->nseq * mod_router_flops(c, a->dims);
+    if (a->mode != FWD_TRAIN)
+        return;
+    double aux = 0.0, side = 0.0;
+    memset(rt->sums, 0, sizeof(rt->sums));
+    for (int i = 0; i < n; i++) {
+        if (c->router == ROUTER_LEARNED && c->causal == CAUSAL_AUX)
+            aux += bce_logit(rt->r[i], rt->z[i]);
+        if (c->t_pred >= 0)
+            side += bce_logit(rt->pl[i], rt->z[i]);
+        rt->sums[(rt->c[i] ? 0 : 2) + (rt->z[i] ? 0 : 1)] += 1.0; /* tp fp fn tn */
+        rt->sums[4] += rt->c[i];
+    }
+    rt->sums[5] = n;
+    if (a->aux_loss)
+        *a->aux_loss += c->aux_weight * aux / S * (double)a->seq_scale;
+    if (a->side_loss)
+        *a->side_loss += side / S * (double)a->seq_scale;
+}
+
+void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
+                         float *dx, const float *x, const float *dgate)
+{
+    const mod_router_cfg *c = &rt->cfg;
+    int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
+    float *dr = rt->dr;
+    float bscale = (float)(a->seq_scale / S);
+    if (c->router == ROUTER_LEARNED) {
+        memset(dr, 0, (size_t)n * sizeof(float));
+        for (int j = 0; j < rt->n_sel; j++) {
+            float g = rt->gate[j];
+            dr[rt->sel[j]] += c->gate == GATE_RAW ? dgate[j] : dgate[j] * g * (1.0f - g);
+        }
+        if (c->causal == CAUSAL_AUX)
+            for (int i = 0; i < n; i++)
+                dr[i] += (float)c->aux_weight * bscale * (sigmoidf(rt->r[i]) - (float)rt->z[i]);
+        /* r = x w_r: dw_r += x^T dr, dx += dr w_r^T */
+        matmul(dw[c->t_router], 1, x, d, true, dr, 1, false, d, 1, n, 1.0f);
+        matmul(dx, d, dr, 1, false, w[c->t_router], d, false, n, d, 1, 1.0f);
+    }
+    if (c->t_pred >= 0) {
+        for (int i = 0; i < n; i++)
+            dr[i] = bscale * (sigmoidf(rt->pl[i]) - (float)rt->z[i]);
+        predictor_backward(dw + c->t_pred, dr, x, rt->pa, rt->ph, w + c->t_pred, n, d, rt->dpa);
+    }
+}
+
+int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
+                      const float *x, int32_t pos, float *gate)
+{
+    const mod_router_cfg *c = &rt->cfg;
+    int d = a->dims->d_model;
+    float r, score;
+    if (c->router == ROUTER_LEARNED) {
+        linear_forward(&r, x, w[c->t_router], 1, d, 1, 0.0f);
+    } else {
+        /* the same stream as the full forward: draw pos+1 normals */
+        float *buf = malloc(((size_t)pos + 1) * sizeof(float));
+        if (!buf)
+            return -ENOMEM;
+        random_scores(buf, a->ctx ? a->ctx->seed : 0, layer_index, a->step, a->seq0, pos + 1);
+        r = buf[pos];
+        free(buf);
+    }
+    score = r;
+    if (c->t_pred >= 0) {
+        float pa[MOD_PRED_HIDDEN], ph[MOD_PRED_HIDDEN];
+        predictor_forward(pa, ph, &score, x, w + c->t_pred, 1, d);
+    }
+    *gate = gate_of(c, r);
+    return score > causal_threshold(c);
+}
+
+int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink)
+{
+    unsigned long long dims[2] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len };
+    long n = (long)a->nseq * a->seq_len;
+    int rc = sink->put(sink, "selected", RECORD_UINT8, 2, dims, rt->z);
+    if (!rc)
+        rc = sink->put(sink, "scores", RECORD_FLOAT, 2, dims, rt->r);
+    if (!rc)
+        rc = sink->put(sink, "causal", RECORD_UINT8, 2, dims, rt->c);
+    if (!rc && rt->cfg.t_pred >= 0) {
+        float *p = malloc((size_t)n * sizeof(float));
+        if (!p)
+            return -ENOMEM;
+        for (long i = 0; i < n; i++)
+            p[i] = sigmoidf(rt->pl[i]);
+        rc = sink->put(sink, "pred_prob", RECORD_FLOAT, 2, dims, p);
+        free(p);
+    }
+    return rc;
+}
+
+int mod_router_stat_count(int *n_sums)
+{
+    *n_sums = 6;
+    return 5;
+}
+
+void mod_router_stat_name(int col, char *buf, int len)
+{
+    snprintf(buf, (size_t)len, "%s", stat_names[col]);
+}
+
+static double ratio(double a, double b)
+{
+    return b > 0.0 ? a / b : 0.0;
+}
+
+void mod_router_stat_columns(const double *m, double *cols)
+{
+    /* m: tp fp fn tn causal tokens */
+    cols[0] = ratio(m[0] + m[3], m[5]);
+    cols[1] = ratio(m[0], m[0] + m[1]);
+    cols[2] = ratio(m[0], m[0] + m[2]);
+    cols[3] = ratio(m[4], m[5]);
+    cols[4] = ratio(m[0] + m[2], m[5]);
+}

@@ -1,0 +1,88 @@
+/* The routing half of Mixture-of-Depths (Raposo et al. 2024, Sec. 3),
+ * shared by the `mod` kind and staged MoDE: per sequence a router scores
+ * every token of the residual stream, the k = floor(capacity S) best form the
+ * selected set (ties to the lower position), and a causal rule decides per
+ * token when top-k over the sequence cannot be used (Sec. 3.5). */
+#ifndef MODE_MOD_ROUTER_H
+#define MODE_MOD_ROUTER_H
+
+#include "core/model/kind.h"
+
+#include <stdint.h>
+
+enum { ROUTER_LEARNED, ROUTER_RANDOM };
+enum { GATE_RAW, GATE_SIGMOID };
+enum { CAUSAL_AUX, CAUSAL_PREDICTOR, CAUSAL_NONE };
+
+/* Hidden width of the causal predictor (MODEL.md: d -> 64 -> 1). */
+#define MOD_PRED_HIDDEN 64
+
+typedef struct mod_router_cfg {
+    int router, gate, causal;
+    double capacity, aux_weight;
+    int k;
+    int t_router, t_pred; /* tensor index within the router's tensors, -1 if absent */
+    int n_tensors;        /* router (learned) + the predictor's four */
+} mod_router_cfg;
+
+typedef struct mod_router {
+    mod_router_cfg cfg;
+    int max_seq;
+    float *r;           /* [rows] router scores */
+    float *pa, *ph;     /* [rows][64] predictor pre-activation and hidden */
+    float *pl;          /* [rows] predictor logits */
+    unsigned char *z;   /* [rows] top-k membership */
+    unsigned char *c;   /* [rows] causal decision */
+    int *scratch;       /* [S] */
+    int n_sel, nseq;
+    long sum_sq;        /* sum over sequences of (selected rows)^2 */
+    int *sel;           /* [rows] row index of each selected row, by sequence */
+    int *seq_start;     /* [max_seq+1] */
+    int32_t *pos;       /* [rows] original positions of the selected rows */
+    float *gate;        /* [rows] g(r) of the selected rows */
+    float *dr, *dpa;    /* backward work: [rows], [rows][64] */
+    double sums[6];     /* tp fp fn tn of the causal rule against top-k; causal taken; tokens */
+} mod_router;
+
+/* k = max(1, floor(capacity * S)). */
+int mod_k(double capacity, int seq_len);
+/* z[i] = 1 for the k largest scores of n (ties to the lower position). */
+void mod_topk(unsigned char *z, const float *scores, int n, int k, int *scratch);
+/* Phi^-1(p), the standard normal quantile. */
+double mod_normal_quantile(double p);
+
+extern const char *const mod_router_keys[]; /* capacity router gate causal aux_weight */
+
+mod_router_cfg mod_router_parse(const layer_spec *s, const model_dims *dims);
+int mod_router_validate(const layer_spec *s, char *err, int err_len);
+/* The router's tensors (router, pred_w1, pred_b1, pred_w2, pred_b2 as the
+ * config asks); returns the count; out may be NULL. */
+int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_desc *out);
+/* Nominal forward FLOPs of the router and predictor for one sequence. */
+double mod_router_flops(const mod_router_cfg *c, const model_dims *dims);
+
+int build_mod_router(mod_router *rt, const layer_spec *s, const model_dims *dims, int max_seq);
+void free_mod_router(mod_router *rt);
+
+/* Scores, top-k membership and causal decisions of every row of x[nseq*S][d];
+ * the selected set is top-k (FWD_TRAIN, FWD_EVAL_TOPK) or the causal rule
+ * (FWD_EVAL_CAUSAL), with the gate value of each selected row.  In
+ * FWD_TRAIN also the aux and predictor losses and the statistics.  w: the
+ * router's tensors.  Adds the router's FLOPs to a->flops_executed. */
+void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
+                        const float *x);
+/* Given dgate[j] = d loss / d g of selected row j: the router's and the
+ * predictor's gradients, and dx += the router's input gradient. */
+void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
+                         float *dx, const float *x, const float *dgate);
+/* Decoding: does the row x[d] at position pos take the block?  1 yes (its
+ * gate value in *gate), 0 no, negative on error. */
+int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
+                      const float *x, int32_t pos, float *gate);
+
+int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink);
+int mod_router_stat_count(int *n_sums);
+void mod_router_stat_name(int col, char *buf, int len);
+void mod_router_stat_columns(const double *sums, double *cols);
+
+#endif
