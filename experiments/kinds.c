@@ -2,18 +2,20 @@
 
 #include "mod/mod.h"
 #include "moe/moe.h"
+#include "moe/staged.h"
 
 #include <assert.h>
 #include <stddef.h>
 
 /* Adding a kind: one row here, and its file in mod/ or moe/. */
-enum { KIND_DENSE, KIND_MOD, KIND_MOE, KIND_INTEGRATED, KIND_COUNT };
+enum { KIND_DENSE, KIND_MOD, KIND_MOE, KIND_INTEGRATED, KIND_STAGED, KIND_COUNT };
 
 const layer_kind *const mode_kinds[] = {
     [KIND_DENSE] = &dense_kind,
     [KIND_MOD] = &mod_kind,
     [KIND_MOE] = &moe_kind,
     [KIND_INTEGRATED] = &integrated_kind,
+    [KIND_STAGED] = &staged_kind,
     [KIND_COUNT] = NULL,
 };
 

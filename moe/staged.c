@@ -1,0 +1,354 @@
+/* Staged MoDE (Raposo et al. 2024, Sec. 4.3; MODEL.md `staged`): MoD routing
+ * of a whole block, whose block is attention among the selected rows
+ * followed by the MoE MLP on those rows only:
+ *     X~ = x[T];  h = X~ + Attn(X~);  Y = h + sum_e p_e SwiGLU_e(RMSNorm(h));
+ *     x_i <- x_i + g(r_i) (Y - X~)_i   for i in T.
+ * Expert capacity counts the nominal k = max(1, floor(capacity S)) rows, in
+ * top-k and causal mode alike, so causal mode never depends on the future. */
+#include "moe/staged.h"
+
+#include "core/kernels/ops.h"
+#include "core/model/block.h"
+#include "core/util/ctx.h"
+#include "mod/router.h"
+#include "moe/moe.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct staged_state {
+    mod_router rt;
+    experts_cfg ec;
+    experts *x;
+    int t_attn, t_norm, t_gate; /* tensor indices */
+    int cap_rows;
+    long cap_probs;
+    float *xs, *h, *m, *rstd, *ys; /* [cap_rows][d] (rstd [cap_rows]) */
+    attn_cache attn;
+    int32_t *rec_experts;  /* [rows][top_k] record buffers */
+    float *rec_weights;
+    kv_cache kv;           /* decoding */
+    float *dec;            /* [3d] */
+} staged_state;
+
+static const char *const staged_keys[] = { "capacity", "router", "gate", "causal", "aux_weight",
+                                           "experts", "top_k", "capacity_factor", "d_ff",
+                                           "balance_weight", "z_weight", NULL };
+
+static int staged_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
+{
+    int rc = mod_router_validate(s, err, err_len);
+    return rc ? rc : moe_validate_experts(s, false, err, err_len);
+}
+
+static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
+{
+    mod_router_cfg rc = mod_router_parse(s, dims);
+    int n = rc.n_tensors + BLOCK_ATTN_TENSORS + 1 + EXPERTS_TENSORS;
+    if (!out)
+        return n;
+    if (max < n)
+        return -EINVAL;
+    mod_router_tensors(&rc, dims, out);
+    tensor_desc block[BLOCK_TENSORS];
+    block_tensors(block, dims, true);
+    memcpy(out + rc.n_tensors, block, (BLOCK_ATTN_TENSORS + 1) * sizeof(tensor_desc));
+    experts_cfg ec = moe_experts_cfg(s, dims, false);
+    experts_tensors(out + rc.n_tensors + BLOCK_ATTN_TENSORS + 1, &ec, dims);
+    return n;
+}
+
+static void free_rows(staged_state *s)
+{
+    free(s->xs);
+    free(s->h);
+    free(s->m);
+    free(s->rstd);
+    free(s->ys);
+    free_attn_cache(&s->attn);
+    s->xs = s->h = s->m = s->rstd = s->ys = NULL;
+    s->cap_rows = 0;
+    s->cap_probs = 0;
+}
+
+static int ensure_rows(staged_state *s, const model_dims *dims, int rows, long probs)
+{
+    if (rows <= s->cap_rows && probs <= s->cap_probs)
+        return 0;
+    rows = rows > s->cap_rows ? rows : s->cap_rows;
+    probs = probs > s->cap_probs ? probs : s->cap_probs;
+    free_rows(s);
+    rows = rows ? rows : 1;
+    probs = probs ? probs : 1;
+    size_t rd = (size_t)rows * dims->d_model;
+    s->xs = malloc(rd * sizeof(float));
+    s->h = malloc(rd * sizeof(float));
+    s->m = malloc(rd * sizeof(float));
+    s->ys = malloc(rd * sizeof(float));
+    s->rstd = malloc((size_t)rows * sizeof(float));
+    if (!s->xs || !s->h || !s->m || !s->ys || !s->rstd ||
+        build_attn_cache(&s->attn, dims, rows, probs)) {
+        free_rows(s);
+        return -ENOMEM;
+    }
+    s->cap_rows = rows;
+    s->cap_probs = probs;
+    return 0;
+}
+
+static void staged_free(layer *l)
+{
+    staged_state *s = l->state;
+    if (!s)
+        return;
+    free_rows(s);
+    free_mod_router(&s->rt);
+    free_experts(&s->x);
+    free(s->rec_experts);
+    free(s->rec_weights);
+    free_kv_cache(&s->kv);
+    free(s->dec);
+    free(s);
+    l->state = NULL;
+}
+
+static int staged_build(layer *l, const model_dims *dims, int max_seq)
+{
+    staged_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    l->state = s;
+    s->ec = moe_experts_cfg(&l->spec, dims, false);
+    int rc = build_mod_router(&s->rt, &l->spec, dims, max_seq);
+    s->t_attn = s->rt.cfg.n_tensors;
+    s->t_norm = s->t_attn + BLOCK_ATTN_TENSORS;
+    s->t_gate = s->t_norm + 1;
+    int k = s->rt.cfg.k;
+    size_t rk = (size_t)max_seq * dims->seq_len * s->ec.top_k;
+    s->rec_experts = malloc(rk * sizeof(int32_t));
+    s->rec_weights = malloc(rk * sizeof(float));
+    s->dec = malloc(3 * (size_t)dims->d_model * sizeof(float));
+    if (rc || !s->rec_experts || !s->rec_weights || !s->dec ||
+        build_experts(&s->x, &s->ec, dims) ||
+        ensure_rows(s, dims, max_seq * k, (long)max_seq * dims->n_heads * k * k)) {
+        staged_free(l);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static long staged_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    mod_router_cfg c = mod_router_parse(spec, dims);
+    long sel = (long)max_seq * c.k;
+    /* dys dh dm dxs, dgate, then attention's share */
+    return 4 * sel * dims->d_model + sel + attn_ws_floats(dims, (int)sel, c.k);
+}
+
+static int nominal_capacity(const staged_state *s)
+{
+    return experts_capacity(&s->ec, s->rt.cfg.k);
+}
+
+static double staged_flops(const layer_spec *spec, const model_dims *dims)
+{
+    mod_router_cfg rc = mod_router_parse(spec, dims);
+    experts_cfg ec = moe_experts_cfg(spec, dims, false);
+    return mod_router_flops(&rc, dims) + attn_flops_rows(dims, rc.k, (long)rc.k * rc.k) +
+           experts_flops(&ec, dims, rc.k);
+}
+
+static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
+{
+    staged_state *s = l->state;
+    mod_router *rt = &s->rt;
+    const model_dims *dm = a->dims;
+    int d = dm->d_model, n = a->nseq * a->seq_len;
+    double t0 = mode_now();
+    mod_router_forward(rt, l->w, l->index, a, x);
+    int rc = ensure_rows(s, dm, rt->n_sel, rt->sum_sq * dm->n_heads);
+    if (rc)
+        return rc;
+    for (int j = 0; j < rt->n_sel; j++)
+        memcpy(s->xs + (size_t)j * d, x + (size_t)rt->sel[j] * d, (size_t)d * sizeof(float));
+    if (a->ctx)
+        a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
+    row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
+    attn_weights aw = attn_weights_at(l->w + s->t_attn);
+    attn_forward(&s->attn, s->h, s->xs, &rs, &aw, a);
+    rmsnorm_forward(s->m, s->rstd, s->h, l->w[s->t_norm], rt->n_sel, d);
+    memcpy(s->ys, s->h, (size_t)rt->n_sel * d * sizeof(float));
+    rc = experts_forward(s->x, a, s->ys, s->m, &rs, l->w + s->t_gate, nominal_capacity(s));
+    if (rc)
+        return rc;
+    memcpy(y, x, (size_t)n * d * sizeof(float));
+    for (int j = 0; j < rt->n_sel; j++) {
+        float *yr = y + (size_t)rt->sel[j] * d;
+        const float *ys = s->ys + (size_t)j * d, *xs = s->xs + (size_t)j * d;
+        float g = rt->gate[j];
+        for (int e = 0; e < d; e++)
+            yr[e] += g * (ys[e] - xs[e]);
+    }
+    if (a->flops_executed)
+        *a->flops_executed += attn_flops_rows(dm, rt->n_sel, rt->sum_sq);
+    return 0;
+}
+
+static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
+{
+    staged_state *s = l->state;
+    mod_router *rt = &s->rt;
+    const model_dims *dm = a->dims;
+    int d = dm->d_model, n = a->nseq * a->seq_len, ns = rt->n_sel;
+    size_t nd = (size_t)ns * d;
+    float *dys = a->ws, *dh = dys + nd, *dmm = dh + nd, *dxs = dmm + nd, *dgate = dxs + nd;
+    float *sub = dgate + ns;
+    for (long i = 0; i < (long)n * d; i++)
+        dx[i] += dy[i];
+    for (int j = 0; j < ns; j++) {
+        const float *dyr = dy + (size_t)rt->sel[j] * d;
+        const float *ys = s->ys + (size_t)j * d, *xs = s->xs + (size_t)j * d;
+        float *o = dys + (size_t)j * d, g = rt->gate[j], dg = 0.0f;
+        for (int e = 0; e < d; e++) {
+            o[e] = g * dyr[e];
+            dg += dyr[e] * (ys[e] - xs[e]);
+        }
+        dgate[j] = dg;
+    }
+    row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
+    memcpy(dh, dys, nd * sizeof(float)); /* Y = h + experts: the residual path */
+    memset(dmm, 0, nd * sizeof(float));
+    int rc = experts_backward(s->x, a, dmm, dys, s->m, &rs, l->w + s->t_gate, l->dw + s->t_gate);
+    if (rc)
+        return rc;
+    rmsnorm_backward(dh, l->dw[s->t_norm], dmm, s->h, l->w[s->t_norm], s->rstd, ns, d);
+    attn_weights aw = attn_weights_at(l->w + s->t_attn), daw = attn_weights_at(l->dw + s->t_attn);
+    memset(dxs, 0, nd * sizeof(float));
+    attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);
+    for (int j = 0; j < ns; j++) {
+        float *o = dx + (size_t)rt->sel[j] * d;
+        const float *p = dxs + (size_t)j * d, *q = dys + (size_t)j * d;
+        for (int e = 0; e < d; e++)
+            o[e] += p[e] - q[e];
+    }
+    mod_router_backward(rt, l->w, l->dw, a, dx, x, dgate);
+    return 0;
+}
+
+static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
+{
+    const staged_state *s = l->state;
+    const mod_router *rt = &s->rt;
+    int K = s->ec.top_k;
+    long n = (long)a->nseq * a->seq_len;
+    int rc = mod_router_record(rt, a, sink);
+    if (rc)
+        return rc;
+    /* experts of the rows that took the block; -2 for rows that skipped it */
+    for (long i = 0; i < n * K; i++) {
+        s->rec_experts[i] = -2;
+        s->rec_weights[i] = 0.0f;
+    }
+    const int32_t *ch = experts_choices(s->x);
+    const float *wt = experts_weights(s->x);
+    for (int j = 0; j < rt->n_sel; j++) {
+        memcpy(s->rec_experts + (size_t)rt->sel[j] * K, ch + (size_t)j * K, K * sizeof(int32_t));
+        memcpy(s->rec_weights + (size_t)rt->sel[j] * K, wt + (size_t)j * K, K * sizeof(float));
+    }
+    unsigned long long dims[3] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len,
+                                   (unsigned long long)K };
+    rc = sink->put(sink, "experts", RECORD_INT32, 3, dims, s->rec_experts);
+    return rc ? rc : sink->put(sink, "weights", RECORD_FLOAT, 3, dims, s->rec_weights);
+}
+
+static int staged_stat_count(const layer *l, int *n_sums)
+{
+    const staged_state *s = l->state;
+    int rs, rcols = mod_router_stat_count(&rs);
+    *n_sums = rs + experts_stat_sums_count(&s->ec);
+    return rcols + experts_stat_cols_count(&s->ec);
+}
+
+static void staged_stat_name(const layer *l, int col, char *buf, int len)
+{
+    const staged_state *s = l->state;
+    int rs, rcols = mod_router_stat_count(&rs);
+    if (col < rcols)
+        mod_router_stat_name(col, buf, len);
+    else
+        experts_stat_name(&s->ec, col - rcols, buf, len);
+}
+
+static void staged_stat_sums(const layer *l, double *sums)
+{
+    const staged_state *s = l->state;
+    int rs;
+    mod_router_stat_count(&rs);
+    memcpy(sums, s->rt.sums, (size_t)rs * sizeof(double));
+    experts_stat_sums(s->x, sums + rs);
+}
+
+static void staged_stat_columns(const layer *l, const double *sums, double *cols)
+{
+    const staged_state *s = l->state;
+    int rs, rcols = mod_router_stat_count(&rs);
+    mod_router_stat_columns(sums, cols);
+    experts_stat_columns(&s->ec, sums + rs, cols + rcols);
+}
+
+static int staged_decode_begin(layer *l, const model_dims *dims, int max_len)
+{
+    staged_state *s = l->state;
+    if (s->kv.cap < max_len) {
+        free_kv_cache(&s->kv);
+        if (build_kv_cache(&s->kv, dims, max_len))
+            return -ENOMEM;
+    }
+    s->kv.n = 0;
+    experts_decode_reset(s->x);
+    return 0;
+}
+
+static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
+{
+    staged_state *s = l->state;
+    int d = a->dims->d_model;
+    float g, rstd, *h = s->dec, *m = h + d, *ys = m + d;
+    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
+    if (take <= 0) {
+        memcpy(y, x, (size_t)d * sizeof(float));
+        return take;
+    }
+    attn_weights aw = attn_weights_at(l->w + s->t_attn);
+    int rc = attn_decode(&s->kv, h, x, pos, &aw, a);
+    if (rc)
+        return rc;
+    rmsnorm_forward(m, &rstd, h, l->w[s->t_norm], 1, d);
+    memcpy(ys, h, (size_t)d * sizeof(float));
+    experts_decode(s->x, a, ys, m, l->w + s->t_gate, nominal_capacity(s));
+    for (int e = 0; e < d; e++)
+        y[e] = x[e] + g * (ys[e] - x[e]);
+    return 1;
+}
+
+const layer_kind staged_kind = {
+    .name = "staged",
+    .keys = staged_keys,
+    .validate = staged_validate,
+    .tensors = staged_tensors,
+    .build = staged_build,
+    .free = staged_free,
+    .ws_floats = staged_ws_floats,
+    .forward = staged_forward,
+    .backward = staged_backward,
+    .flops = staged_flops,
+    .decode_begin = staged_decode_begin,
+    .decode = staged_decode,
+    .record = staged_record,
+    .stat_count = staged_stat_count,
+    .stat_name = staged_stat_name,
+    .stat_sums = staged_stat_sums,
+    .stat_columns = staged_stat_columns,
+};
