@@ -136,6 +136,39 @@ mod)
 	h5ls -r r/tiny/ckpt.h5 | grep -q router && fail "random routing has a router tensor"
 	"$exe" sample r/tiny/ckpt.h5 --prompt "ab" --tokens 5 >/dev/null || fail "sample random"
 	;;
+moe)
+	# Expert parallelism: 4 experts on 1, 2, 4 ranks (1 or 2 experts a rank)
+	# and 8 ranks (2 groups of 4): the same losses within float rounding and
+	# exactly the same tokens per expert and drops, for moe, staged and
+	# integrated layers.
+	layers='model.layers=(dense, moe, staged, integrated)'
+	for n in 1 2 4 8; do
+		run "e$n" "$n" "$layers" moe.experts=4 moe.capacity_factor=1.0 mod.capacity=0.5
+	done
+	for n in 2 4 8; do
+		"$compare" e1/tiny/run.h5 "e$n/tiny/run.h5" 1e-5 1e-3 || fail "-n 1 and -n $n differ"
+		for l in 1 2 3; do
+			for c in tokens_0 tokens_1 tokens_2 tokens_3 dropped; do
+				h5dump -d "layer_stats/$l/$c" e1/tiny/run.h5 | sed 1d >a.txt
+				h5dump -d "layer_stats/$l/$c" "e$n/tiny/run.h5" | sed 1d >b.txt
+				cmp -s a.txt b.txt || fail "layer $l $c differs between -n 1 and -n $n"
+			done
+		done
+	done
+	h5dump -d layer_stats/3/tokens_noop e1/tiny/run.h5 >/dev/null || fail "no tokens_noop"
+	h5ls e1/tiny/ckpt.h5/layers/3/gate | grep -q "{32, 5}" || fail "integrated gate shape"
+	h5ls e1/tiny/ckpt.h5/layers/1/experts_w1 | grep -q "{4, 32, 64}" || fail "experts_w1 shape"
+	h5ls -r e1/tiny/run.h5 | grep -q "step_000024/layer_2/experts " || fail "staged record"
+	out=$("$exe" sample e1/tiny/ckpt.h5 --prompt "ab" --tokens 8) || fail "sample moe"
+	echo "$out" | grep -q "# layer 2 (staged)" || fail "sample report: $out"
+	# communication is accounted: bytes sent per step at 4 ranks
+	h5dump -d metrics/comm_bytes e4/tiny/run.h5 | grep -q "[1-9]" || fail "no comm bytes"
+	# a rank count the experts cannot be spread over is refused
+	mpirun -n 3 "$exe" "$config" "$layers" moe.experts=4 data.batch=6 --quiet 2>err.txt &&
+		fail "4 experts on 3 ranks accepted"
+	grep -q "moe.experts=4: expected a multiple or a divisor of the 3 ranks" err.txt ||
+		fail "experts/ranks message: $(cat err.txt)"
+	;;
 bench)
 	out=$("$exe" bench "$config" --steps 2 --json) || fail "bench"
 	echo "$out"
