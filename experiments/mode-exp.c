@@ -133,7 +133,8 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         printf("# wrote %s and %s\n", run_h5, ckpt);
     }
     free(c.over);
-    return rc ? 1 : 0;
+    /* stopped by a signal, checkpoint written: 128 + the signal, as shells do */
+    return rc == -EINTR ? 128 + train_stop_signal() : rc ? 1 : 0;
 }
 
 static int cmd_eval(mode_ctx *ctx, int argc, char **argv)

@@ -22,6 +22,7 @@ typedef struct run_config {
     double flops_budget;  /* training FLOPs (nominal); 0 = unset */
     char out[CFG_PATH_LEN];
     long log_every, eval_every, eval_windows, ckpt_every, routing_every;
+    char nonfinite[16];   /* stop | skip: what a non-finite loss or gradient does */
     /* [data] */
     char source[CFG_PATH_LEN]; /* brown | synthetic | path to .txt or .bin */
     int seq_len;

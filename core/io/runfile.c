@@ -18,6 +18,7 @@ char *openblas_get_config(void);
 const char *const run_metric_cols[] = {
     "step", "loss", "ce", "aux_loss", "side_loss", "lr", "grad_norm", "tokens_per_s",
     "train_flops", "train_flops_executed", "wall_s", "comm_bytes", "comm_s", "compute_s",
+    "skipped",
 };
 const int run_metric_count = (int)(sizeof(run_metric_cols) / sizeof(run_metric_cols[0]));
 const char *const run_eval_cols[] = { "step", "loss_topk", "loss_causal" };

@@ -4,6 +4,7 @@
 #include "core/rng/pcg32.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,4 +406,32 @@ int model_decode_step(model *m, mode_ctx *ctx, uint16_t token, int32_t pos, floa
     rmsnorm_forward(m->dec_u, &rstd, m->dec_x[dm->n_layers & 1], m->final_norm, 1, d);
     matmul(logits, dm->vocab, m->dec_u, d, false, m->tok_emb, d, true, 1, dm->vocab, d, 0.0f);
     return 0;
+}
+
+static bool all_finite(const float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(p[i]))
+            return false;
+    return true;
+}
+
+int model_first_nonfinite_activation(const model *m, int nseq)
+{
+    const model_dims *dm = &m->dims;
+    size_t rd = (size_t)nseq * dm->seq_len * dm->d_model;
+    for (int l = 1; l <= dm->n_layers; l++)
+        if (!all_finite(m->resid + (size_t)l * rd, rd))
+            return l;
+    if (!all_finite(m->logits, (size_t)nseq * dm->seq_len * dm->vocab))
+        return dm->n_layers + 1;
+    return 0;
+}
+
+const model_tensor *model_first_nonfinite_grad(const model *m)
+{
+    for (int t = 0; t < m->n_tensors; t++)
+        if (!all_finite(m->grads + m->tensors[t].offset, (size_t)m->tensors[t].numel))
+            return &m->tensors[t];
+    return NULL;
 }

@@ -94,6 +94,13 @@ int model_decode_begin(model *m, int max_len);
 int model_decode_step(model *m, mode_ctx *ctx, uint16_t token, int32_t pos, float *logits,
                       unsigned char *taken);
 
+/* Where the last forward first went non-finite, for nseq sequences: the
+ * index l+1 of the first layer whose output has a NaN or infinity, L+1 for
+ * the logits, 0 when everything is finite. */
+int model_first_nonfinite_activation(const model *m, int nseq);
+/* The first tensor (in buffer order) whose gradient is not finite, or NULL. */
+const model_tensor *model_first_nonfinite_grad(const model *m);
+
 const model_tensor *model_find_tensor(const model *m, const char *path);
 
 /* MODEL.md FLOPs: nominal forward FLOPs of one sequence, per layer (into

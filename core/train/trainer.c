@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +357,88 @@ static void sample_batch(const trainer *t, uint16_t *tok, int local, long step, 
         dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->seed, step, seq0 + i);
 }
 
+/* SIGINT and SIGTERM ask for a checkpoint and a clean stop at the end of the
+ * current step.  A signal handler can only set a flag: this is the one
+ * static variable of the library. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+int train_stop_signal(void)
+{
+    return stop_signal;
+}
+
+/* A testing aid (docs/robustness.md): MODE_FAULT=nan@STEP puts a NaN into a
+ * gradient at that step; MODE_FAULT=error@RANK:STEP makes that rank fail. */
+static int injected_fault(const mode_ctx *ctx, long done, model *m)
+{
+    const char *f = getenv("MODE_FAULT");
+    long step = -1, rank = -1;
+    if (!f)
+        return 0;
+    if (sscanf(f, "nan@%ld", &step) == 1 && step == done) {
+        m->grads[m->tensors[m->n_tensors / 2].offset] = NAN;
+        return 0;
+    }
+    if (sscanf(f, "error@%ld:%ld", &rank, &step) == 2 && rank == ctx->rank && step == done)
+        return -EIO;
+    return 0;
+}
+
+/* The global batch of a step as rank 0 can rebuild it (samples are keyed
+ * by step and sequence), stored with the run so a bad step can be replayed. */
+static int record_batch(trainer *t, long done, const char *group)
+{
+    if (!t->rec)
+        return 0;
+    int S = t->cfg->seq_len, B = t->cfg->batch;
+    int32_t *tok = malloc((size_t)B * (S + 1) * sizeof(int32_t));
+    int32_t *off = malloc((size_t)B * sizeof(int32_t));
+    uint16_t *row = malloc((size_t)(S + 1) * sizeof(uint16_t));
+    int rc = tok && off && row ? 0 : -ENOMEM;
+    for (int i = 0; !rc && i < B; i++) {
+        dataset_sample(t->d, row, S, t->cfg->seed, done - 1, i);
+        off[i] = (int32_t)dataset_sample_offset(t->d, S, t->cfg->seed, done - 1, i);
+        for (int j = 0; j <= S; j++)
+            tok[(size_t)i * (S + 1) + j] = row[j];
+    }
+    char path[96];
+    unsigned long long dims[2] = { (unsigned long long)B, (unsigned long long)S + 1 };
+    snprintf(path, sizeof(path), "%s/step_%06ld/tokens", group, done);
+    if (!rc)
+        rc = run_record_add_blob(t->rec, path, RUN_BLOB_INT32, 2, dims, tok, done);
+    snprintf(path, sizeof(path), "%s/step_%06ld/offsets", group, done);
+    if (!rc)
+        rc = run_record_add_blob(t->rec, path, RUN_BLOB_INT32, 1, dims, off, done);
+    free(tok);
+    free(off);
+    free(row);
+    return rc;
+}
+
+/* Name what went non-finite first: a layer's output in the forward pass
+ * (on any rank), else the first gradient tensor. */
+static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
+{
+    int L = t->m->dims.n_layers, first = model_first_nonfinite_activation(t->m, local);
+    first = first ? first : L + 2;
+    comm_allreduce_min_int(t->ctx->comm, &first);
+    const model_tensor *g = model_first_nonfinite_grad(t->m);
+    if (first <= L)
+        snprintf(buf, len, "the output of layer %d (%s) in the forward pass", first - 1,
+                 t->m->layers[first - 1].kind->name);
+    else if (first == L + 1)
+        snprintf(buf, len, "the logits");
+    else if (g)
+        snprintf(buf, len, "the gradient of %s", g->path);
+    else
+        snprintf(buf, len, "the loss");
+}
+
 static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len)
 {
     const run_config *c = t->cfg;
@@ -363,17 +446,23 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     model *m = t->m;
     int S = c->seq_len, P = ctx->size, local = c->batch / P;
     long seq0 = (long)ctx->rank * local;
+    bool skip_bad = !strcmp(c->nonfinite, "skip");
     optim_cfg oc = c->optim;
     oc.total_steps = t->total;
     uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
     if (!tok)
         return -ENOMEM;
-    double wall0 = mode_now();
-    if (t->rec && t->rec->metrics.n_rows > 0) /* resumed: wall time goes on */
-        wall0 -= t->rec->metrics.rows[(t->rec->metrics.n_rows - 1) * t->rec->metrics.n_cols + 10];
+    double wall0 = mode_now(), skipped = 0.0;
+    if (t->rec && t->rec->metrics.n_rows > 0) { /* resumed: wall time and skips go on */
+        const run_table *mt = &t->rec->metrics;
+        wall0 -= mt->rows[(mt->n_rows - 1) * mt->n_cols + 10];
+        skipped = mt->rows[(mt->n_rows - 1) * mt->n_cols + 14];
+    }
+    comm_bcast(ctx->comm, &skipped, sizeof(skipped), 0);
     double train_flops_step = 3.0 * t->flops_per_seq * c->batch;
     int rc = 0;
     for (long step = t->start; step < t->total && !rc; step++) {
+        long done = step + 1;
         double t0 = mode_now();
         sample_batch(t, tok, local, step, seq0);
         batch b = { .tokens = tok, .nseq = local, .step = step, .seq0 = seq0,
@@ -383,8 +472,10 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         rc = model_forward(m, ctx, &b, FWD_TRAIN, &r);
         if (!rc)
             rc = model_backward(m, ctx, &b);
+        if (!rc)
+            rc = injected_fault(ctx, done, m);
         if (rc)
-            snprintf(err, (size_t)err_len, "step %ld: forward/backward failed (%s)", step + 1,
+            snprintf(err, (size_t)err_len, "step %ld: forward/backward failed (%s)", done,
                      strerror(-rc));
         if ((rc = agree(ctx, rc)))
             break;
@@ -397,24 +488,35 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         double comm_s = mode_now() - tc;
         ctx->timers[PHASE_COMM] += comm_s;
         if (rc) {
-            snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", step + 1);
+            snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", done);
             break;
         }
         double ce = sums[0] / ((double)c->batch * S), loss = ce + sums[1];
-        double norm = grad_global_norm(m->grads, m->n_params);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            snprintf(err, (size_t)err_len, "step %ld: non-finite %s (loss %g, gradient norm %g)",
-                     step + 1, isfinite(loss) ? "gradient" : "loss", loss, norm);
-            rc = -ERANGE;
-            break;
+        double norm = grad_global_norm(m->grads, m->n_params), lr = lr_at(&oc, step);
+        bool bad = !isfinite(loss) || !isfinite(norm);
+        if (bad) {
+            /* every rank sees the same summed loss and gradients */
+            char what[160];
+            describe_nonfinite(t, local, what, sizeof(what));
+            rc = record_batch(t, done, "nonfinite");
+            if (!skip_bad || rc) {
+                snprintf(err, (size_t)err_len,
+                         "step %ld: non-finite %s (loss %g, gradient norm %g), first in %s; the "
+                         "batch is in %s under /nonfinite, the last good checkpoint is kept",
+                         done, isfinite(loss) ? "gradient" : "loss", loss, norm, what, t->run_h5);
+                if (t->rec)
+                    run_record_write(t->rec, t->run_h5, what, sizeof(what));
+                rc = -ERANGE;
+                break;
+            }
+            skipped += 1.0; /* [run] nonfinite = skip: no update this step */
+        } else {
+            double to = mode_now();
+            clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
+            adamw_update(m, &oc, step + 1, lr);
+            ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
         }
-        double to = mode_now();
-        clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
-        double lr = lr_at(&oc, step);
-        adamw_update(m, &oc, step + 1, lr);
-        ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
         double dt = mode_now() - t0, wall = mode_now() - wall0;
-        long done = step + 1;
         train_log lg = {
             .step = done, .total = t->total, .loss = loss, .ce = ce, .aux = sums[1],
             .side = sums[2], .lr = lr, .grad_norm = norm,
@@ -425,12 +527,14 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             double row[] = { (double)done, loss, ce, sums[1], sums[2], lr, norm,
                              lg.tokens_per_s, train_flops_step * (double)done,
                              3.0 * sums[3], wall, (double)comm_bytes_sent(ctx->comm), comm_s,
-                             compute };
+                             compute, skipped };
             rc = run_table_append(&t->rec->metrics, row);
         }
-        bool stop = o->max_steps > 0 && done - t->start >= o->max_steps;
+        int sig = stop_signal;
+        comm_allreduce_max_int(ctx->comm, &sig); /* a signal on any rank stops all */
+        bool stop = sig || (o->max_steps > 0 && done - t->start >= o->max_steps);
         bool last = done == t->total || stop;
-        if (!rc)
+        if (!rc && !bad)
             rc = record_stats(t, done);
         if (!rc && t->cfg->routing_every > 0 &&
             (done % t->cfg->routing_every == 0 || done == t->total))
@@ -457,6 +561,12 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             rc = save_all(t, done, err, err_len);
         /* a failure on rank 0 alone (the record) must stop every rank */
         rc = agree(ctx, rc);
+        if (!rc && sig) {
+            snprintf(err, (size_t)err_len,
+                     "stopped by signal %d after step %ld; the checkpoint is written and "
+                     "--resume goes on from it", sig, done);
+            rc = -EINTR;
+        }
         if (stop)
             break;
     }
@@ -505,7 +615,14 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         goto fail;
     if (ctx->rank == 0 && t.rec)
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
+    struct sigaction sa = { .sa_handler = on_stop_signal }, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     rc = train_steps(&t, o, err, err_len);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
 fail:
     if (t.stat_cols)
         for (int l = 0; l < dims.n_layers; l++)

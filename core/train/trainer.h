@@ -47,6 +47,9 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
 /* Output paths of a run: <out>/<name>/run.h5 and ckpt.h5. */
 void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len);
 
+/* The signal (SIGINT, SIGTERM) that stopped the last train() with -EINTR. */
+int train_stop_signal(void);
+
 int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
           const trainer_opts *o, char *err, int err_len);
 

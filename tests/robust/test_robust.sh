@@ -1,0 +1,149 @@
+#!/bin/sh
+# Robustness: bad input, signals, crashes, non-finite numbers, failing ranks.
+#   test_robust.sh TEST MODE_EXP COMPARE_RUNS CONFIG
+# TEST: data | checkpoints | signals | kill | nonfinite | ranks | output
+set -u
+test_name=$1
+abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+exe=$(abspath "$2") compare=$(abspath "$3") config=$(abspath "$4")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+fail() { echo "FAIL: $*"; exit 1; }
+# expect CODE PATTERN CMD...: the command exits with CODE (or any non-zero
+# for "nz") and its output matches PATTERN.
+expect() {
+	want=$1 pat=$2
+	shift 2
+	"$@" >out.txt 2>&1
+	got=$?
+	if [ "$want" = nz ]; then [ "$got" -ne 0 ] || fail "exit 0 from: $*"; else
+		[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"; fi
+	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
+	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
+}
+# no output folder may be left behind by a refused run
+nothing_left() { [ -e "$1" ] && fail "a refused run left $1 behind"; return 0; }
+
+case $test_name in
+data)
+	printf '' >empty.txt
+	head -c 20 /dev/urandom >short.txt
+	head -c 1001 /dev/urandom >odd.bin
+	printf '\001\000\377\377' >big.bin # token 65535
+	i=0
+	while [ $i -lt 300 ]; do printf '\001\000'; i=$((i + 1)); done >>big.bin
+	expect 1 "missing.txt" "$exe" "$config" data.source=missing.txt run.out=o1 --quiet
+	nothing_left o1
+	expect 1 "empty.txt" "$exe" "$config" data.source=empty.txt run.out=o2 --quiet
+	expect 1 "short.txt: .*tokens" "$exe" "$config" data.source=short.txt run.out=o3 --quiet
+	expect 1 "odd.bin: 1001 bytes" "$exe" "$config" data.source=odd.bin data.vocab=300 run.out=o4 --quiet
+	expect 1 "big.bin.*65535" "$exe" "$config" data.source=big.bin data.vocab=300 run.out=o5 --quiet
+	nothing_left o5
+	expect 2 "expected brown, synthetic" "$exe" "$config" data.source=corpus.csv --quiet
+	;;
+checkpoints)
+	"$exe" "$config" run.out=good --quiet || fail "training"
+	ck=good/tiny/ckpt.h5
+	head -c 3000 "$ck" >truncated.h5
+	echo "not hdf5" >text.h5
+	cp good/tiny/run.h5 runfile.h5 # an HDF5 file, but a run file, no tensors
+	expect 1 "truncated.h5: .*truncated" "$exe" eval truncated.h5
+	expect 1 "text.h5: not an HDF5 file" "$exe" eval text.h5
+	expect 1 "runfile.h5: not a mode checkpoint (missing attribute config, seed or step)" \
+		"$exe" eval runfile.h5
+	expect 1 "nothing.h5: cannot open" "$exe" sample nothing.h5 --prompt a --tokens 3
+	# a checkpoint from a smaller model in place of this run's: refused on resume
+	"$exe" "$config" run.out=small model.d_ff=48 --quiet || fail "training small"
+	cp small/tiny/ckpt.h5 good/tiny/ckpt.h5
+	expect 1 "does not match" "$exe" "$config" run.out=good --resume --quiet
+	# a run file that is not one, on resume
+	"$exe" "$config" run.out=r --quiet --max-steps 4 || fail "training r"
+	cp text.h5 r/tiny/run.h5
+	expect 1 "run.h5: missing, or not an HDF5 file" "$exe" "$config" run.out=r --resume --quiet
+	;;
+signals)
+	# SIGTERM and SIGINT: a checkpoint, a clean exit 128+signal, and a resume
+	# that gives exactly the losses of an uninterrupted run
+	long="run.steps=1500 run.eval_every=500 run.ckpt_every=500"
+	# shellcheck disable=SC2086
+	"$exe" "$config" run.out=full $long --quiet || fail "full run"
+	for sig in TERM INT; do
+		# shellcheck disable=SC2086
+		"$exe" "$config" run.out="s$sig" $long --quiet &
+		pid=$!
+		sleep 1
+		kill -s "$sig" "$pid"
+		wait "$pid"
+		code=$?
+		want=$([ $sig = TERM ] && echo 143 || echo 130)
+		[ "$code" -eq "$want" ] || fail "SIG$sig: exit $code, expected $want"
+		h5dump -a step "s$sig/tiny/ckpt.h5" >/dev/null || fail "SIG$sig: no readable checkpoint"
+		h5dump -a step "s$sig/tiny/ckpt.h5" | grep -q "(0): 1500" && fail "SIG$sig came too late"
+		# shellcheck disable=SC2086
+		"$exe" "$config" run.out="s$sig" $long --resume --quiet || fail "resume after SIG$sig"
+		"$compare" full/tiny/run.h5 "s$sig/tiny/run.h5" 0 || fail "resume after SIG$sig differs"
+	done
+	;;
+kill)
+	# SIGKILL at any moment leaves the last checkpoint readable
+	"$exe" "$config" run.out=full run.steps=300 --quiet || fail "full run"
+	for delay in 0.7 1.3 2.1; do
+		rm -rf k
+		"$exe" "$config" run.out=k run.steps=300 run.ckpt_every=2 --quiet &
+		pid=$!
+		sleep "$delay"
+		kill -9 "$pid"
+		wait "$pid" 2>/dev/null
+		[ -e k/tiny/ckpt.h5 ] || continue
+		h5dump -a step k/tiny/ckpt.h5 >/dev/null || fail "checkpoint unreadable after SIGKILL at ${delay}s"
+		h5dump -a config k/tiny/run.h5 >/dev/null || fail "run file unreadable after SIGKILL at ${delay}s"
+		"$exe" "$config" run.out=k run.steps=300 run.ckpt_every=2 --resume --quiet || fail "resume after SIGKILL"
+		"$compare" full/tiny/run.h5 k/tiny/run.h5 0 || fail "resume after SIGKILL at ${delay}s differs"
+	done
+	;;
+nonfinite)
+	# a NaN in a gradient at step 5: stop, name it, keep the last good
+	# checkpoint (step 4), record the batch
+	export MODE_FAULT=nan@5
+	expect 1 "step 5: non-finite gradient .*first in the gradient of layers/" \
+		"$exe" "$config" run.out=n run.ckpt_every=2 --quiet
+	h5dump -a step n/tiny/ckpt.h5 | grep -q "(0): 4" || fail "the last good checkpoint is not step 4"
+	h5ls -r n/tiny/run.h5 | grep -q "/nonfinite/step_000005/tokens" || fail "no recorded batch"
+	# the skip policy goes on and counts
+	"$exe" "$config" run.out=s run.nonfinite=skip --quiet || fail "skip policy stopped"
+	h5dump -d metrics/skipped s/tiny/run.h5 | grep -q "1, 1, 1" || fail "no skip counted"
+	unset MODE_FAULT
+	# a loss that really explodes (learning rate 1e4, no clipping)
+	expect 1 "non-finite" "$exe" "$config" run.out=x optim.lr=1e4 optim.clip=0 run.steps=200 --quiet
+	;;
+ranks)
+	# an error on one rank stops every rank with one message naming it
+	export MODE_FAULT=error@1:3
+	timeout 60 mpirun -n 2 "$exe" "$config" run.out=e --quiet >out.txt 2>&1
+	code=$?
+	[ "$code" -ne 124 ] || fail "a failing rank hung the job"
+	[ "$code" -ne 0 ] || fail "a failing rank went unnoticed"
+	grep -q "rank 1: step 3: forward/backward failed" out.txt || fail "message: $(cat out.txt)"
+	[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] || fail "not one message: $(cat out.txt)"
+	unset MODE_FAULT
+	expect 2 "more ranks than sequences" mpirun -n 4 "$exe" "$config" data.batch=2 --quiet
+	;;
+output)
+	echo file >afile
+	expect 1 "afile/sub/tiny: cannot create the output folder" "$exe" "$config" run.out=afile/sub --quiet
+	mkdir ro
+	if [ "$(id -u)" -ne 0 ]; then
+		chmod 555 ro
+		expect 1 "not writable" "$exe" "$config" run.out=ro --quiet
+	fi
+	;;
+*)
+	fail "unknown test $test_name"
+	;;
+esac
+echo "ok: $test_name"
