@@ -126,12 +126,17 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         /* the first generated token is sampled from the prompt's last
          * position, so the counts cover generated - 1 tokens run through */
         long ran = generated > 0 ? generated - 1 : 0;
-        for (int l = 0; l < L; l++)
-            if (strcmp(cfg.layers[l].kind, "dense"))
+        for (int l = 0; l < L; l++) {
+            const char *k = cfg.layers[l].kind;
+            double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0;
+            if (!strcmp(k, "mod") || !strcmp(k, "staged"))
                 printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
-                       "capacity %.1f%%\n", l, cfg.layers[l].kind, took[l], ran,
-                       ran ? 100.0 * (double)took[l] / (double)ran : 0.0,
+                       "capacity %.1f%%\n", l, k, took[l], ran, share,
                        100.0 * cfg.layers[l].capacity);
+            else if (strcmp(k, "dense")) /* moe, integrated: a real expert as first choice */
+                printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
+                       "first (%.1f%%)\n", l, k, took[l], ran, share);
+        }
     } else {
         fprintf(stderr, "mode-exp sample: %s\n", err);
     }

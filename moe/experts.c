@@ -215,9 +215,10 @@ int build_experts(experts **out, const experts_cfg *c, const model_dims *dims)
  * contents not kept. */
 static int regrow(int n, int *cap, int count, void ***bufs, const size_t *sizes)
 {
-    if (n <= *cap)
+    if (n <= *cap && *cap > 0)
         return 0;
     int c = n > 2 * *cap ? n : 2 * *cap;
+    c = c > 0 ? c : 16; /* never NULL, even when no row moves */
     *cap = 0;
     for (int i = 0; i < count; i++) {
         free(*bufs[i]);

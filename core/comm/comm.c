@@ -155,7 +155,8 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
         recv_counts = recv_counts_out;
     }
     if (!c || size == 1) {
-        memcpy(recv, send, (size_t)send_counts[0] * item_bytes);
+        if (send_counts[0] > 0) /* buffers may be NULL when nothing moves */
+            memcpy(recv, send, (size_t)send_counts[0] * item_bytes);
         return 0;
     }
     /* Counts in bytes so that one routine serves rows of any width. */

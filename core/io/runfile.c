@@ -289,10 +289,17 @@ typedef struct visit_ctx {
 
 static bool in_group(const char *name, const char *group)
 {
-    size_t n = strlen(group);
-    if (strncmp(name, group, n) || name[n] != '/')
+    /* name is "<group>/<dataset>" with no further '/' */
+    size_t i = 0;
+    for (; group[i]; i++)
+        if (name[i] != group[i])
+            return false;
+    if (name[i] != '/')
         return false;
-    return strchr(&name[n + 1], '/') == NULL;
+    for (i++; name[i]; i++)
+        if (name[i] == '/')
+            return false;
+    return true;
 }
 
 static herr_t visit_blob(hid_t f, const char *name, const H5O_info_t *info, void *op)

@@ -78,7 +78,9 @@ typedef struct layer_kind {
      * decode() runs one new row x[d] at position pos (positions arrive in
      * increasing order) into y[d] and returns 1 when the row took the
      * layer's block, 0 when it skipped it (costing nothing there and adding
-     * no K/V to the layer's cache), negative on error. */
+     * no K/V to the layer's cache), negative on error.  (moe and integrated
+     * always run attention; for them 1 means the first choice was a real
+     * expert, 0 the no-op.) */
     int (*decode_begin)(layer *l, const model_dims *dims, int max_len);
     int (*decode)(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
     /* Routing records: after a forward, describe the routing decisions of

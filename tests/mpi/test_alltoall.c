@@ -7,7 +7,10 @@
  * in order.  Rounds cover rows of 1, 3, 12 and 68 bytes, an all-empty
  * round, large counts, and recv_counts NULL (counts exchanged inside).
  * Also the one-rank path without MPI (comm NULL: a copy).
- * Exit 0 on success; otherwise every failure is printed. */
+ * Exit 0 on success; a rank that finds a failure prints it (with the ones
+ * found so far in that round) and stops every rank with comm_abort, since
+ * the others may wait in a collective and what follows a wrong count is
+ * undefined. */
 #include "core/comm/comm.h"
 
 #include <stdint.h>
@@ -16,6 +19,8 @@
 #include <string.h>
 
 static int failures;
+
+enum { GUARD = 64 };
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -60,8 +65,9 @@ static int round_trip(comm *c, int round, size_t item, int counts_inside)
         ns += (size_t)sc[p];
         nr += (size_t)rows_of(round, p, rank);
     }
-    unsigned char *send = malloc(ns * item + 1), *recv = malloc(nr * item + 1);
-    unsigned char *back = malloc(ns * item + 1);
+    /* GUARD bytes after each buffer catch writes past the rows */
+    unsigned char *send = malloc(ns * item + GUARD), *recv = malloc(nr * item + GUARD);
+    unsigned char *back = malloc(ns * item + GUARD);
     if (!sc || !rc || !rc_out || !back_counts || !send || !recv || !back) {
         fprintf(stderr, "rank %d: out of memory\n", rank);
         return -1;
@@ -72,8 +78,8 @@ static int round_trip(comm *c, int round, size_t item, int counts_inside)
         for (int j = 0; j < sc[p]; j++)
             for (size_t b = 0; b < item; b++)
                 send[o++] = byte_of(rank, p, j, b);
-    memset(recv, 0xAB, nr * item + 1);
-    memset(back, 0xCD, ns * item + 1);
+    memset(recv, 0xAB, nr * item + GUARD);
+    memset(back, 0xCD, ns * item + GUARD);
     for (int p = 0; p < P; p++)
         rc_out[p] = -7;
 
@@ -91,6 +97,8 @@ static int round_trip(comm *c, int round, size_t item, int counts_inside)
     for (int p = 0; p < P; p++)
         CHECK(rc[p] == rows_of(round, p, rank), "round %d item %zu: %d rows announced from %d, "
               "expected %d", round, item, rc[p], p, rows_of(round, p, rank));
+    if (failures)
+        return -1;
     /* packed by source */
     o = 0;
     int bad = 0;
@@ -101,7 +109,11 @@ static int round_trip(comm *c, int round, size_t item, int counts_inside)
                     CHECK(0, "round %d item %zu: row %d from rank %d byte %zu is %u, expected %u",
                           round, item, j, p, b, recv[o], byte_of(p, rank, j, b));
     CHECK(bad == 0, "round %d item %zu: %d bytes received wrong", round, item, bad);
-    CHECK(recv[nr * item] == 0xAB, "round %d item %zu: wrote past the received rows", round, item);
+    for (size_t b = 0; b < GUARD; b++)
+        CHECK(recv[nr * item + b] == 0xAB, "round %d item %zu: wrote past the received rows "
+              "(guard byte %zu)", round, item, b);
+    if (failures)
+        return -1;
 
     /* the combine direction: what came in goes back, counts swapped */
     if (counts_inside) {
@@ -115,7 +127,9 @@ static int round_trip(comm *c, int round, size_t item, int counts_inside)
     CHECK(err == 0, "round %d: comm_alltoallv back returned %d", round, err);
     CHECK(memcmp(back, send, ns * item) == 0, "round %d item %zu: rows sent back differ from "
           "those sent (%zu rows)", round, item, ns);
-    CHECK(back[ns * item] == 0xCD, "round %d item %zu: wrote past the returned rows", round, item);
+    for (size_t b = 0; b < GUARD; b++)
+        CHECK(back[ns * item + b] == 0xCD, "round %d item %zu: wrote past the returned rows "
+              "(guard byte %zu)", round, item, b);
     free(sc);
     free(rc);
     free(rc_out);
@@ -123,7 +137,7 @@ static int round_trip(comm *c, int round, size_t item, int counts_inside)
     free(send);
     free(recv);
     free(back);
-    return 0;
+    return failures ? -1 : 0;
 }
 
 /* comm NULL: one rank, the all-to-all is a copy of send_counts[0] rows. */
@@ -157,8 +171,12 @@ int main(int argc, char **argv)
     for (int round = 0; round < 6; round++) {
         for (size_t w = 0; w < sizeof(items) / sizeof(items[0]); w++) {
             for (int inside = 0; inside < 2; inside++) {
-                if (round_trip(c, round, items[w], inside))
-                    comm_abort(c, 2);
+                if (round_trip(c, round, items[w], inside)) {
+                    fprintf(stderr, "rank %d: alltoall FAILED (round %d, %zu-byte rows%s)\n", rank,
+                            round, items[w], inside ? ", counts exchanged inside" : "");
+                    fflush(stderr);
+                    comm_abort(c, 1);
+                }
                 rounds++;
             }
         }
