@@ -37,7 +37,7 @@ static int sample_token(const float *logits, int V, double temperature, long top
     double floor_logit = -HUGE_VAL;
     if (top_k > 0 && top_k < V) {
         for (int v = 0; v < V; v++)
-            p[v] = logits[v];
+            p[v] = (double)logits[v];
         for (long i = 0; i < top_k; i++) { /* k passes of selection: V is small */
             int m = -1;
             for (int v = 0; v < V; v++)

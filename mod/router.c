@@ -232,7 +232,7 @@ static float sigmoidf(float x)
 /* BCE(sigmoid(x), z) = softplus(x) - z x, written to stay finite. */
 static double bce_logit(float x, int z)
 {
-    double xd = x;
+    double xd = (double)x;
     return fmax(xd, 0.0) + log1p(exp(-fabs(xd))) - (z ? xd : 0.0);
 }
 

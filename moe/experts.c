@@ -365,7 +365,7 @@ static void gate(experts *x, const fwd_args *a, const float *m, const row_set *r
         for (int i = r0; i < r1; i++) {
             z += (double)x->lse[i] * (double)x->lse[i];
             for (int e = 0; e < N; e++) {
-                double p = x->probs[(size_t)i * N + e];
+                double p = (double)x->probs[(size_t)i * N + e];
                 ent -= p > 0.0 ? p * log(p) : 0.0;
             }
         }

@@ -62,7 +62,7 @@ static void test_adamw(void **state)
     double *p = malloc(m->n_params * sizeof(double));
     double *mm = calloc(m->n_params, sizeof(double)), *vv = calloc(m->n_params, sizeof(double));
     for (size_t i = 0; i < m->n_params; i++)
-        p[i] = m->params[i];
+        p[i] = (double)m->params[i];
     for (long t = 1; t <= 2; t++) {
         double lr = 0.01 * (double)t;
         for (size_t i = 0; i < m->n_params; i++)
@@ -71,7 +71,7 @@ static void test_adamw(void **state)
             const model_tensor *mt = &m->tensors[ti];
             for (long e = 0; e < mt->numel; e++) {
                 size_t i = mt->offset + (size_t)e;
-                double g = m->grads[i];
+                double g = (double)m->grads[i];
                 mm[i] = 0.9 * mm[i] + 0.1 * g;
                 vv[i] = 0.95 * vv[i] + 0.05 * g * g;
                 double mh = mm[i] / (1 - pow(0.9, (double)t)), vh = vv[i] / (1 - pow(0.95, (double)t));

@@ -20,7 +20,7 @@ static double worst_col(const run_table *a, const run_table *b, const char *col,
     if (c < 0 || a->n_rows != b->n_rows) {
         printf("%s: %ld rows against %ld\n", col, a->n_rows, b->n_rows);
         *ok = 0;
-        return INFINITY;
+        return HUGE_VAL;
     }
     double worst = 0.0;
     for (long r = 0; r < a->n_rows; r++) {

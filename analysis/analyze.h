@@ -1,0 +1,69 @@
+/* What the subcommands of mode-analyze share: the parsed command line, the
+ * output folder, writing text files atomically, and messages.  Every
+ * subcommand returns the program's exit code: 0, 1 for bad input (a file
+ * that is missing, foreign or lacks what the subcommand needs, a step that
+ * is not recorded, a sequence out of range), 2 for a bad command line. */
+#ifndef MODE_ANALYSIS_ANALYZE_H
+#define MODE_ANALYSIS_ANALYZE_H
+
+#include "analysis/plot.h"
+#include "analysis/runinfo.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+enum { AN_MAX_FILES = 32 };
+enum { EXIT_BAD_INPUT = 1, EXIT_USAGE = 2 };
+
+typedef struct an_args {
+    const char *cmd;                   /* the subcommand's name, for messages */
+    const char *files[AN_MAX_FILES];   /* the run files */
+    int n_files;
+    const char *out;                   /* --out DIR, or NULL: the first file's folder */
+    bool svg;                          /* --svg: an SVG beside every PNG */
+    long step;                         /* --step N, or -1: the last recorded */
+    long seq;                          /* --seq I */
+    bool all_steps;                    /* --all-steps */
+} an_args;
+
+int cmd_heatmap(const an_args *a);
+int cmd_weights(const an_args *a);
+int cmd_curves(const an_args *a);
+int cmd_compare(const an_args *a);
+int cmd_tokens(const an_args *a);
+
+/* "mode-analyze CMD: " and the message on stderr; returns code. */
+int an_fail(const an_args *a, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Open every run file named on the command line (ris[n_files]); on failure
+ * prints the message, frees what was opened and returns EXIT_BAD_INPUT. */
+int an_open_runs(const an_args *a, run_info **ris);
+void an_close_runs(const an_args *a, run_info **ris);
+/* Names that tell the runs apart: the config's [run] name, or the folder
+ * holding the file where two runs share a name. */
+void an_unique_names(run_info **ris, int n);
+
+/* path = the output folder (created when missing) / name.  Returns 0, or
+ * EXIT_BAD_INPUT after a message. */
+int an_out_path(const an_args *a, const run_info *first, const char *name, char *path,
+                int len);
+/* Say that path was written (stdout). */
+void an_wrote(const char *path);
+
+/* A text output written to "<path>.tmp" and renamed into place. */
+typedef struct an_text {
+    FILE *f;
+    char path[RUN_PATH_LEN + 64];
+    char tmp[RUN_PATH_LEN + 80];
+} an_text;
+int an_text_begin(const an_args *a, an_text *t, const char *path);
+/* Close, rename and report; on failure removes the temporary file. */
+int an_text_commit(const an_args *a, an_text *t);
+void an_text_abort(an_text *t);
+
+/* Save a figure (PNG, plus SVG with --svg) and report it. */
+int an_save_figure(const an_args *a, const char *path, int w, int h, plot_draw_fn draw,
+                   void *user);
+
+#endif

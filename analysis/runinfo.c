@@ -1,0 +1,360 @@
+#include "analysis/runinfo.h"
+
+#include "core/data/data.h"
+#include "core/io/h5util.h"
+#include "experiments/kinds.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Read a whole dataset of up to 4 dimensions as mem_type into a malloc'd
+ * array; -ENOENT when it is absent. */
+static int read_array(hid_t f, const char *name, hid_t mem_type, size_t elem, void **out,
+                      int *ndim, hsize_t *dims)
+{
+    int rc = -EIO;
+    *out = NULL;
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    if (ds < 0)
+        return -ENOENT;
+    hid_t space = H5Dget_space(ds);
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 1 || nd > 4)
+        goto fail;
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    size_t n = 1;
+    for (int i = 0; i < nd; i++)
+        n *= (size_t)dims[i];
+    *out = malloc(n * elem + 1);
+    if (!*out) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0) {
+        free(*out);
+        *out = NULL;
+        goto fail;
+    }
+    *ndim = nd;
+    rc = 0;
+fail:
+    H5Sclose(space);
+    H5Dclose(ds);
+    return rc;
+}
+
+bool run_has_dataset(const run_info *ri, const char *name)
+{
+    hid_t ds = H5Dopen2(ri->file, name, H5P_DEFAULT);
+    if (ds < 0)
+        return false;
+    H5Dclose(ds);
+    return true;
+}
+
+int run_read_column(const run_info *ri, const char *name, double **out, long *n)
+{
+    hsize_t dims[4];
+    int nd = 0;
+    int rc = read_array(ri->file, name, H5T_NATIVE_DOUBLE, sizeof(double), (void **)out, &nd,
+                        dims);
+    if (rc)
+        return rc;
+    if (nd != 1) {
+        free(*out);
+        *out = NULL;
+        return -EINVAL;
+    }
+    *n = (long)dims[0];
+    return 0;
+}
+
+static herr_t collect_step(hid_t g, const char *name, const H5L_info_t *info, void *op)
+{
+    run_info *ri = op;
+    long step;
+    char tail;
+    if (sscanf(name, "step_%ld%c", &step, &tail) != 1)
+        return 0;
+    long *p = realloc(ri->steps, (size_t)(ri->n_steps + 1) * sizeof(long));
+    if (!p)
+        return -1;
+    ri->steps = p;
+    ri->steps[ri->n_steps++] = step;
+    return 0;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The recorded windows (tokens, labels) and steps under /routing. */
+static int read_routing(run_info *ri, char *err, int err_len)
+{
+    hid_t g = H5Gopen2(ri->file, "routing", H5P_DEFAULT);
+    if (g < 0)
+        return 0;
+    hsize_t idx = 0;
+    herr_t h = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_step, ri);
+    H5Gclose(g);
+    if (h < 0)
+        return -ENOMEM;
+    if (ri->n_steps > 1)
+        qsort(ri->steps, (size_t)ri->n_steps, sizeof(long), cmp_long);
+    hsize_t dims[4];
+    int nd = 0;
+    int rc = read_array(ri->file, "routing/tokens", H5T_NATIVE_INT32, sizeof(int32_t),
+                        (void **)&ri->tokens, &nd, dims);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc || nd != 2 || dims[1] < 2) {
+        snprintf(err, (size_t)err_len, "%s: /routing/tokens is not [R][S+1]", ri->path);
+        return -EINVAL;
+    }
+    ri->R = (int)dims[0];
+    ri->S = (int)dims[1] - 1;
+    hsize_t ldims[4];
+    rc = read_array(ri->file, "routing/labels", H5T_NATIVE_UINT8, 1, (void **)&ri->labels, &nd,
+                    ldims);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc || nd != 2 || ldims[0] != dims[0] || ldims[1] != dims[1]) {
+        snprintf(err, (size_t)err_len, "%s: /routing/labels is not shaped like /routing/tokens",
+                 ri->path);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static void set_names(run_info *ri)
+{
+    snprintf(ri->dir, sizeof(ri->dir), "%s", ri->path);
+    char *slash = strrchr(ri->dir, '/');
+    if (slash)
+        *(slash == ri->dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(ri->dir, sizeof(ri->dir), ".");
+    const char *base = strrchr(ri->dir, '/');
+    base = base ? base + 1 : ri->dir;
+    snprintf(ri->name, sizeof(ri->name), "%.127s", ri->cfg.name[0] ? ri->cfg.name : base);
+    if (!strcmp(ri->cfg.source, "brown")) {
+        ri->n_classes = BROWN_CLASSES;
+        ri->class_names = brown_label_names;
+    } else if (!strcmp(ri->cfg.source, "synthetic")) {
+        ri->n_classes = SYNTH_CLASSES;
+        ri->class_names = synthetic_label_names;
+    }
+}
+
+int build_run_info(run_info **out, const char *path, char *err, int err_len)
+{
+    int rc = -EINVAL;
+    char *config = NULL;
+    *out = NULL;
+    run_info *ri = calloc(1, sizeof(*ri));
+    if (!ri)
+        return -ENOMEM;
+    ri->file = -1;
+    snprintf(ri->path, sizeof(ri->path), "%s", path);
+    h5_quiet();
+    struct stat st;
+    if (stat(path, &st)) {
+        snprintf(err, (size_t)err_len, "%s: no such file", path);
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode) || H5Fis_hdf5(path) <= 0) {
+        snprintf(err, (size_t)err_len, "%s: not an HDF5 file", path);
+        goto fail;
+    }
+    ri->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (ri->file < 0) {
+        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it (truncated?)", path);
+        goto fail;
+    }
+    config = h5_attr_read_string(ri->file, "config");
+    if (!config) {
+        snprintf(err, (size_t)err_len,
+                 "%s: an HDF5 file without the 'config' attribute: not a mode run file", path);
+        goto fail;
+    }
+    char cerr[CFG_ERR_LEN];
+    if (config_load_string(&ri->cfg, config, path, 0, NULL, mode_kinds, 0, cerr,
+                           (int)sizeof(cerr))) {
+        snprintf(err, (size_t)err_len, "%s: its config attribute does not load: %s", path, cerr);
+        goto fail;
+    }
+    if (!run_has_dataset(ri, "metrics/step")) {
+        snprintf(err, (size_t)err_len, "%s: %s", path,
+                 run_has_dataset(ri, "tok_emb")
+                     ? "a checkpoint, not a run file (give the run.h5 beside it)"
+                     : "no /metrics/step dataset: not a mode run file");
+        goto fail;
+    }
+    set_names(ri);
+    if ((rc = read_routing(ri, err, err_len)))
+        goto fail;
+    free(config);
+    *out = ri;
+    return 0;
+fail:
+    free(config);
+    free_run_info(&ri);
+    return rc ? rc : -EINVAL;
+}
+
+void free_run_info(run_info **pri)
+{
+    run_info *ri = *pri;
+    if (!ri)
+        return;
+    if (ri->file >= 0)
+        H5Fclose(ri->file);
+    free(ri->steps);
+    free(ri->tokens);
+    free(ri->labels);
+    free(ri);
+    *pri = NULL;
+}
+
+const layer_kind *run_layer_kind(const run_info *ri, int l)
+{
+    return layer_kind_lookup(mode_kinds, ri->cfg.layers[l].kind);
+}
+
+bool run_layer_has_key(const run_info *ri, int l, const char *key)
+{
+    const layer_kind *k = run_layer_kind(ri, l);
+    for (int i = 0; k && k->keys && k->keys[i]; i++)
+        if (!strcmp(k->keys[i], key))
+            return true;
+    return false;
+}
+
+void run_no_routing_reason(const run_info *ri, char *buf, int len)
+{
+    bool routed = false;
+    for (int l = 0; l < ri->cfg.n_layers; l++)
+        routed |= run_layer_has_key(ri, l, "capacity") || run_layer_has_key(ri, l, "experts");
+    if (!routed)
+        snprintf(buf, (size_t)len, "the model has no routed layer (layers = %s)",
+                 ri->cfg.layers_text);
+    else if (ri->cfg.routing_every <= 0)
+        snprintf(buf, (size_t)len, "run.routing_every = %ld", ri->cfg.routing_every);
+    else
+        snprintf(buf, (size_t)len, "none written yet (run.routing_every = %ld)",
+                 ri->cfg.routing_every);
+}
+
+int run_step_index(const run_info *ri, long step)
+{
+    for (int i = 0; i < ri->n_steps; i++)
+        if (ri->steps[i] == step)
+            return i;
+    return -1;
+}
+
+void run_steps_list(const run_info *ri, char *buf, int len)
+{
+    int w = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ri->n_steps; i++) {
+        int k = 0;
+        if (ri->n_steps > 12 && i == 5) { /* the first five, ..., the last five */
+            k = snprintf(buf + w, (size_t)(len - w), ", ...");
+            i = ri->n_steps - 5;
+        }
+        if (k >= 0 && w + k < len)
+            w += k;
+        k = snprintf(buf + w, (size_t)(len - w), "%s%ld", i ? ", " : "", ri->steps[i]);
+        if (k < 0 || w + k >= len)
+            break;
+        w += k;
+    }
+}
+
+/* One dataset of the record: it must be [R][S] (or [R][S][K] when k_out). */
+static int read_part(const run_info *ri, const char *group, const char *what, hid_t type,
+                     size_t elem, void **out, int *k_out, char *err, int err_len)
+{
+    char name[256];
+    snprintf(name, sizeof(name), "%s/%s", group, what);
+    hsize_t dims[4];
+    int nd = 0;
+    int rc = read_array(ri->file, name, type, elem, out, &nd, dims);
+    if (rc == -ENOENT)
+        return 0;
+    bool ok = !rc && nd == (k_out ? 3 : 2) && (int)dims[0] == ri->R && (int)dims[1] == ri->S;
+    if (ok && k_out)
+        *k_out = (int)dims[2];
+    if (!ok) {
+        snprintf(err, (size_t)err_len, "%s: /%s is not [%d][%d]%s as /routing/tokens says",
+                 ri->path, name, ri->R, ri->S, k_out ? "[top_k]" : "");
+        free(*out);
+        *out = NULL;
+        return rc ? rc : -EINVAL;
+    }
+    return 0;
+}
+
+int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, char *err,
+                      int err_len)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->layer = l;
+    rec->step = step;
+    if (!ri->tokens) {
+        snprintf(err, (size_t)err_len, "%s: no /routing/tokens: no routing records", ri->path);
+        return -ENOENT;
+    }
+    char group[96];
+    snprintf(group, sizeof(group), "routing/step_%06ld/layer_%d", step, l);
+    int rc = read_part(ri, group, "selected", H5T_NATIVE_UINT8, 1, (void **)&rec->selected, NULL,
+                       err, err_len);
+    if (!rc)
+        rc = read_part(ri, group, "causal", H5T_NATIVE_UINT8, 1, (void **)&rec->causal, NULL, err,
+                       err_len);
+    if (!rc)
+        rc = read_part(ri, group, "scores", H5T_NATIVE_FLOAT, sizeof(float),
+                       (void **)&rec->scores, NULL, err, err_len);
+    if (!rc)
+        rc = read_part(ri, group, "experts", H5T_NATIVE_INT32, sizeof(int32_t),
+                       (void **)&rec->experts, &rec->top_k, err, err_len);
+    if (rc)
+        free_layer_record(rec);
+    else if (rec->experts)
+        rec->n_experts = ri->cfg.layers[l].experts;
+    return rc;
+}
+
+void free_layer_record(layer_record *rec)
+{
+    free(rec->selected);
+    free(rec->causal);
+    free(rec->scores);
+    free(rec->experts);
+    rec->selected = rec->causal = NULL;
+    rec->scores = NULL;
+    rec->experts = NULL;
+}
+
+bool layer_record_any(const layer_record *rec)
+{
+    return rec->selected || rec->experts;
+}
+
+bool layer_record_taken(const layer_record *rec, int S, int r, int i)
+{
+    long at = (long)r * S + i;
+    if (rec->selected)
+        return rec->selected[at] != 0;
+    if (rec->experts) {
+        int32_t e = rec->experts[at * rec->top_k];
+        return e >= 0 && e < rec->n_experts;
+    }
+    return false;
+}

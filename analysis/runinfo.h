@@ -1,0 +1,82 @@
+/* Reading a run file (docs/hdf5.md) for the analysis: its config (parsed
+ * with the programs' kinds table), the kind of every layer, the recorded
+ * routing steps and windows, and the routing datasets of one layer at one
+ * step.  Every function returns 0 or a negative code and writes one line
+ * naming the file and what is wrong into err; none prints. */
+#ifndef MODE_ANALYSIS_RUNINFO_H
+#define MODE_ANALYSIS_RUNINFO_H
+
+#include "core/config/config.h"
+
+#include <hdf5.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RUN_PATH_LEN 4096
+
+typedef struct run_info {
+    char path[RUN_PATH_LEN];
+    char dir[RUN_PATH_LEN];      /* the folder holding the file */
+    char name[128];              /* [run] name, else the folder's name */
+    run_config cfg;
+    hid_t file;
+    int n_steps;
+    long *steps;                 /* [n_steps] recorded routing steps, ascending */
+    int R, S;                    /* recorded windows, positions (0, 0 without) */
+    int32_t *tokens;             /* [R][S+1] the windows' tokens, or NULL */
+    uint8_t *labels;             /* [R][S+1] their label classes, or NULL */
+    int n_classes;               /* label classes the [data] source defines */
+    const char *const *class_names;
+} run_info;
+
+/* Open path as a run file: missing, not HDF5 and foreign files (no config
+ * attribute) are told apart in err. */
+int build_run_info(run_info **out, const char *path, char *err, int err_len);
+void free_run_info(run_info **ri);
+
+/* The kind row of layer l (NULL for an unknown kind). */
+const layer_kind *run_layer_kind(const run_info *ri, int l);
+/* The layer's kind reads the key (e.g. "capacity": a routed block,
+ * "experts": an expert layer). */
+bool run_layer_has_key(const run_info *ri, int l, const char *key);
+
+/* Why the file holds no routing record, for a message: "the model has no
+ * routed layer (layers = dense x 4)" or "run.routing_every = 0". */
+void run_no_routing_reason(const run_info *ri, char *buf, int len);
+
+/* Index of step among the recorded steps, or -1.  run_steps_list() writes
+ * them as "12, 24, 36" (shortened in the middle when long). */
+int run_step_index(const run_info *ri, long step);
+void run_steps_list(const run_info *ri, char *buf, int len);
+
+/* A 1-D column such as "metrics/wall_s" or "layer_stats/3/recall" as
+ * doubles (malloc'd into *out).  -ENOENT when absent. */
+int run_read_column(const run_info *ri, const char *name, double **out, long *n);
+/* Whether the file holds a dataset at name. */
+bool run_has_dataset(const run_info *ri, const char *name);
+
+/* The routing record of one layer at one step: any of the arrays may be
+ * NULL (the layer's kind did not write it). */
+typedef struct layer_record {
+    int layer;
+    long step;
+    uint8_t *selected;  /* [R][S] top-k membership */
+    uint8_t *causal;    /* [R][S] the causal rule's decision */
+    float *scores;      /* [R][S] router logits */
+    int32_t *experts;   /* [R][S][top_k] expert, -1 dropped, -2 skipped, E no-op */
+    int top_k;
+    int n_experts;      /* E (0 for a layer without experts) */
+} layer_record;
+
+/* Read what exists of layer l's record at step (one of ri->steps); a layer
+ * without any record gives an all-NULL record and returns 0. */
+int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, char *err,
+                      int err_len);
+void free_layer_record(layer_record *rec);
+/* The record has anything to draw. */
+bool layer_record_any(const layer_record *rec);
+/* Whether token (r, i) took the block: top-k membership where recorded,
+ * else the first expert choice is a real expert (not dropped, not no-op). */
+bool layer_record_taken(const layer_record *rec, int S, int r, int i);
+
+#endif

@@ -1,0 +1,47 @@
+/* mode-analyze tokens: the counts behind the tables (tokens.c) and the
+ * figure (tokens_fig.c). */
+#ifndef MODE_ANALYSIS_TOKENS_H
+#define MODE_ANALYSIS_TOKENS_H
+
+#include "analysis/analyze.h"
+#include "core/data/data.h"
+
+enum { TK_BUCKETS = 8 };
+enum { TK_SKIPPED, TK_TOOK };
+
+/* One layer that records routing decisions. */
+typedef struct token_layer {
+    int layer;
+    double cls[LABEL_CLASSES_MAX][2];  /* tokens per class that skipped / took the block */
+    double pos[TK_BUCKETS][2];         /* the same per position bucket */
+    double jaccard;                    /* mean overlap of the taken positions across the
+                                          recorded sequences at the last step; -1: one sequence */
+    double jaccard_chance;             /* its expectation for random sets of the same sizes */
+    double h_take, mi_class, mi_pos;   /* bits */
+    double chance_class, chance_pos;   /* the same for shuffled decisions (chance level) */
+    double p_class, p_pos;             /* permutation p-values */
+    double var_class, var_pos;         /* variance of the take rate across the groups */
+} token_layer;
+
+typedef struct tokens_report {
+    const run_info *ri;
+    token_layer *layers;
+    int n_layers;
+    long first, last;          /* the steps pooled */
+    int n_steps;
+    int bucket_len;            /* positions per bucket (the last may be shorter) */
+} tokens_report;
+
+/* Share of took among the counts c[2]; NaN with no token. */
+double take_rate(const double *c);
+/* Jaccard overlap above which a router "selects the same positions in every
+ * sequence". */
+#define TK_DEGENERATE 0.9
+/* Shuffles of the permutation test, and the p-value below which a router
+ * is said to follow the class or the position. */
+enum { TK_PERMUTATIONS = 2000 };
+#define TK_SIGNIFICANT 0.001
+
+int tokens_figure(const an_args *a, const tokens_report *t, const char *path);
+
+#endif

@@ -1,0 +1,184 @@
+/* The pure functions of mode-analyze (analysis/stats.c) and its palette:
+ * binning, ticks, labels, information measures and their permutation test,
+ * set overlap, tail means, the kinds summary. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "analysis/plot.h"
+#include "analysis/stats.h"
+
+#include <math.h>
+#include <string.h>
+
+static void test_hist_bin(void **state)
+{
+    (void)state;
+    assert_int_equal(hist_bin(0.0, 0.0, 1.0, 4), 0);
+    assert_int_equal(hist_bin(0.24, 0.0, 1.0, 4), 0);
+    assert_int_equal(hist_bin(0.25, 0.0, 1.0, 4), 1);
+    assert_int_equal(hist_bin(0.99, 0.0, 1.0, 4), 3);
+    assert_int_equal(hist_bin(1.0, 0.0, 1.0, 4), 3);   /* hi belongs to the last bin */
+    assert_int_equal(hist_bin(-5.0, 0.0, 1.0, 4), 0);  /* clamped */
+    assert_int_equal(hist_bin(7.0, 0.0, 1.0, 4), 3);
+    assert_int_equal(hist_bin(NAN, 0.0, 1.0, 4), 0);
+    assert_int_equal(hist_bin(0.5, 1.0, 1.0, 4), 0);   /* empty range */
+    float v[] = { 0.1f, 0.2f, 0.3f, 0.6f, 0.9f, 1.0f, -1.0f };
+    double counts[4] = { 9, 9, 9, 9 };
+    histogram_floats(counts, v, 7, 0.0, 1.0, 4);
+    assert_true(counts[0] == 3.0 && counts[1] == 1.0 && counts[2] == 1.0 && counts[3] == 2.0);
+}
+
+static void test_ticks(void **state)
+{
+    (void)state;
+    double t[32];
+    int n = nice_ticks(t, 32, 0.0, 1.0, 6);
+    assert_int_equal(n, 6);
+    assert_true(t[0] == 0.0 && fabs(t[5] - 1.0) < 1e-12 && fabs(t[1] - 0.2) < 1e-12);
+    n = nice_ticks(t, 32, 1.63, 2.55, 6);
+    for (int i = 0; i < n; i++)
+        assert_true(t[i] >= 1.63 && t[i] <= 2.55);
+    assert_true(n >= 3 && n <= 7);
+    n = nice_ticks(t, 32, 3.0, 3.0, 6); /* an empty range still has one tick */
+    assert_int_equal(n, 1);
+    n = log_ticks(t, 32, 8e8, 5e12);
+    assert_int_equal(n, 4); /* 1e9 .. 1e12; 1e13 is outside */
+    assert_true(fabs(t[0] - 1e9) < 1 && fabs(t[3] - 1e12) < 1e3);
+    n = log_ticks(t, 32, 3e8, 4e9); /* one power inside: 2 and 5 multiples too */
+    assert_int_equal(n, 3);         /* 5e8, 1e9, 2e9 (5e9 is past 4e9) */
+    assert_true(fabs(t[0] - 5e8) < 1 && fabs(t[1] - 1e9) < 1 && fabs(t[2] - 2e9) < 1);
+    assert_int_equal(log_ticks(t, 32, 0.0, 1.0), 0);
+}
+
+static void test_labels(void **state)
+{
+    (void)state;
+    char b[32];
+    tick_label(b, sizeof(b), 1e9);
+    assert_string_equal(b, "1e9");
+    tick_label(b, sizeof(b), 2.5e-4);
+    assert_string_equal(b, "0.00025");
+    tick_label(b, sizeof(b), 2.5e-7);
+    assert_string_equal(b, "2.5e-7");
+    tick_label(b, sizeof(b), 1000.0);
+    assert_string_equal(b, "1000");
+    tick_label(b, sizeof(b), 0.2 + 0.1);
+    assert_string_equal(b, "0.3");
+    number_label(b, sizeof(b), 2.4746e8, 3);
+    assert_string_equal(b, "2.47e8");
+}
+
+static void test_information(void **state)
+{
+    (void)state;
+    double half[2] = { 5, 5 }, none[2] = { 0, 0 }, one[3] = { 0, 7, 0 };
+    assert_true(fabs(entropy_bits(half, 2) - 1.0) < 1e-12);
+    assert_true(entropy_bits(none, 2) == 0.0 && entropy_bits(one, 3) == 0.0);
+    /* the decision is the class: MI = H(took) = 1 bit */
+    double same[2 * 2] = { 10, 0, 0, 10 };
+    assert_true(fabs(mutual_info_bits(same, 2, 2) - 1.0) < 1e-12);
+    /* independent: 0 */
+    double indep[3 * 2] = { 2, 6, 1, 3, 5, 15 };
+    assert_true(fabs(mutual_info_bits(indep, 3, 2)) < 1e-12);
+    /* the same from per-token labels */
+    uint8_t g[8] = { 0, 0, 1, 1, 2, 2, 3, 3 }, y[8] = { 1, 1, 0, 0, 1, 1, 0, 0 };
+    double joint[4 * 2] = { 0, 2, 2, 0, 0, 2, 2, 0 };
+    assert_true(fabs(mutual_info_labels(g, y, 8, 4) - mutual_info_bits(joint, 4, 2)) < 1e-12);
+    assert_true(fabs(mutual_info_labels(g, y, 8, 4) - 1.0) < 1e-12);
+}
+
+static void test_permutation(void **state)
+{
+    (void)state;
+    enum { N = 400 };
+    uint8_t g[N], dep[N], indep[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = (uint8_t)(i % 4);
+        dep[i] = g[i] < 2;                       /* follows the group */
+        indep[i] = (uint8_t)((i / 4) % 2);       /* the same share in every group */
+    }
+    double chance;
+    double p = mutual_info_permutation(g, dep, N, 4, 200, 1, &chance);
+    assert_true(p < 0.01);
+    assert_true(chance > 0.0 && chance < 0.05);
+    p = mutual_info_permutation(g, indep, N, 4, 200, 1, &chance);
+    assert_true(p > 0.5);
+    /* deterministic for a seed */
+    double c2, p2 = mutual_info_permutation(g, indep, N, 4, 200, 1, &c2);
+    assert_true(p == p2 && chance == c2);
+}
+
+static void test_variance_overlap(void **state)
+{
+    (void)state;
+    double v[4] = { 0.2, 0.4, 99.0, 0.6 }, w[4] = { 1, 1, 0, 1 };
+    double mean = 0.4, want = ((0.2 - mean) * (0.2 - mean) + (0.6 - mean) * (0.6 - mean)) / 3;
+    assert_true(fabs(group_variance(v, w, 4) - want) < 1e-12);
+    assert_true(group_variance(v, w, 1) == 0.0);
+    uint8_t a[6] = { 1, 1, 0, 0, 1, 0 }, b[6] = { 1, 0, 0, 0, 1, 1 }, z[6] = { 0 };
+    assert_true(fabs(jaccard(a, b, 6) - 0.5) < 1e-12);
+    assert_true(jaccard(z, z, 6) == 1.0);
+    uint8_t same[3 * 6] = { 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0 };
+    assert_true(fabs(mean_pairwise_jaccard(same, 3, 6) - 1.0) < 1e-12);
+    uint8_t two[2 * 6];
+    memcpy(two, a, 6);
+    memcpy(two + 6, b, 6);
+    assert_true(fabs(mean_pairwise_jaccard(two, 2, 6) - 0.5) < 1e-12);
+    assert_true(mean_pairwise_jaccard(a, 1, 6) < 0);
+}
+
+static void test_tail_mean(void **state)
+{
+    (void)state;
+    double v[24];
+    for (int i = 0; i < 24; i++)
+        v[i] = i;
+    assert_true(fabs(tail_mean(v, 24, 0.1) - 22.0) < 1e-12); /* ceil(2.4) = 3: 21, 22, 23 */
+    assert_true(tail_mean(v, 5, 0.1) == 4.0);                /* at least one */
+    assert_true(isnan(tail_mean(v, 0, 0.1)));
+}
+
+static void test_kinds_summary(void **state)
+{
+    (void)state;
+    char b[128];
+    const char *k1[] = { "dense", "mod", "dense", "mod" };
+    kinds_summary(b, sizeof(b), k1, 4);
+    assert_string_equal(b, "dense x2, mod x2");
+    const char *k2[] = { "dense", "staged", "dense", "integrated" };
+    kinds_summary(b, sizeof(b), k2, 4);
+    assert_string_equal(b, "dense x2, staged, integrated");
+    kinds_summary(b, 8, k1, 4); /* truncated, still a string */
+    assert_true(strlen(b) < 8);
+}
+
+static void test_palette(void **state)
+{
+    (void)state;
+    /* the hues are distinct, and repeats are darker, not equal */
+    for (int i = 0; i < 2 * PALETTE_HUES; i++)
+        for (int j = i + 1; j < 2 * PALETTE_HUES; j++) {
+            rgb a = palette_color(i), b = palette_color(j);
+            double d = fabs(a.r - b.r) + fabs(a.g - b.g) + fabs(a.b - b.b);
+            assert_true(d > 0.05);
+        }
+    rgb c = rgb_hex(0x0072b2);
+    assert_true(c.r == 0.0 && fabs(c.g - 0x72 / 255.0) < 1e-12 && fabs(c.b - 0xb2 / 255.0) < 1e-12);
+    assert_int_equal(legend_rows(7, 3), 3);
+    assert_int_equal(legend_rows(6, 3), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hist_bin),     cmocka_unit_test(test_ticks),
+        cmocka_unit_test(test_labels),       cmocka_unit_test(test_information),
+        cmocka_unit_test(test_permutation),  cmocka_unit_test(test_variance_overlap),
+        cmocka_unit_test(test_tail_mean),    cmocka_unit_test(test_kinds_summary),
+        cmocka_unit_test(test_palette),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
