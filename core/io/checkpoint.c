@@ -56,7 +56,7 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
         return -ENAMETOOLONG;
     }
     h5_quiet();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = h5_create(tmp);
     if (f < 0) {
         snprintf(err, (size_t)err_len, "%s: cannot create (is the folder writable?)", tmp);
         return -EIO;
@@ -88,6 +88,8 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
     if (H5Fclose(f) < 0)
         rc = -EIO;
     if (!rc)
+        rc = h5_seal(tmp);
+    if (!rc)
         rc = h5_commit_tmp(tmp, path);
     if (rc) {
         remove(tmp);
@@ -98,21 +100,7 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
 
 static hid_t open_h5(const char *path, char *err, int err_len)
 {
-    h5_quiet();
-    if (H5Fis_hdf5(path) <= 0) {
-        FILE *fp = fopen(path, "rb");
-        if (!fp)
-            snprintf(err, (size_t)err_len, "%s: cannot open", path);
-        else {
-            fclose(fp);
-            snprintf(err, (size_t)err_len, "%s: not an HDF5 file (or truncated)", path);
-        }
-        return -1;
-    }
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it (truncated?)", path);
-    return f;
+    return h5_open_checked(path, err, err_len);
 }
 
 void ckpt_meta_clear(ckpt_meta *meta)

@@ -38,6 +38,26 @@ char *h5_attr_read_string(hid_t loc, const char *name);
 int h5_attr_read_long(hid_t loc, const char *name, long *value);
 int h5_attr_read_double(hid_t loc, const char *name, double *value);
 
+/* Every file mode writes starts with a 512-byte HDF5 user block holding a
+ * magic string, the file's length and the CRC-32 of everything after the
+ * block.  HDF5 itself skips the block (h5dump, h5py and the rest read the
+ * files as usual); mode checks it before handing a file to HDF5, so a
+ * truncated or corrupted file is refused by a checksum instead of being
+ * parsed by a library that is not hardened against malformed input. */
+#define H5_USERBLOCK 512
+#define H5_MAGIC "mode-h5\n"
+
+/* A new file with the user block and checksummed metadata (HDF5 1.8
+ * formats and later). */
+hid_t h5_create(const char *path);
+/* After H5Fclose: fill the user block of path (length and CRC-32). */
+int h5_seal(const char *path);
+/* Open a file mode wrote, read-only, after checking its seal.  On failure
+ * returns a negative id and says what is wrong (missing, not HDF5, not
+ * written by mode, truncated, corrupted) in err, naming path. */
+hid_t h5_open_checked(const char *path, char *err, int err_len);
+uint32_t h5_crc32(uint32_t crc, const void *data, size_t n);
+
 /* Atomic file replacement: write to "<path>.tmp", fsync, rename over path. */
 int h5_tmp_path(char *buf, size_t len, const char *path);
 int h5_commit_tmp(const char *tmp, const char *path);

@@ -222,7 +222,7 @@ int run_record_write(const run_record *r, const char *path, char *err, int err_l
         return -ENAMETOOLONG;
     }
     h5_quiet();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = h5_create(tmp);
     if (f < 0) {
         snprintf(err, (size_t)err_len, "%s: cannot create (is the folder writable?)", tmp);
         return -EIO;
@@ -240,6 +240,8 @@ int run_record_write(const run_record *r, const char *path, char *err, int err_l
         rc = write_blob(f, &r->blobs[i]);
     if (H5Fclose(f) < 0)
         rc = -EIO;
+    if (!rc)
+        rc = h5_seal(tmp);
     if (!rc)
         rc = h5_commit_tmp(tmp, path);
     if (rc) {
@@ -343,16 +345,9 @@ static herr_t visit_blob(hid_t f, const char *name, const H5O_info_t *info, void
 
 int run_record_load(run_record *r, const char *path, char *err, int err_len)
 {
-    h5_quiet();
-    if (H5Fis_hdf5(path) <= 0) {
-        snprintf(err, (size_t)err_len, "%s: missing, or not an HDF5 file", path);
+    hid_t f = h5_open_checked(path, err, err_len);
+    if (f < 0)
         return -EINVAL;
-    }
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it (truncated?)", path);
-        return -EIO;
-    }
     int rc = read_table(f, &r->metrics, path, err, err_len);
     if (!rc)
         rc = read_table(f, &r->eval, path, err, err_len);
@@ -370,18 +365,14 @@ int run_record_load(run_record *r, const char *path, char *err, int err_len)
 
 int run_record_read(run_record **out, const char *path, char *err, int err_len)
 {
-    h5_quiet();
     char *config = NULL;
-    if (H5Fis_hdf5(path) > 0) {
-        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (f >= 0) {
-            config = h5_attr_read_string(f, "config");
-            H5Fclose(f);
-        }
-    }
+    hid_t f = h5_open_checked(path, err, err_len);
+    if (f < 0)
+        return -EINVAL;
+    config = h5_attr_read_string(f, "config");
+    H5Fclose(f);
     if (!config) {
-        snprintf(err, (size_t)err_len, "%s: not a mode run file (missing, or no config attribute)",
-                 path);
+        snprintf(err, (size_t)err_len, "%s: not a mode run file (no config attribute)", path);
         return -EINVAL;
     }
     run_record *r = NULL;

@@ -260,7 +260,8 @@ static int record_routing(trainer *t, long done)
         any |= t->m->layers[l].kind->record != NULL;
     if (!any || t->n_record == 0)
         return 0;
-    batch b = { .tokens = t->record_tokens, .nseq = t->n_record, .step = 0, .seq0 = 0,
+    /* keyed by the step, so a random router's records change over training */
+    batch b = { .tokens = t->record_tokens, .nseq = t->n_record, .step = done, .seq0 = 0,
                 .global_seqs = t->n_record };
     fwd_result r;
     int rc = model_forward(t->m, t->ctx, &b, FWD_EVAL_TOPK, &r);

@@ -52,8 +52,12 @@ checkpoints)
 	head -c 3000 "$ck" >truncated.h5
 	echo "not hdf5" >text.h5
 	cp good/tiny/run.h5 runfile.h5 # an HDF5 file, but a run file, no tensors
-	expect 1 "truncated.h5: .*truncated" "$exe" eval truncated.h5
-	expect 1 "text.h5: not an HDF5 file" "$exe" eval text.h5
+	expect 1 "truncated.h5: truncated or extended" "$exe" eval truncated.h5
+	expect 1 "text.h5: not an HDF5 file written by mode" "$exe" eval text.h5
+	# one flipped byte in the middle: the checksum catches it before HDF5 reads it
+	cp "$ck" flipped.h5
+	printf '\377' | dd of=flipped.h5 bs=1 seek=20000 conv=notrunc 2>/dev/null
+	expect 1 "flipped.h5: corrupted (CRC-32" "$exe" eval flipped.h5
 	expect 1 "runfile.h5: not a mode checkpoint (missing attribute config, seed or step)" \
 		"$exe" eval runfile.h5
 	expect 1 "nothing.h5: cannot open" "$exe" sample nothing.h5 --prompt a --tokens 3
@@ -64,7 +68,7 @@ checkpoints)
 	# a run file that is not one, on resume
 	"$exe" "$config" run.out=r --quiet --max-steps 4 || fail "training r"
 	cp text.h5 r/tiny/run.h5
-	expect 1 "run.h5: missing, or not an HDF5 file" "$exe" "$config" run.out=r --resume --quiet
+	expect 1 "run.h5: not an HDF5 file written by mode" "$exe" "$config" run.out=r --resume --quiet
 	;;
 signals)
 	# SIGTERM and SIGINT: a checkpoint, a clean exit 128+signal, and a resume
