@@ -88,8 +88,8 @@ fail:
  * axis), padded. */
 static void range_of(const curves_fig *f, int which, bool logx, double *lo, double *hi)
 {
-    *lo = INFINITY;
-    *hi = -INFINITY;
+    *lo = HUGE_VAL;
+    *hi = -HUGE_VAL;
     for (int r = 0; r < f->n_runs; r++)
         for (long i = 0; i < f->c[r].n; i++) {
             const curve *c = &f->c[r];

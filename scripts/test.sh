@@ -16,6 +16,7 @@ export OPENBLAS_NUM_THREADS=1
 
 passed=0
 failed=0
+test_args=""
 
 run_suite() { # name, build dir, meson setup options...
 	name=$1 dir=$2
@@ -34,7 +35,8 @@ run_suite() { # name, build dir, meson setup options...
 		failed=$((failed + 1))
 		return
 	fi
-	meson test -C "$dir" --print-errorlogs --num-processes 2 2>&1 | tee "$dir.test.log"
+	# shellcheck disable=SC2086
+	meson test -C "$dir" --print-errorlogs --num-processes 2 $test_args 2>&1 | tee "$dir.test.log"
 	ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir.test.log")
 	bad=0
 	for key in Fail Timeout "Unexpected Pass"; do
@@ -49,13 +51,23 @@ run_suite() { # name, build dir, meson setup options...
 	failed=$((failed + bad))
 }
 
-run_suite release build-ci -Dwerror=true -Dbuildtype=release
+# Without -march=native, so that valgrind (which does not know AVX-512) can
+# run the memcheck test on it.
+run_suite release build-ci -Dwerror=true -Dbuildtype=release -Dnative=false
 # LeakSanitizer reports Open MPI's and OpenBLAS's own allocations at exit,
 # which are not ours to fix; leaks in our code are covered by the valgrind run.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_suite sanitize build-asan -Dwerror=true -Dbuildtype=debugoptimized \
 	-Db_sanitize=address,undefined -Db_lundef=false
+
+# libFuzzer targets: clang, sanitizers, bounded runs from fixed seeds.
+unset ASAN_OPTIONS
+export CC=clang
+test_args="--suite fuzz"
+run_suite fuzz build-fuzz -Dwerror=true -Dbuildtype=debugoptimized -Dfuzz=true \
+	-Db_sanitize=address,undefined -Db_lundef=false
+unset CC
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

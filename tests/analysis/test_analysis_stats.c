@@ -23,7 +23,7 @@ static void test_hist_bin(void **state)
     assert_int_equal(hist_bin(1.0, 0.0, 1.0, 4), 3);   /* hi belongs to the last bin */
     assert_int_equal(hist_bin(-5.0, 0.0, 1.0, 4), 0);  /* clamped */
     assert_int_equal(hist_bin(7.0, 0.0, 1.0, 4), 3);
-    assert_int_equal(hist_bin(NAN, 0.0, 1.0, 4), 0);
+    assert_int_equal(hist_bin((double)NAN, 0.0, 1.0, 4), 0);
     assert_int_equal(hist_bin(0.5, 1.0, 1.0, 4), 0);   /* empty range */
     float v[] = { 0.1f, 0.2f, 0.3f, 0.6f, 0.9f, 1.0f, -1.0f };
     double counts[4] = { 9, 9, 9, 9 };
