@@ -464,7 +464,8 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     int rc = 0;
     for (long step = t->start; step < t->total && !rc; step++) {
         long done = step + 1;
-        double t0 = mode_now();
+        double t0 = mode_now(), comm0 = ctx->timers[PHASE_COMM];
+        comm_reset_bytes(ctx->comm);
         sample_batch(t, tok, local, step, seq0);
         batch b = { .tokens = tok, .nseq = local, .step = step, .seq0 = seq0,
                     .global_seqs = c->batch };
@@ -480,14 +481,17 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                      strerror(-rc));
         if ((rc = agree(ctx, rc)))
             break;
-        double compute = mode_now() - t0, tc = mode_now();
-        comm_reset_bytes(ctx->comm);
+        double tc = mode_now(), comm_layers = ctx->timers[PHASE_COMM] - comm0;
         double sums[4] = { r.ce_sum, r.aux_loss, r.side_loss, r.flops_executed };
         rc = comm_allreduce_sum_float(ctx->comm, m->grads, m->n_params);
         if (!rc)
             rc = comm_allreduce_sum_double(ctx->comm, sums, 4);
-        double comm_s = mode_now() - tc;
-        ctx->timers[PHASE_COMM] += comm_s;
+        double t_allreduce = mode_now() - tc;
+        ctx->timers[PHASE_COMM] += t_allreduce;
+        /* all communication of the step: the experts' all-to-alls inside the
+         * layers and the gradient all-reduce; compute is the rest of forward
+         * and backward */
+        double comm_s = comm_layers + t_allreduce, compute = tc - t0 - comm_layers;
         if (rc) {
             snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", done);
             break;
