@@ -155,6 +155,47 @@ static void test_foreign_files(void **state)
     assert_null(r);
 }
 
+/* A full disk: the temporary file is a link to /dev/full, where every write
+ * fails with ENOSPC.  The save reports it, and the previous checkpoint and
+ * run file are untouched and still load. */
+static void test_full_disk(void **state)
+{
+    char path[128], tmp[140], runp[128], runtmp[140], err[256] = "";
+    snprintf(path, sizeof(path), "%s/full.h5", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    snprintf(runp, sizeof(runp), "%s/fullrun.h5", dir);
+    snprintf(runtmp, sizeof(runtmp), "%s.tmp", runp);
+    model *a = make(12, 1), *b = make(12, 2);
+    assert_int_equal(checkpoint_save(path, a, "", 5, 1, err, sizeof(err)), 0);
+    run_record *r = NULL;
+    assert_int_equal(build_run_record(&r, "[run]\n"), 0);
+    assert_int_equal(run_record_write(r, runp, err, sizeof(err)), 0);
+    assert_int_equal(symlink("/dev/full", tmp), 0);
+    assert_int_equal(symlink("/dev/full", runtmp), 0);
+    assert_int_not_equal(checkpoint_save(path, b, "", 6, 1, err, sizeof(err)), 0);
+    print_message("%s\n", err);
+    /* HDF5 fails at creation already, or at the first write */
+    assert_true(strstr(err, "full.h5.tmp: cannot create it") ||
+                strstr(err, "full.h5: writing the checkpoint failed"));
+    assert_int_not_equal(run_record_write(r, runp, err, sizeof(err)), 0);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "fullrun.h5"));
+    ckpt_meta meta;
+    assert_int_equal(checkpoint_read_meta(path, &meta, err, sizeof(err)), 0);
+    assert_int_equal(meta.step, 5); /* the old one */
+    ckpt_meta_clear(&meta);
+    assert_int_equal(checkpoint_load(path, b, false, err, sizeof(err)), 0);
+    assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
+    run_record *back = NULL;
+    assert_int_equal(run_record_read(&back, runp, err, sizeof(err)), 0);
+    free_run_record(&back);
+    unlink(tmp);
+    unlink(runtmp);
+    free_run_record(&r);
+    free_model(&a);
+    free_model(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +203,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_shape_mismatch),
         cmocka_unit_test(test_run_file_round_trip),
         cmocka_unit_test(test_foreign_files),
+        cmocka_unit_test(test_full_disk),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

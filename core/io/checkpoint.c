@@ -58,7 +58,7 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
     h5_quiet();
     hid_t f = h5_create(tmp);
     if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: cannot create (is the folder writable?)", tmp);
+        snprintf(err, (size_t)err_len, "%s: cannot create it (is the folder writable, the disk full?)", tmp);
         return -EIO;
     }
     const model_dims *d = &m->dims;

@@ -224,7 +224,7 @@ int run_record_write(const run_record *r, const char *path, char *err, int err_l
     h5_quiet();
     hid_t f = h5_create(tmp);
     if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: cannot create (is the folder writable?)", tmp);
+        snprintf(err, (size_t)err_len, "%s: cannot create it (is the folder writable, the disk full?)", tmp);
         return -EIO;
     }
     int rc = h5_attr_string(f, "config", r->config);
