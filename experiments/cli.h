@@ -34,5 +34,6 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
 
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
+int cmd_sweep(mode_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -29,6 +29,7 @@ static const char usage_main[] =
     "       mode-exp flops CONFIG.ini [section.key=value ...]         FLOPs per layer and step\n"
     "       mode-exp sample CKPT --prompt TEXT --tokens N [options]   generate text\n"
     "       mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json]\n"
+    "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
     "\n"
     "Training options:\n"
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
@@ -245,6 +246,7 @@ int main(int argc, char **argv)
     int rc = !strcmp(argv[1], "eval")     ? cmd_eval(&ctx, argc, argv)
              : !strcmp(argv[1], "sample") ? cmd_sample(&ctx, argc, argv)
              : !strcmp(argv[1], "bench")  ? cmd_bench(&ctx, argc, argv)
+             : !strcmp(argv[1], "sweep")  ? cmd_sweep(&ctx, argc, argv)
                                           : cmd_train(&ctx, argc, argv);
     comm_finalize(&ctx.comm);
     return rc;
