@@ -85,7 +85,11 @@ layout)
 		metrics/train_flops metrics/wall_s eval/step eval/loss_topk eval/loss_causal provenance; do
 		echo "$ls" | grep -q "^/$d " || fail "run.h5 has no /$d"
 	done
-	h5dump -a provenance/commit l/tiny/run.h5 >/dev/null || fail "no provenance/commit"
+	h5dump -a provenance/commit l/tiny/run.h5 | grep -q '(0): "[0-9a-z]' ||
+		fail "provenance/commit is empty: $(h5dump -a provenance/commit l/tiny/run.h5)"
+	for a in version modified openblas mpi hdf5 cpu ranks blas_threads command_line started; do
+		h5dump -a "provenance/$a" l/tiny/run.h5 >/dev/null || fail "no provenance/$a"
+	done
 	h5dump -a config l/tiny/run.h5 | grep -q "d_model = 32" || fail "run.h5 config"
 	ls=$(h5ls -r l/tiny/ckpt.h5) || fail "h5ls ckpt.h5"
 	for d in tok_emb final_norm layers/0/attn_norm layers/0/wq layers/0/wk layers/0/wv \
