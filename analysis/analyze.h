@@ -31,6 +31,8 @@ int cmd_weights(const an_args *a);
 int cmd_curves(const an_args *a);
 int cmd_compare(const an_args *a);
 int cmd_tokens(const an_args *a);
+int cmd_isoflop(const an_args *a);
+int cmd_report(const an_args *a);
 
 /* "mode-analyze CMD: " and the message on stderr; returns code. */
 int an_fail(const an_args *a, int code, const char *fmt, ...)

@@ -5,6 +5,8 @@
  *   mode-analyze curves RUN.h5 [RUN.h5 ...]            held-out loss curves
  *   mode-analyze compare RUN.h5 [RUN.h5 ...]           a table of runs
  *   mode-analyze tokens RUN.h5 [--step N] [--all-steps] take rate per token class
+ *   mode-analyze isoflop SWEEP_DIR                     isoFLOP fits and frontier
+ *   mode-analyze report DIR                            every analysis on one HTML page
  *
  * Every subcommand takes --out DIR (default: the first run file's folder),
  * --svg (an SVG beside every PNG) and --help, and prints the paths it wrote.
@@ -66,6 +68,25 @@ static const an_command commands[] = {
       "  --all-steps   pool every recorded step\n"
       "Prints it and writes tokens.md, tokens.csv and tokens.png.\n",
       "RUN.h5 [--step N | --all-steps]", 1, 1, OPT_STEP | OPT_ALL_STEPS, cmd_tokens },
+    { "isoflop", "isoFLOP fits: loss against parameters per budget and kind",
+      "For a folder of runs with training-FLOP budgets (run.flops_budget; mode-exp\n"
+      "sweep with an [isoflop] design): the final held-out loss (top-k) against the\n"
+      "parameter count for each budget, one curve per kind, with the least-squares\n"
+      "parabola in log parameters whose minimum gives the compute-optimal size and\n"
+      "loss (the best sampled run where it has no minimum inside the sampled sizes);\n"
+      "and the loss against the FLOPs of a forward pass relative to the best dense\n"
+      "run of the budget (MoD paper, Fig. 4). A run's kind is the end of its name\n"
+      "iso-<budget>-<size>-<kind>, else its layer pattern. Incomplete runs are left\n"
+      "out. Prints the frontier and writes isoflop.md, isoflop.csv (budget, kind,\n"
+      "N*, loss*, against dense), isoflop_runs.csv and isoflop.png.\n",
+      "SWEEP_DIR", 1, 1, 0, cmd_isoflop },
+    { "report", "every analysis of a folder of runs on one HTML page",
+      "Writes DIR/report.html (with --out, OUT/report.html), a self-contained page\n"
+      "(images as data URIs) with the runs and their state, compare, curves, isoflop\n"
+      "when runs have training-FLOP budgets, and for every routed run its heatmap\n"
+      "(last recorded step), router weights and token classes. The figures and\n"
+      "tables themselves go beside it into report/.\n",
+      "DIR", 1, 1, 0, cmd_report },
 };
 enum { N_COMMANDS = (int)(sizeof(commands) / sizeof(commands[0])) };
 

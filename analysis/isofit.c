@@ -1,0 +1,169 @@
+#include "analysis/isofit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+
+static bool usable(const double *x, const double *y, int i)
+{
+    return isfinite(x[i]) && isfinite(y[i]);
+}
+
+/* Distinct usable x (equal within 1e-12 relative), up to three: all a fit needs. */
+static int distinct_x(const double *x, const double *y, int n)
+{
+    double seen[3];
+    int k = 0;
+    for (int i = 0; i < n && k < 3; i++) {
+        if (!usable(x, y, i))
+            continue;
+        bool dup = false;
+        for (int j = 0; j < k; j++)
+            dup |= fabs(x[i] - seen[j]) <= 1e-12 * fmax(1.0, fabs(seen[j]));
+        if (!dup)
+            seen[k++] = x[i];
+    }
+    return k;
+}
+
+/* Solve the 3 x 3 system m v = r by elimination with partial pivoting;
+ * false when singular. */
+static bool solve3(double m[3][3], double r[3], double v[3])
+{
+    for (int col = 0; col < 3; col++) {
+        int piv = col;
+        for (int i = col + 1; i < 3; i++)
+            if (fabs(m[i][col]) > fabs(m[piv][col]))
+                piv = i;
+        if (!(fabs(m[piv][col]) > 1e-13))
+            return false;
+        for (int j = 0; j < 3; j++) {
+            double t = m[col][j];
+            m[col][j] = m[piv][j];
+            m[piv][j] = t;
+        }
+        double t = r[col];
+        r[col] = r[piv];
+        r[piv] = t;
+        for (int i = col + 1; i < 3; i++) {
+            double f = m[i][col] / m[col][col];
+            for (int j = col; j < 3; j++)
+                m[i][j] -= f * m[col][j];
+            r[i] -= f * r[col];
+        }
+    }
+    for (int i = 2; i >= 0; i--) {
+        double s = r[i];
+        for (int j = i + 1; j < 3; j++)
+            s -= m[i][j] * v[j];
+        v[i] = s / m[i][i];
+    }
+    return true;
+}
+
+/* The fit in u = (x - mid) / half, u in [-1, 1]: y = A u^2 + B u + C. */
+static int fit_scaled(const double *x, const double *y, int n, double mid, double half,
+                      double coef[3])
+{
+    double m[3][3] = { { 0 } }, r[3] = { 0 }, pw[5];
+    for (int i = 0; i < n; i++) {
+        if (!usable(x, y, i))
+            continue;
+        double u = (x[i] - mid) / half;
+        pw[0] = 1.0;
+        for (int k = 1; k < 5; k++)
+            pw[k] = pw[k - 1] * u;
+        /* rows and columns ordered A, B, C: powers 2, 1, 0 */
+        for (int a = 0; a < 3; a++) {
+            for (int b = 0; b < 3; b++)
+                m[a][b] += pw[4 - a - b];
+            r[a] += y[i] * pw[2 - a];
+        }
+    }
+    return solve3(m, r, coef) ? 0 : -EINVAL;
+}
+
+/* The fit in the scaled coordinate over the usable points' range [lo, hi]:
+ * mid and half of the range, k = A, B, C. */
+static int fit_core(const double *x, const double *y, int n, double *mid, double *half,
+                    double k[3])
+{
+    if (distinct_x(x, y, n) < 3)
+        return -EINVAL;
+    double lo = HUGE_VAL, hi = -HUGE_VAL;
+    for (int i = 0; i < n; i++)
+        if (usable(x, y, i)) {
+            lo = fmin(lo, x[i]);
+            hi = fmax(hi, x[i]);
+        }
+    *mid = 0.5 * (lo + hi);
+    *half = 0.5 * (hi - lo);
+    return fit_scaled(x, y, n, *mid, *half, k);
+}
+
+int fit_parabola(const double *x, const double *y, int n, double *a, double *b, double *c)
+{
+    double mid, half, k[3];
+    *a = *b = *c = (double)NAN;
+    if (fit_core(x, y, n, &mid, &half, k))
+        return -EINVAL;
+    /* back to x: u = (x - mid) / half */
+    double h2 = half * half;
+    *a = k[0] / h2;
+    *b = k[1] / half - 2.0 * k[0] * mid / h2;
+    *c = k[0] * mid * mid / h2 - k[1] * mid / half + k[2];
+    return 0;
+}
+
+void isoflop_optimum(const double *x, const double *y, int n, isofit *f)
+{
+    f->status = ISOFIT_EMPTY;
+    f->a = f->b = f->c = (double)NAN;
+    f->x_opt = f->y_opt = (double)NAN;
+    f->best = -1;
+    f->n_used = 0;
+    f->x_lo = HUGE_VAL;
+    f->x_hi = -HUGE_VAL;
+    for (int i = 0; i < n; i++) {
+        if (!usable(x, y, i))
+            continue;
+        f->n_used++;
+        f->x_lo = fmin(f->x_lo, x[i]);
+        f->x_hi = fmax(f->x_hi, x[i]);
+        if (f->best < 0 || y[i] < y[f->best])
+            f->best = i;
+    }
+    if (f->best < 0) {
+        f->x_lo = f->x_hi = (double)NAN;
+        return;
+    }
+    f->x_opt = x[f->best];
+    f->y_opt = y[f->best];
+    double mid, half, k[3];
+    if (fit_parabola(x, y, n, &f->a, &f->b, &f->c) || fit_core(x, y, n, &mid, &half, k)) {
+        f->status = ISOFIT_TOO_FEW;
+        return;
+    }
+    f->status = ISOFIT_EDGE;
+    /* the vertex in the scaled coordinate u in [-1, 1], where the size of
+     * the curvature A compares with the losses themselves */
+    double A = k[0], B = k[1], C = k[2];
+    if (!(A > 1e-12 * (fabs(B) + fabs(C) + 1e-300)))
+        return; /* flat or concave: no minimum */
+    double u = -B / (2.0 * A);
+    if (u < -1.0 || u > 1.0)
+        return; /* the minimum lies outside the sampled sizes */
+    f->status = ISOFIT_INTERIOR;
+    f->x_opt = mid + half * u;
+    f->y_opt = C - B * B / (4.0 * A);
+}
+
+const char *isofit_status_text(isofit_status s)
+{
+    switch (s) {
+    case ISOFIT_INTERIOR: return "parabola";
+    case ISOFIT_EDGE: return "best sampled (no interior minimum)";
+    case ISOFIT_TOO_FEW: return "best sampled (fewer than 3 sizes)";
+    default: return "no finite point";
+    }
+}

@@ -1,0 +1,479 @@
+/* mode-exp sweep: run every config of a sweep file (sweep.h), each in its
+ * own folder, in this process with the current MPI world; check them all
+ * before the first step, skip complete runs, resume interrupted ones, then
+ * hand the folder to `mode-analyze report`. */
+#include "experiments/cli.h"
+
+#include "core/comm/comm.h"
+#include "core/io/checkpoint.h"
+#include "core/io/h5util.h"
+#include "core/train/trainer.h"
+#include "experiments/kinds.h"
+#include "experiments/sweep.h"
+
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char usage_sweep[] =
+    "usage: mode-exp sweep SWEEP.ini [section.key=value ...] [--dry-run] [--progress]\n"
+    "                      [--no-report] [--threads N]\n"
+    "  Trains every config of a sweep file (a grid over config keys, or an isoFLOP\n"
+    "  design of budgets x model sizes x kinds; the format is in experiments/sweeps.md\n"
+    "  and atop experiments/capacity.ini and isoflop.ini), each into <out>/<run name>/,\n"
+    "  in this process with the current MPI world (start it under mpirun for data\n"
+    "  parallelism).  Every config is checked before the first run: a bad value stops\n"
+    "  the sweep with the sweep file's line.  A run whose run.h5 reaches its planned\n"
+    "  steps is skipped, one with a checkpoint short of them resumed, the others\n"
+    "  trained; one line per run.  Then `mode-analyze report <out>` ($MODE_ANALYZE,\n"
+    "  beside mode-exp, or on PATH).  Overrides apply to every run.\n"
+    "  --dry-run    list the runs, their planned steps and what would happen to each\n"
+    "  --progress   print the training progress of every run\n"
+    "  --no-report  do not run mode-analyze report at the end\n"
+    "  --threads N  BLAS threads per rank (default: cores / ranks on the node)\n";
+
+typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
+static const char *const action_names[] = { "train", "resume", "complete" };
+
+typedef struct sweep_opts {
+    const char *file;
+    int n_over;
+    char **over;
+    bool dry_run, progress, no_report;
+    int threads;
+} sweep_opts;
+
+/* What a run folder holds: the last metrics row and evaluation of run.h5. */
+typedef struct run_state {
+    bool has_run, has_ckpt;
+    long done;
+    double loss, eval_topk, eval_causal;
+} run_state;
+
+static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof(*o));
+    o->over = calloc((size_t)argc + 1, sizeof(char *));
+    if (!o->over)
+        return -ENOMEM;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_sweep, stdout);
+            exit(0);
+        } else if (!strcmp(a, "--dry-run")) {
+            o->dry_run = true;
+        } else if (!strcmp(a, "--progress")) {
+            o->progress = true;
+        } else if (!strcmp(a, "--no-report")) {
+            o->no_report = true;
+        } else if (!strcmp(a, "--threads")) {
+            char *end = NULL;
+            long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || t < 1 || t > 4096) {
+                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer\n",
+                        i + 1 < argc ? argv[i + 1] : "(missing)");
+                return -EINVAL;
+            }
+            o->threads = (int)t;
+            i++;
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "mode-exp sweep: unknown option %s\n%s", a, usage_sweep);
+            return -EINVAL;
+        } else if (!o->file) {
+            o->file = a;
+        } else {
+            o->over[o->n_over++] = argv[i];
+        }
+    }
+    if (!o->file) {
+        fputs(usage_sweep, stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static double last_double(hid_t f, const char *name)
+{
+    double *v = NULL, x = (double)NAN;
+    hsize_t n = 0;
+    if (!h5_read_doubles_1d(f, name, &v, &n) && n > 0)
+        x = v[n - 1];
+    free(v);
+    return x;
+}
+
+/* Read <dir>/run.h5 and see whether <dir>/ckpt.h5 exists.  A run file or a
+ * checkpoint of another config is an error: the folder is some other run. */
+static int inspect_run(const char *dir, const char *ini, run_state *s, char *err, int err_len)
+{
+    char path[SWEEP_PATH_LEN + SWEEP_NAME_LEN + 32], ckpt[sizeof(path)];
+    struct stat st;
+    memset(s, 0, sizeof(*s));
+    s->loss = s->eval_topk = s->eval_causal = (double)NAN;
+    snprintf(path, sizeof(path), "%s/run.h5", dir);
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt.h5", dir);
+    s->has_ckpt = !stat(ckpt, &st);
+    if (s->has_ckpt) {
+        ckpt_meta meta;
+        if (checkpoint_read_meta(ckpt, &meta, err, err_len))
+            return -EIO;
+        bool same = !strcmp(meta.config, ini);
+        ckpt_meta_clear(&meta);
+        if (!same) {
+            snprintf(err, (size_t)err_len, "%s: a checkpoint of another config (the sweep "
+                     "file or its base changed?): move the folder away or set [sweep] out "
+                     "elsewhere", ckpt);
+            return -EEXIST;
+        }
+    }
+    if (stat(path, &st))
+        return 0;
+    hid_t f = h5_open_checked(path, err, err_len);
+    if (f < 0)
+        return -EIO;
+    char *config = h5_attr_read_string(f, "config");
+    bool same = config && !strcmp(config, ini);
+    free(config);
+    long *steps = NULL;
+    hsize_t n = 0;
+    if (same && !h5_read_longs_1d(f, "metrics/step", &steps, &n) && n > 0)
+        s->done = steps[n - 1];
+    free(steps);
+    s->has_run = true;
+    s->loss = last_double(f, "metrics/loss");
+    s->eval_topk = last_double(f, "eval/loss_topk");
+    s->eval_causal = last_double(f, "eval/loss_causal");
+    H5Fclose(f);
+    if (!same) {
+        snprintf(err, (size_t)err_len, "%s: a run of another config (the sweep file or its "
+                 "base changed?): move the folder away or set [sweep] out elsewhere", path);
+        return -EEXIST;
+    }
+    return 0;
+}
+
+static void fmt_duration(char *buf, size_t n, double s)
+{
+    if (s < 60)
+        snprintf(buf, n, "%.1fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+/* The resolved config of run r: the base and the run's overrides. */
+static int load_run_config(const sweep_plan *p, const sweep_run *r, run_config *cfg, int ranks,
+                           char *err, int err_len)
+{
+    char *over[SWEEP_MAX_OVER], msg[1024];
+    for (int i = 0; i < r->n_over; i++)
+        over[i] = (char *)r->over[i].text;
+    int rc = config_load(cfg, p->base, r->n_over, over, mode_kinds, ranks, msg, (int)sizeof(msg));
+    if (rc)
+        sweep_config_error(p, r, msg, err, err_len);
+    return rc;
+}
+
+/* Nominal forward FLOPs per sequence from the config alone (MODEL.md), as
+ * the trainer counts them for run.flops_budget. */
+static double config_flops_per_seq(const run_config *cfg)
+{
+    model_dims dims = config_dims(cfg);
+    double f = model_head_flops_per_seq(&dims);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_kinds, cfg->layers[l].kind);
+        f += k ? k->flops(&cfg->layers[l], &dims) : 0.0;
+    }
+    return f;
+}
+
+/* The where of a budget's message: the budgets line of an isoFLOP run. */
+static int budget_line(const sweep_run *r)
+{
+    for (int i = 0; i < r->n_over; i++)
+        if (!strncmp(r->over[i].text, "run.flops_budget=", 17))
+            return r->over[i].line;
+    return 0;
+}
+
+/* Every config, its planned steps and what its folder holds, before any
+ * work.  Rank 0 reads the folders and tells the others. */
+static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_action *act,
+                     char *err, int err_len)
+{
+    run_config *cfg = malloc(sizeof(run_config));
+    if (!cfg)
+        return -ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < p->n_runs && !rc; i++) {
+        const sweep_run *r = &p->runs[i];
+        if ((rc = load_run_config(p, r, cfg, ctx->size, err, err_len)))
+            break;
+        double step_flops = 3.0 * config_flops_per_seq(cfg) * cfg->batch;
+        planned[i] = config_planned_steps(cfg, step_flops);
+        if (planned[i] <= 0) {
+            char where[SWEEP_PATH_LEN + 32];
+            int line = budget_line(r);
+            if (line > 0)
+                snprintf(where, sizeof(where), "%s:%d", p->path, line);
+            else
+                snprintf(where, sizeof(where), "%s", line < 0 ? "command line" : p->base);
+            snprintf(err, (size_t)err_len, "%s: run.flops_budget = %g buys no step of run %s "
+                     "(one step costs %.4g FLOPs): expected a larger budget", where,
+                     cfg->flops_budget, r->name, step_flops);
+            rc = -EINVAL;
+            break;
+        }
+        act[i] = ACT_TRAIN;
+        if (ctx->rank == 0) {
+            char dir[SWEEP_PATH_LEN + SWEEP_NAME_LEN + 8], *ini = config_to_ini(cfg);
+            run_state s;
+            snprintf(dir, sizeof(dir), "%s/%s", p->out, r->name);
+            rc = ini ? inspect_run(dir, ini, &s, err, err_len) : -ENOMEM;
+            free(ini);
+            if (!rc && s.has_run && s.done >= planned[i])
+                act[i] = ACT_SKIP;
+            else if (!rc && s.has_run && s.has_ckpt)
+                act[i] = ACT_RESUME;
+        }
+    }
+    free(cfg);
+    /* rank 0 alone read the folders: its verdict and its message go to all */
+    int bad = rc != 0;
+    comm_allreduce_max_int(ctx->comm, &bad);
+    if (p->n_runs > 0 && !bad)
+        comm_bcast(ctx->comm, act, (size_t)p->n_runs * sizeof(run_action), 0);
+    return bad ? (rc ? rc : -EINVAL) : 0;
+}
+
+/* mode-analyze: $MODE_ANALYZE, else beside mode-exp in the install (same
+ * folder) or the build tree (../analysis/), else on PATH. */
+static bool find_analyze(char *path, size_t len)
+{
+    const char *env = getenv("MODE_ANALYZE");
+    if (env) {
+        snprintf(path, len, "%s", env);
+        return access(path, X_OK) == 0;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) { /* <dir>/mode-analyze, then <dir>/../analysis/mode-analyze */
+            *slash = '\0';
+            snprintf(path, len, "%s/mode-analyze", exe);
+            if (!access(path, X_OK))
+                return true;
+            slash = strrchr(exe, '/');
+            if (slash) {
+                *slash = '\0';
+                snprintf(path, len, "%s/analysis/mode-analyze", exe);
+                if (!access(path, X_OK))
+                    return true;
+            }
+        }
+    }
+    const char *dirs = getenv("PATH");
+    while (dirs && *dirs) {
+        const char *colon = strchr(dirs, ':');
+        int dl = colon ? (int)(colon - dirs) : (int)strlen(dirs);
+        snprintf(path, len, "%.*s/mode-analyze", dl, dirs);
+        if (dl > 0 && !access(path, X_OK))
+            return true;
+        dirs = colon ? colon + 1 : NULL;
+    }
+    return false;
+}
+
+static int run_report(const char *out)
+{
+    char exe[4200];
+    if (!find_analyze(exe, sizeof(exe))) {
+        printf("# mode-analyze not found (it is built with cairo, -Danalysis=enabled); make the "
+               "report with: mode-analyze report %s\n", out);
+        return 0;
+    }
+    printf("# %s report %s\n", exe, out);
+    fflush(stdout);
+    char *argv[] = { exe, (char *)"report", (char *)out, NULL };
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
+    if (rc) {
+        fprintf(stderr, "mode-exp sweep: cannot start %s: %s\n", exe, strerror(rc));
+        return 1;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "mode-exp sweep: %s report %s failed\n", exe, out);
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct progress {
+    const char *name;
+} progress;
+
+static void print_progress(const train_log *l, void *user)
+{
+    const progress *pr = user;
+    printf("  %s step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", pr->name, l->step, l->total,
+           l->loss, l->lr, l->tokens_per_s);
+    if (l->has_eval)
+        printf("  %s eval %ld  held-out loss: topk %.4f  causal %.4f\n", pr->name, l->step,
+               l->eval_topk, l->eval_causal);
+    fflush(stdout);
+}
+
+/* Train (or resume) one run; the run's line comes after. */
+static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool resume,
+                  const sweep_opts *o, int threads, int argc, char **argv, char *err,
+                  int err_len)
+{
+    run_config *cfg = malloc(sizeof(run_config));
+    if (!cfg)
+        return -ENOMEM;
+    int rc = load_run_config(p, r, cfg, ctx->size, err, err_len);
+    if (!rc) {
+        ctx->seed = cfg->seed;
+        memset(ctx->timers, 0, sizeof(ctx->timers));
+        progress pr = { r->name };
+        trainer_opts to = { .resume = resume, .log = o->progress ? print_progress : NULL,
+                            .log_user = &pr, .argc = argc, .argv = argv,
+                            .blas_threads = threads };
+        rc = train(cfg, mode_kinds, ctx, &to, err, err_len);
+        if (rc && !err[0])
+            snprintf(err, (size_t)err_len, "%s", strerror(-rc));
+    }
+    free(cfg);
+    return rc;
+}
+
+/* One line per run: what happened, steps, the last training loss and
+ * held-out losses from its run file, the time it took. */
+static void report_run(const sweep_plan *p, int i, int outcome, long planned, double secs,
+                       const char *why)
+{
+    static const char *const outcome_names[] = { "trained", "resumed", "skipped", "failed" };
+    const sweep_run *r = &p->runs[i];
+    int w = p->n_runs >= 100 ? 3 : p->n_runs >= 10 ? 2 : 1, nw = 0;
+    for (int k = 0; k < p->n_runs; k++)
+        nw = nw > (int)strlen(p->runs[k].name) ? nw : (int)strlen(p->runs[k].name);
+    if (outcome == 3) {
+        printf("[%*d/%d] %-*s  failed: %s\n", w, i + 1, p->n_runs, nw, r->name, why);
+        fflush(stdout);
+        return;
+    }
+    char dir[SWEEP_PATH_LEN + SWEEP_NAME_LEN + 8], msg[1024], t[32] = "";
+    snprintf(dir, sizeof(dir), "%s/%s", p->out, r->name);
+    run_state s = { .loss = (double)NAN, .eval_topk = (double)NAN, .eval_causal = (double)NAN };
+    run_config *cfg = malloc(sizeof(run_config));
+    char *ini = NULL;
+    if (cfg && !load_run_config(p, r, cfg, 0, msg, (int)sizeof(msg)))
+        ini = config_to_ini(cfg);
+    if (ini)
+        inspect_run(dir, ini, &s, msg, (int)sizeof(msg));
+    free(ini);
+    free(cfg);
+    if (secs >= 0)
+        fmt_duration(t, sizeof(t), secs);
+    printf("[%*d/%d] %-*s  %-7s %6ld/%ld steps  loss %.4f  held-out %.4f (causal %.4f)%s%s\n",
+           w, i + 1, p->n_runs, nw, r->name, outcome_names[outcome], s.done, planned, s.loss,
+           s.eval_topk, s.eval_causal, t[0] ? "  " : "", t);
+    fflush(stdout);
+}
+
+int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
+{
+    sweep_opts o;
+    if (parse_sweep_args(&o, argc - 2, argv + 2))
+        return 2;
+    h5_quiet();
+    sweep_plan p;
+    char err[2048] = "";
+    long *planned = NULL;
+    run_action *act = NULL;
+    int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
+    if (!rc) {
+        planned = calloc((size_t)p.n_runs, sizeof(long));
+        act = calloc((size_t)p.n_runs, sizeof(run_action));
+        rc = planned && act ? check_all(ctx, &p, planned, act, err, (int)sizeof(err)) : -ENOMEM;
+    }
+    if (rc) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp sweep: %s\n", err[0] ? err : strerror(-rc));
+        goto done;
+    }
+    cli c = { .threads = o.threads };
+    int threads = choose_threads(&c, ctx), counts[3] = { 0, 0, 0 };
+    for (int i = 0; i < p.n_runs; i++)
+        counts[act[i]]++;
+    if (ctx->rank == 0) {
+        printf("# sweep %s (%s over %s): %d runs into %s/: %d to train, %d to resume, %d "
+               "complete; %d rank(s) x %d BLAS thread(s)\n", p.path,
+               p.isoflop ? "isoFLOP design" : "grid", p.base, p.n_runs, p.out,
+               counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], ctx->size, threads);
+        if (o.dry_run)
+            for (int i = 0; i < p.n_runs; i++) {
+                printf("%-32s %7ld steps  %-8s", p.runs[i].name, planned[i],
+                       action_names[act[i]]);
+                for (int k = 0; k < p.runs[i].n_over - 2; k++) /* not run.out, run.name */
+                    printf("  %s", p.runs[i].over[k].text);
+                printf("\n");
+            }
+        fflush(stdout);
+    }
+    code = 0;
+    if (o.dry_run)
+        goto done;
+    int done_as[4] = { 0, 0, 0, 0 }; /* trained, resumed, skipped, failed */
+    double t_all = mode_now();
+    for (int i = 0; i < p.n_runs; i++) {
+        const sweep_run *r = &p.runs[i];
+        double t0 = mode_now();
+        err[0] = '\0';
+        rc = act[i] == ACT_SKIP ? 0
+                                : do_run(ctx, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
+                                         argv, err, (int)sizeof(err));
+        int outcome = rc ? 3 : act[i] == ACT_SKIP ? 2 : act[i] == ACT_RESUME ? 1 : 0;
+        done_as[outcome]++;
+        if (ctx->rank == 0)
+            report_run(&p, i, outcome, planned[i], outcome == 2 ? -1.0 : mode_now() - t0, err);
+        if (rc == -EINTR) { /* a signal: stop here, the checkpoint is written */
+            if (ctx->rank == 0)
+                printf("# stopped; run the sweep again to resume\n");
+            code = 128 + train_stop_signal();
+            goto done;
+        }
+    }
+    if (ctx->rank == 0) {
+        char t[32];
+        fmt_duration(t, sizeof(t), mode_now() - t_all);
+        printf("# %d runs: %d trained, %d resumed, %d skipped, %d failed in %s\n", p.n_runs,
+               done_as[0], done_as[1], done_as[2], done_as[3], t);
+        fflush(stdout);
+    }
+    int failed = done_as[3];
+    code = failed ? 1 : 0;
+    if (ctx->rank == 0 && !o.no_report && run_report(p.out))
+        code = 1;
+done:
+    free(planned);
+    free(act);
+    sweep_plan_free(&p);
+    free(o.over);
+    return code;
+}

@@ -1,0 +1,360 @@
+#!/bin/sh
+# End-to-end tests of `mode-exp sweep` and of `mode-analyze isoflop` and
+# `report` on tiny sweeps of the tiny config.
+#   test_sweep.sh TEST MODE_EXP MODE_ANALYZE|none CONFIG
+# TEST: grid | rerun | resume | errors | isoflop | report | examples
+set -u
+test_name=$1
+examples=$(cd "$(dirname "$0")/../../experiments" && pwd)
+abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+exe=$(abspath "$2") config=$(abspath "$4")
+an=none
+[ "$3" != none ] && an=$(abspath "$3")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+cp "$config" tiny.ini
+
+fail() { echo "FAIL: $*"; exit 1; }
+needs_analyze() {
+	if [ "$an" = none ]; then
+		echo "SKIP: mode-analyze is not built (no cairo)"
+		exit 77
+	fi
+	export MODE_ANALYZE="$an"
+}
+# values FILE DATASET: the dataset's values, one a line, full precision
+values() {
+	h5dump -y -w 0 -m '%.17g' -d "$2" "$1" | sed -n '/^   DATA {/,/^   }/p' | sed '1d;$d' |
+		tr -d ' ' | tr ',' '\n' | grep -v '^$'
+}
+# the runs of the grid sweep, in the order it makes them
+grid_runs="capacity-0.25 capacity-0.5 router-random dense"
+
+write_grid() { # the tiny grid: 2 capacities, random routing, a dense baseline
+	cat >grid.ini <<-'EOF'
+	# a tiny grid sweep for the tests
+	[sweep]
+	base = tiny.ini
+	out = out/grid
+
+	[all]
+	run.steps = 16                 ; every run
+	run.eval_every = 8
+
+	[grid]
+	mod.capacity = 0.25, 0.5
+	model.layers = (dense, mod) x 2
+
+	[extra.router-random]
+	model.layers = (dense, mod) x 2
+	mod.router = random
+
+	[extra.dense]
+	EOF
+}
+
+write_iso() { # 2 budgets x 2 sizes x 2 kinds
+	cat >iso.ini <<-'EOF'
+	[sweep]
+	base = tiny.ini
+	out = out/iso
+	[all]
+	run.eval_every = 1000          ; only the last step evaluates
+	[isoflop]
+	budgets = 1e9, 2e9
+	size = d_model=16 n_heads=2 d_ff=32 depth=2
+	size = d_model=32 n_heads=2 d_ff=64 depth=2
+	[kind.dense]
+	pattern = dense
+	[kind.mod]
+	pattern = dense, mod
+	mod.capacity = 0.25
+	EOF
+}
+
+# mtimes of every run and checkpoint file, with nanoseconds
+stamps() { find out -name '*.h5' | sort | xargs stat -c '%n %y'; }
+
+case $test_name in
+grid)
+	write_grid
+	"$exe" sweep grid.ini --dry-run >dry.txt || fail "dry run: $(cat dry.txt)"
+	cat dry.txt
+	grep -q "4 runs into out/grid/: 4 to train, 0 to resume, 0 complete" dry.txt || fail "dry-run header"
+	[ -e out ] && fail "--dry-run created out/"
+	"$exe" sweep grid.ini --no-report >run.txt 2>err.txt || fail "sweep: $(cat err.txt)"
+	cat run.txt
+	[ "$(grep -c ' trained ' run.txt)" -eq 4 ] || fail "expected 4 trained lines"
+	for r in $grid_runs; do
+		[ -s "out/grid/$r/run.h5" ] && [ -s "out/grid/$r/ckpt.h5" ] || fail "$r: no run.h5 and ckpt.h5"
+		[ "$(values "out/grid/$r/run.h5" metrics/step | tail -n 1)" = 16 ] || fail "$r: not 16 steps"
+		grep -q "\] $r  *trained  *16/16 steps  loss [0-9]" run.txt || fail "$r: no run line"
+		# the resolved config is the base plus the sweep's settings
+		h5dump -a config "out/grid/$r/run.h5" >cfg.txt || fail "$r: config attribute"
+		grep -q "name = $r" cfg.txt && grep -q "out = out/grid" cfg.txt || fail "$r: name or out"
+	done
+	h5dump -a config out/grid/capacity-0.5/run.h5 | grep -q "capacity = 0.5" || fail "capacity 0.5 not set"
+	h5dump -a config out/grid/router-random/run.h5 | grep -q "router = random" || fail "random not set"
+	h5dump -a config out/grid/dense/run.h5 | grep -q "layers = dense x 2" || fail "dense not the base"
+	# the last line says how the runs went, then how to make the report
+	grep -q "^# 4 runs: 4 trained, 0 resumed, 0 skipped, 0 failed" run.txt || fail "summary line"
+	MODE_ANALYZE=/nonexistent "$exe" sweep grid.ini >again.txt || fail "second sweep"
+	grep -q "mode-analyze not found.*mode-analyze report out/grid" again.txt ||
+		fail "no word on the missing mode-analyze: $(cat again.txt)"
+	# under mpirun with 2 ranks a complete sweep is skipped as well
+	if command -v mpirun >/dev/null; then
+		mpirun -n 2 "$exe" sweep grid.ini --no-report >mpi.txt 2>&1 || fail "mpirun sweep: $(cat mpi.txt)"
+		[ "$(grep -c ' skipped ' mpi.txt)" -eq 4 ] || fail "mpirun: not all skipped: $(cat mpi.txt)"
+	fi
+	;;
+rerun)
+	write_grid
+	# a run that fails is reported, the others go on, the exit status says so
+	MODE_FAULT=nan@3 "$exe" sweep grid.ini --no-report >fault.txt 2>&1
+	[ $? -eq 1 ] || fail "failing runs: exit status $?"
+	[ "$(grep -c ' failed: step 3: non-finite gradient' fault.txt)" -eq 4 ] || fail "$(cat fault.txt)"
+	grep -q "^# 4 runs: 0 trained, 0 resumed, 0 skipped, 4 failed" fault.txt || fail "fault summary"
+	# then they train from the start (no checkpoint was written)
+	"$exe" sweep grid.ini --no-report >first.txt 2>&1 || fail "first sweep: $(cat first.txt)"
+	[ "$(grep -c ' trained ' first.txt)" -eq 4 ] || fail "not all trained: $(cat first.txt)"
+	stamps >before.txt
+	sleep 1
+	"$exe" sweep grid.ini --no-report >run.txt 2>&1 || fail "second sweep: $(cat run.txt)"
+	cat run.txt
+	[ "$(grep -c ' skipped ' run.txt)" -eq 4 ] || fail "expected 4 skipped lines"
+	grep -q "0 to train, 0 to resume, 4 complete" run.txt || fail "header of the second sweep"
+	stamps >after.txt
+	cmp -s before.txt after.txt || fail "a skipped run's files changed: $(diff before.txt after.txt)"
+	# without its run.h5 a run is trained again, alone
+	final=$(values out/grid/capacity-0.5/run.h5 metrics/loss | tail -n 1)
+	rm out/grid/capacity-0.5/run.h5
+	"$exe" sweep grid.ini --no-report >run2.txt 2>&1 || fail "third sweep: $(cat run2.txt)"
+	cat run2.txt
+	grep -q "capacity-0.5  *trained  *16/16" run2.txt || fail "capacity-0.5 not trained again"
+	[ "$(grep -c ' skipped ' run2.txt)" -eq 3 ] || fail "expected 3 skipped lines"
+	stamps >after2.txt
+	[ "$(diff before.txt after2.txt | grep -c '^<')" -eq 2 ] ||
+		fail "other files changed: $(diff before.txt after2.txt)"
+	# the same config and seed: the same losses
+	[ "$(values out/grid/capacity-0.5/run.h5 metrics/loss | tail -n 1)" = "$final" ] ||
+		fail "retrained run differs"
+	;;
+resume)
+	write_grid
+	"$exe" sweep grid.ini --no-report >/dev/null 2>&1 || fail "first sweep"
+	want=$(values out/grid/capacity-0.25/run.h5 metrics/loss | tr '\n' ' ')
+	# cut one run short: mode-exp itself, with the run's resolved config, 6 of 16 steps
+	h5dump -a config out/grid/capacity-0.25/run.h5 >/dev/null || fail "h5dump"
+	rm -r out/grid/capacity-0.25
+	"$exe" tiny.ini run.steps=16 run.eval_every=8 mod.capacity=0.25 'model.layers=(dense, mod) x 2' \
+		run.out=out/grid run.name=capacity-0.25 --max-steps 6 --quiet || fail "partial run"
+	[ "$(values out/grid/capacity-0.25/run.h5 metrics/step | tail -n 1)" = 6 ] || fail "not 6 steps"
+	"$exe" sweep grid.ini --no-report >run.txt 2>&1 || fail "resuming sweep: $(cat run.txt)"
+	cat run.txt
+	grep -q "1 to resume, 3 complete" run.txt || fail "header: 1 to resume"
+	grep -q "capacity-0.25  *resumed  *16/16 steps" run.txt || fail "capacity-0.25 not resumed"
+	[ "$(values out/grid/capacity-0.25/run.h5 metrics/loss | tr '\n' ' ')" = "$want" ] ||
+		fail "the resumed run's losses differ from an uninterrupted run's"
+	# a folder holding another config is refused before any work
+	sed -i 's/^mod.capacity = 0.25, 0.5/mod.capacity = 0.25, 0.5\nmod.gate = raw/' grid.ini
+	stamps >before.txt
+	"$exe" sweep grid.ini --no-report >out.txt 2>err.txt && fail "a changed config was accepted"
+	grep -q "out/grid/capacity-0.25/.*of another config" err.txt || fail "message: $(cat err.txt)"
+	stamps >after.txt
+	cmp -s before.txt after.txt || fail "files changed after the refusal"
+	;;
+errors)
+	write_grid
+	# expect CODE MESSAGE FILE: mode-exp sweep FILE exits CODE with one line holding MESSAGE,
+	# before any run
+	expect() {
+		"$exe" sweep "$3" --no-report >out.txt 2>err.txt
+		rc=$?
+		[ "$rc" -eq "$1" ] || fail "$3 exited $rc, expected $1: $(cat err.txt)"
+		grep -qF -- "$2" err.txt || fail "$3 said: $(cat err.txt); expected: $2"
+		[ "$(wc -l <err.txt)" -eq 1 ] || fail "$3: more than one line: $(cat err.txt)"
+		[ -e out ] && fail "$3: out/ was created"
+		return 0
+	}
+	# a bad value in the grid stops the sweep at its line, whichever run holds it
+	sed 's/^mod.capacity = 0.25, 0.5/mod.capacity = 0.25, 1.5/' grid.ini >bad.ini
+	expect 2 "bad.ini:11: [mod] capacity = 1.5: expected" bad.ini
+	grep -q "(run capacity-1.5)" err.txt || fail "the run is not named: $(cat err.txt)"
+	sed 's/^mod.router = random/mod.router = sideways/' grid.ini >bad.ini
+	expect 2 "bad.ini:16: [mod] router = sideways: expected one of learned, random" bad.ini
+	sed 's/^run.eval_every = 8/run.eval_evry = 8/' grid.ini >bad.ini
+	expect 2 "bad.ini:8: [run] eval_evry" bad.ini
+	sed 's/^\[extra.dense\]/[extra.dense]\nmodel.layers = dense x 2, sideways/' grid.ini >bad.ini
+	expect 2 "bad.ini:19: [model] layers = dense x 2, sideways" bad.ini
+	# the sweep file itself
+	sed 's/^out = out\/grid/outt = out\/grid/' grid.ini >bad.ini
+	expect 2 "bad.ini:4: [sweep] outt: unknown key (expected base or out)" bad.ini
+	sed 's/^\[grid\]/[gird]/' grid.ini >bad.ini
+	expect 2 "bad.ini:10: [gird]: unknown section" bad.ini
+	sed 's/^\[extra.dense\]/[extra.de\/nse]/' grid.ini >bad.ini
+	expect 2 "bad.ini:18: [extra.de/nse]: expected a run name" bad.ini
+	sed 's/^mod.router = random/run.name = x/' grid.ini >bad.ini
+	expect 2 "bad.ini:16: [extra.router-random] run.name: set by the sweep" bad.ini
+	sed 's/^base = tiny.ini/base = nothing.ini/' grid.ini >bad.ini
+	expect 2 "bad.ini:3: [sweep] base = nothing.ini: cannot open" bad.ini
+	sed 's/^mod.capacity = 0.25, 0.5/mod.capacity = 0.25, 0.25/' grid.ini >bad.ini
+	expect 2 "bad.ini:11: [grid] mod.capacity = 0.25, 0.25: the value 0.25 is listed twice" bad.ini
+	sed 's/^mod.capacity = 0.25, 0.5/mod.capacity = 0.25,, 0.5/' grid.ini >bad.ini
+	expect 2 "bad.ini:11: [grid] mod.capacity = 0.25,, 0.5: expected a list of values" bad.ini
+	sed 's/^\[extra.dense\]/[extra.capacity-0.5]/' grid.ini >bad.ini
+	expect 2 "bad.ini:18: two runs would be named capacity-0.5 (the other from line 11)" bad.ini
+	sed 's/^run.steps = 16 .*/run.steps = 16\nrun.steps = 8/' grid.ini >bad.ini
+	expect 2 "bad.ini:8: [all] run.steps is set twice (first at line 7)" bad.ini
+	printf '[sweep]\nbase = tiny.ini\n' >empty.ini
+	expect 2 "empty.ini: nothing to run" empty.ini
+	expect 2 "nothing.ini: cannot open it" nothing.ini
+	# isoFLOP designs
+	write_iso
+	sed 's/^budgets = 1e9, 2e9/budgets = 1e9, 1e5/' iso.ini >bad.ini
+	expect 2 "bad.ini:7: run.flops_budget = 100000 buys no step of run iso-100000-d16x2-dense" bad.ini
+	sed 's/^budgets = 1e9, 2e9/budgets = 1e9, lots/' iso.ini >bad.ini
+	expect 2 "bad.ini:7: [isoflop] budgets: lots: expected training FLOPs" bad.ini
+	sed 's/^size = d_model=32 n_heads=2 d_ff=64 depth=2/size = d_model=32 n_heads=2 d_ff=64 depth=3/' iso.ini >bad.ini
+	expect 2 "bad.ini:9: [isoflop] size: depth=3 is not a multiple of the 2 layers of [kind.mod]" bad.ini
+	sed 's/^size = d_model=32 n_heads=2 d_ff=64 depth=2/size = d_model=30 n_heads=4 d_ff=64 depth=2/' iso.ini >bad.ini
+	expect 2 "bad.ini:9: [model] d_model = 30" bad.ini
+	sed 's/^pattern = dense, mod/pattern = dense, sideways/' iso.ini >bad.ini
+	expect 2 "bad.ini:13: [model] layers = dense, sideways" bad.ini
+	sed 's/^mod.capacity = 0.25/model.d_model = 8/' iso.ini >bad.ini
+	expect 2 "bad.ini:14: [kind.mod] model.d_model: set by the isoFLOP design" bad.ini
+	printf '[grid]\nmod.capacity = 0.5\n' >>iso.ini
+	expect 2 "[isoflop] cannot be combined with [grid]" iso.ini
+	# the command line
+	"$exe" sweep grid.ini --bogus >out.txt 2>err.txt; [ $? -eq 2 ] || fail "--bogus"
+	"$exe" sweep grid.ini run.out=elsewhere >out.txt 2>err.txt; [ $? -eq 2 ] || fail "run.out override"
+	grep -q "command line: run.out=elsewhere: set by the sweep" err.txt || fail "$(cat err.txt)"
+	"$exe" sweep grid.ini mod.capacity=3 >out.txt 2>err.txt; [ $? -eq 2 ] || fail "bad override"
+	grep -q "command line: mod.capacity=3: expected" err.txt || fail "$(cat err.txt)"
+	"$exe" sweep --help | grep -q "^usage: mode-exp sweep SWEEP.ini" || fail "--help"
+	[ -e out ] && fail "out/ was created"
+	;;
+isoflop)
+	needs_analyze
+	write_iso
+	"$exe" sweep iso.ini >run.txt 2>err.txt || fail "isoflop sweep: $(cat err.txt)"
+	cat run.txt
+	[ "$(grep -c ' trained ' run.txt)" -eq 8 ] || fail "expected 8 trained runs"
+	for b in 1e9 2e9; do
+		for s in "d16x2:16 2 32" "d32x2:32 2 64"; do
+			set -- ${s#*:}
+			for k in dense mod; do
+				r=iso-$b-${s%%:*}-$k
+				[ -s "out/iso/$r/run.h5" ] || fail "$r missing"
+				case $k in
+				dense) layers='dense x 2' extra= ;;
+				mod) layers='dense, mod' extra=mod.capacity=0.25 ;;
+				esac
+				# steps = floor(budget / training FLOPs per step), as mode-exp flops counts them
+				want=$("$exe" flops tiny.ini run.flops_budget=$b model.d_model=$1 model.n_heads=$2 \
+					model.d_ff=$3 "model.layers=$layers" $extra | sed -n 's/^training steps *\([0-9]*\).*/\1/p')
+				[ -n "$want" ] || fail "mode-exp flops for $r"
+				[ "$(values "out/iso/$r/run.h5" metrics/step | tail -n 1)" = "$want" ] ||
+					fail "$r: $(values "out/iso/$r/run.h5" metrics/step | tail -n 1) steps, expected $want"
+			done
+		done
+	done
+	# the report has the isoFLOP analysis: 2 budgets x 2 kinds
+	csv=out/iso/report/isoflop.csv
+	[ -s "$csv" ] || fail "no $csv"
+	[ "$(wc -l <"$csv")" -eq 5 ] || fail "$csv: $(wc -l <"$csv") lines, expected a header and 4 rows"
+	head -n 1 "$csv" | grep -q "^budget,kind,runs,fit,n_opt,loss_opt,dense_loss_opt," || fail "csv header"
+	# two sizes make no parabola: the best sampled run, whose loss is its final held-out loss
+	awk -F, 'NR > 1 && ($3 != 2 || $4 != "best_sampled") { exit 1 }' "$csv" || fail "fit column: $(cat "$csv")"
+	for row in 2 3 4 5; do
+		run=$(sed -n "${row}p" "$csv" | cut -d, -f10)
+		loss=$(sed -n "${row}p" "$csv" | cut -d, -f6)
+		[ "$loss" = "$(values "out/iso/$run/run.h5" eval/loss_topk | tail -n 1)" ] ||
+			fail "row $row: loss* $loss is not $run's final held-out loss"
+	done
+	# dense against itself: 0 and 1
+	awk -F, 'NR > 1 && $2 == "dense" && ($8 != 0 || $9 != 1) { exit 1 }' "$csv" || fail "dense vs dense"
+	# standalone, with three sizes: a parabola through them
+	sed -i 's/^size = d_model=32 n_heads=2 d_ff=64 depth=2/&\nsize = d_model=24 n_heads=2 d_ff=48 depth=2/' iso.ini
+	"$exe" sweep iso.ini --no-report >run2.txt 2>&1 || fail "third size: $(cat run2.txt)"
+	[ "$(grep -c ' skipped ' run2.txt)" -eq 8 ] && [ "$(grep -c ' trained ' run2.txt)" -eq 4 ] ||
+		fail "the added size: $(cat run2.txt)"
+	"$an" isoflop out/iso >iso.txt || fail "mode-analyze isoflop"
+	cat iso.txt
+	for f in isoflop.md isoflop.csv isoflop_runs.csv isoflop.png; do
+		grep -q "^wrote out/iso/$f$" iso.txt || fail "$f not written"
+	done
+	[ "$(wc -l <out/iso/isoflop.csv)" -eq 5 ] || fail "isoflop.csv rows"
+	[ "$(wc -l <out/iso/isoflop_runs.csv)" -eq 13 ] || fail "isoflop_runs.csv rows"
+	awk -F, 'NR > 1 && $3 != 3 { exit 1 }' out/iso/isoflop.csv || fail "3 sizes per group"
+	# where the fit has its minimum inside, N* lies within the sampled sizes; else it is a sampled run
+	awk -F, 'NR > 1 { if ($4 == "parabola" && ($5 < 9000 || $5 > 29000)) exit 1
+		if ($4 == "best_sampled" && $5 != $11) exit 1 }' out/iso/isoflop.csv ||
+		fail "N*: $(cat out/iso/isoflop.csv)"
+	;;
+report)
+	needs_analyze
+	write_grid
+	"$exe" sweep grid.ini >run.txt 2>err.txt || fail "sweep: $(cat err.txt)"
+	cat run.txt
+	grep -q "report out/grid$" run.txt || fail "the report was not made"
+	html=out/grid/report.html
+	[ -s $html ] || fail "no $html"
+	head -n 1 $html | grep -q "<!DOCTYPE html>" || fail "not HTML"
+	tail -n 1 $html | grep -q "</html>" || fail "HTML not closed"
+	grep -qi "https\?://" $html && fail "$html refers to the network"
+	grep -q '<img [^>]*src="[^d]' $html && fail "an image that is not inline"
+	for r in $grid_runs; do
+		grep -q ">$r<" $html || fail "$r not in the report"
+	done
+	# compare and curves, then for the three routed runs heatmap, weights and tokens
+	n=$(grep -o 'src="data:image/png;base64,' $html | wc -l)
+	[ "$n" -eq 10 ] || fail "$n inline images, expected 10"
+	for f in compare.md compare.csv curves.png capacity-0.25/heatmap_step16_seq0.png \
+		router-random/weights.png capacity-0.5/tokens.png; do
+		[ -s out/grid/report/$f ] || fail "report/$f missing"
+	done
+	grep -q "isoflop" $html && fail "an isoFLOP section in a grid report"
+	# every inline image decodes to the PNG beside the page
+	sed -n 's/.*alt="held-out loss curves" src="data:image\/png;base64,\([^"]*\)".*/\1/p' $html |
+		base64 -d >curves.png || fail "base64"
+	cmp -s curves.png out/grid/report/curves.png || fail "inline curves differ from the file"
+	# a report of any folder of runs, into another folder
+	"$an" report out/grid --out elsewhere >rep.txt || fail "report --out"
+	grep -q "^wrote elsewhere/report.html$" rep.txt || fail "report --out path: $(cat rep.txt)"
+	"$an" report nothing >rep.txt 2>err.txt; [ $? -eq 1 ] || fail "report of a missing folder"
+	grep -q "nothing: no such folder" err.txt || fail "$(cat err.txt)"
+	mkdir empty
+	"$an" report empty >rep.txt 2>err.txt; [ $? -eq 1 ] || fail "report of an empty folder"
+	grep -q "empty: no runs" err.txt || fail "$(cat err.txt)"
+	"$an" isoflop out/grid >rep.txt 2>err.txt; [ $? -eq 1 ] || fail "isoflop of a grid"
+	grep -q "no run has run.flops_budget set" err.txt || fail "$(cat err.txt)"
+	for c in isoflop report; do
+		"$an" $c --help | grep -q "^usage: mode-analyze $c" || fail "$c --help"
+	done
+	;;
+examples)
+	# the example sweeps read, their configs check, and they plan what their comments say
+	"$exe" sweep "$examples/capacity.ini" --dry-run >cap.txt 2>&1 || fail "capacity.ini: $(cat cap.txt)"
+	cat cap.txt
+	grep -q ": 6 runs into out/capacity/: 6 to train" cap.txt || fail "capacity.ini header"
+	for r in capacity-0.125 capacity-0.25 capacity-0.5 capacity-0.95 router-random dense; do
+		grep -q "^$r " cap.txt || fail "capacity.ini: no run $r"
+	done
+	grep -q "^dense  *5051 steps" cap.txt && grep -q "^capacity-0.125  *8859 steps" cap.txt ||
+		fail "capacity.ini: steps differ from its comment"
+	"$exe" sweep "$examples/isoflop.ini" --dry-run >iso.txt 2>&1 || fail "isoflop.ini: $(cat iso.txt)"
+	grep -q "(isoFLOP design over .*mod.ini): 30 runs into out/isoflop/" iso.txt || fail "isoflop.ini header"
+	[ "$(grep -c '^iso-' iso.txt)" -eq 30 ] || fail "isoflop.ini: not 30 runs"
+	grep -q "^iso-1.8e13-d128x4-mod .*model.layers=(dense, mod) x 2  mod.capacity=0.125" iso.txt ||
+		fail "isoflop.ini: the largest MoD run"
+	[ -e out ] && fail "--dry-run created out/"
+	;;
+*)
+	fail "unknown test $test_name"
+	;;
+esac
+echo "ok: $test_name"
