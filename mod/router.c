@@ -74,30 +74,16 @@ int mod_router_validate(const layer_spec *s, char *err, int err_len)
     return -EINVAL;
 }
 
-static tensor_desc tdesc(const char *name, int ndim, int s0, int s1, tensor_init init, float std)
-{
-    tensor_desc t;
-    memset(&t, 0, sizeof(t));
-    snprintf(t.name, sizeof(t.name), "%s", name);
-    t.ndim = ndim;
-    t.shape[0] = s0;
-    t.shape[1] = s1;
-    t.init = init;
-    t.init_std = std;
-    t.decay = ndim == 2; /* weight decay on matrices only */
-    return t;
-}
-
 int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_desc *out)
 {
     int d = dims->d_model;
     if (out && c->t_router >= 0)
-        out[c->t_router] = tdesc("router", 1, d, 0, INIT_NORMAL, 0.02f);
+        out[c->t_router] = make_tensor_desc("router", 1, d, 0, 0, INIT_NORMAL, 0.02f);
     if (out && c->t_pred >= 0) {
-        out[c->t_pred + 0] = tdesc("pred_w1", 2, d, MOD_PRED_HIDDEN, INIT_NORMAL, 0.02f);
-        out[c->t_pred + 1] = tdesc("pred_b1", 1, MOD_PRED_HIDDEN, 0, INIT_ZEROS, 0.0f);
-        out[c->t_pred + 2] = tdesc("pred_w2", 1, MOD_PRED_HIDDEN, 0, INIT_NORMAL, 0.02f);
-        out[c->t_pred + 3] = tdesc("pred_b2", 1, 1, 0, INIT_ZEROS, 0.0f);
+        out[c->t_pred + 0] = make_tensor_desc("pred_w1", 2, d, MOD_PRED_HIDDEN, 0, INIT_NORMAL, 0.02f);
+        out[c->t_pred + 1] = make_tensor_desc("pred_b1", 1, MOD_PRED_HIDDEN, 0, 0, INIT_ZEROS, 0.0f);
+        out[c->t_pred + 2] = make_tensor_desc("pred_w2", 1, MOD_PRED_HIDDEN, 0, 0, INIT_NORMAL, 0.02f);
+        out[c->t_pred + 3] = make_tensor_desc("pred_b2", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
     }
     return c->n_tensors;
 }

@@ -126,27 +126,10 @@ int experts_tensors(tensor_desc *out, const experts_cfg *c, const model_dims *di
         return EXPERTS_TENSORS;
     int d = dims->d_model, f = c->d_ff, E = c->experts;
     float out_std = 0.02f / sqrtf(2.0f * (float)dims->n_layers);
-    const struct {
-        const char *name;
-        int ndim, s0, s1, s2;
-        float std;
-    } t[EXPERTS_TENSORS] = {
-        { "gate", 2, d, experts_columns(c), 0, 0.02f },
-        { "experts_w1", 3, E, d, f, 0.02f },
-        { "experts_w3", 3, E, d, f, 0.02f },
-        { "experts_w2", 3, E, f, d, out_std },
-    };
-    for (int i = 0; i < EXPERTS_TENSORS; i++) {
-        memset(&out[i], 0, sizeof(out[i]));
-        snprintf(out[i].name, sizeof(out[i].name), "%s", t[i].name);
-        out[i].ndim = t[i].ndim;
-        out[i].shape[0] = t[i].s0;
-        out[i].shape[1] = t[i].s1;
-        out[i].shape[2] = t[i].s2;
-        out[i].init = INIT_NORMAL;
-        out[i].init_std = t[i].std;
-        out[i].decay = true;
-    }
+    out[0] = make_tensor_desc("gate", 2, d, experts_columns(c), 0, INIT_NORMAL, 0.02f);
+    out[1] = make_tensor_desc("experts_w1", 3, E, d, f, INIT_NORMAL, 0.02f);
+    out[2] = make_tensor_desc("experts_w3", 3, E, d, f, INIT_NORMAL, 0.02f);
+    out[3] = make_tensor_desc("experts_w2", 3, E, f, d, INIT_NORMAL, out_std);
     return EXPERTS_TENSORS;
 }
 

@@ -47,55 +47,46 @@ static int write_layer_attrs(hid_t f, const model *m)
     return 0;
 }
 
-int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
-                    uint64_t seed, char *err, int err_len)
+typedef struct ckpt_write {
+    const model *m;
+    const char *config_text;
+    long step;
+    uint64_t seed;
+} ckpt_write;
+
+static int write_checkpoint(hid_t f, const void *ctx)
 {
-    char tmp[4096];
-    if (h5_tmp_path(tmp, sizeof(tmp), path)) {
-        snprintf(err, (size_t)err_len, "%s: path too long", path);
-        return -ENAMETOOLONG;
-    }
-    h5_quiet();
-    hid_t f = h5_create(tmp);
-    if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: cannot create it (is the folder writable, the disk full?)", tmp);
-        return -EIO;
-    }
-    const model_dims *d = &m->dims;
+    const ckpt_write *w = ctx;
+    const model_dims *d = &w->m->dims;
     int rc = 0;
-    rc |= h5_attr_string(f, "config", config_text);
+    rc |= h5_attr_string(f, "config", w->config_text);
     rc |= h5_attr_long(f, "d_model", d->d_model);
     rc |= h5_attr_long(f, "n_heads", d->n_heads);
     rc |= h5_attr_long(f, "d_ff", d->d_ff);
     rc |= h5_attr_long(f, "vocab", d->vocab);
     rc |= h5_attr_long(f, "seq_len", d->seq_len);
     rc |= h5_attr_long(f, "n_layers", d->n_layers);
-    rc |= h5_attr_long(f, "step", step);
+    rc |= h5_attr_long(f, "step", w->step);
     rc |= h5_attr_string(f, "rng", "pcg32 keyed by (seed, step, ...): seed and step are the state");
     char seed_s[32];
-    snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)seed);
+    snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)w->seed);
     rc |= h5_attr_string(f, "seed", seed_s);
     if (!rc)
-        rc = write_tensors(f, m, "", m->params);
+        rc = write_tensors(f, w->m, "", w->m->params);
     if (!rc)
-        rc = write_layer_attrs(f, m);
+        rc = write_layer_attrs(f, w->m);
     if (!rc)
-        rc = write_tensors(f, m, "optim/m/", m->adam_m);
+        rc = write_tensors(f, w->m, "optim/m/", w->m->adam_m);
     if (!rc)
-        rc = write_tensors(f, m, "optim/v/", m->adam_v);
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
-        rc = -EIO;
-    if (H5Fclose(f) < 0)
-        rc = -EIO;
-    if (!rc)
-        rc = h5_seal(tmp);
-    if (!rc)
-        rc = h5_commit_tmp(tmp, path);
-    if (rc) {
-        remove(tmp);
-        snprintf(err, (size_t)err_len, "%s: writing the checkpoint failed (disk full?)", path);
-    }
+        rc = write_tensors(f, w->m, "optim/v/", w->m->adam_v);
     return rc;
+}
+
+int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
+                    uint64_t seed, char *err, int err_len)
+{
+    ckpt_write w = { .m = m, .config_text = config_text, .step = step, .seed = seed };
+    return h5_save_atomic(path, write_checkpoint, &w, "checkpoint", err, err_len);
 }
 
 static hid_t open_h5(const char *path, char *err, int err_len)

@@ -364,3 +364,34 @@ int h5_commit_tmp(const char *tmp, const char *path)
     }
     return 0;
 }
+
+int h5_save_atomic(const char *path, h5_writer write, const void *ctx, const char *what,
+                   char *err, int err_len)
+{
+    char tmp[4096];
+    if (h5_tmp_path(tmp, sizeof(tmp), path)) {
+        snprintf(err, (size_t)err_len, "%s: path too long", path);
+        return -ENAMETOOLONG;
+    }
+    h5_quiet();
+    hid_t f = h5_create(tmp);
+    if (f < 0) {
+        snprintf(err, (size_t)err_len,
+                 "%s: cannot create it (is the folder writable, the disk full?)", tmp);
+        return -EIO;
+    }
+    int rc = write(f, ctx);
+    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
+        rc = -EIO;
+    if (H5Fclose(f) < 0)
+        rc = -EIO;
+    if (!rc)
+        rc = h5_seal(tmp);
+    if (!rc)
+        rc = h5_commit_tmp(tmp, path);
+    if (rc) {
+        remove(tmp);
+        snprintf(err, (size_t)err_len, "%s: writing the %s failed (disk full?)", path, what);
+    }
+    return rc;
+}

@@ -58,6 +58,14 @@ int h5_seal(const char *path);
 hid_t h5_open_checked(const char *path, char *err, int err_len);
 uint32_t h5_crc32(uint32_t crc, const void *data, size_t n);
 
+/* Write a file atomically: write(f, ctx) fills a new sealed file at
+ * "<path>.tmp", which is flushed, closed, sealed, fsync'ed and renamed over
+ * path.  On any failure the temporary is removed, path is untouched, and err
+ * says what failed (what: "checkpoint", "run file"). */
+typedef int (*h5_writer)(hid_t f, const void *ctx);
+int h5_save_atomic(const char *path, h5_writer write, const void *ctx, const char *what,
+                   char *err, int err_len);
+
 /* Atomic file replacement: write to "<path>.tmp", fsync, rename over path. */
 int h5_tmp_path(char *buf, size_t len, const char *path);
 int h5_commit_tmp(const char *tmp, const char *path);

@@ -214,19 +214,9 @@ static int write_blob(hid_t f, const run_blob *b)
     return rc;
 }
 
-int run_record_write(const run_record *r, const char *path, char *err, int err_len)
+static int write_record(hid_t f, const void *ctx)
 {
-    char tmp[4096];
-    if (h5_tmp_path(tmp, sizeof(tmp), path)) {
-        snprintf(err, (size_t)err_len, "%s: path too long", path);
-        return -ENAMETOOLONG;
-    }
-    h5_quiet();
-    hid_t f = h5_create(tmp);
-    if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: cannot create it (is the folder writable, the disk full?)", tmp);
-        return -EIO;
-    }
+    const run_record *r = ctx;
     int rc = h5_attr_string(f, "config", r->config);
     if (!rc)
         rc = write_provenance(f, &r->prov);
@@ -238,17 +228,12 @@ int run_record_write(const run_record *r, const char *path, char *err, int err_l
         rc = write_table(f, &r->extra[i]);
     for (int i = 0; !rc && i < r->n_blobs; i++)
         rc = write_blob(f, &r->blobs[i]);
-    if (H5Fclose(f) < 0)
-        rc = -EIO;
-    if (!rc)
-        rc = h5_seal(tmp);
-    if (!rc)
-        rc = h5_commit_tmp(tmp, path);
-    if (rc) {
-        remove(tmp);
-        snprintf(err, (size_t)err_len, "%s: writing the run file failed (disk full?)", path);
-    }
     return rc;
+}
+
+int run_record_write(const run_record *r, const char *path, char *err, int err_len)
+{
+    return h5_save_atomic(path, write_record, r, "run file", err, err_len);
 }
 
 static int read_table(hid_t f, run_table *t, const char *path, char *err, int err_len)

@@ -92,36 +92,21 @@ void free_mlp_cache(mlp_cache *c)
     memset(c, 0, sizeof(*c));
 }
 
-static tensor_desc desc(const char *name, int ndim, int s0, int s1, tensor_init init, float std,
-                        bool decay)
-{
-    tensor_desc t;
-    memset(&t, 0, sizeof(t));
-    snprintf(t.name, sizeof(t.name), "%s", name);
-    t.ndim = ndim;
-    t.shape[0] = s0;
-    t.shape[1] = s1;
-    t.init = init;
-    t.init_std = std;
-    t.decay = decay;
-    return t;
-}
-
 int block_tensors(tensor_desc *out, const model_dims *dims, bool with_mlp)
 {
     int d = dims->d_model, f = dims->d_ff;
     /* MODEL.md "Init": N(0, 0.02), the output projections N(0, 0.02/sqrt(2L)). */
     float out_std = 0.02f / sqrtf(2.0f * (float)dims->n_layers);
     tensor_desc t[BLOCK_TENSORS] = {
-        desc("attn_norm", 1, d, 0, INIT_ONES, 0.0f, false),
-        desc("wq", 2, d, d, INIT_NORMAL, 0.02f, true),
-        desc("wk", 2, d, d, INIT_NORMAL, 0.02f, true),
-        desc("wv", 2, d, d, INIT_NORMAL, 0.02f, true),
-        desc("wo", 2, d, d, INIT_NORMAL, out_std, true),
-        desc("mlp_norm", 1, d, 0, INIT_ONES, 0.0f, false),
-        desc("w1", 2, d, f, INIT_NORMAL, 0.02f, true),
-        desc("w3", 2, d, f, INIT_NORMAL, 0.02f, true),
-        desc("w2", 2, f, d, INIT_NORMAL, out_std, true),
+        make_tensor_desc("attn_norm", 1, d, 0, 0, INIT_ONES, 0.0f),
+        make_tensor_desc("wq", 2, d, d, 0, INIT_NORMAL, 0.02f),
+        make_tensor_desc("wk", 2, d, d, 0, INIT_NORMAL, 0.02f),
+        make_tensor_desc("wv", 2, d, d, 0, INIT_NORMAL, 0.02f),
+        make_tensor_desc("wo", 2, d, d, 0, INIT_NORMAL, out_std),
+        make_tensor_desc("mlp_norm", 1, d, 0, 0, INIT_ONES, 0.0f),
+        make_tensor_desc("w1", 2, d, f, 0, INIT_NORMAL, 0.02f),
+        make_tensor_desc("w3", 2, d, f, 0, INIT_NORMAL, 0.02f),
+        make_tensor_desc("w2", 2, f, d, 0, INIT_NORMAL, out_std),
     };
     int count = with_mlp ? BLOCK_TENSORS : BLOCK_ATTN_TENSORS;
     if (out)

@@ -1,6 +1,7 @@
 #include "core/model/spec.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 int layer_spec_get(const layer_spec *s, const char *key, double *num, const char **str)
@@ -20,4 +21,20 @@ int layer_spec_get(const layer_spec *s, const char *key, double *num, const char
     else if (!strcmp(key, "z_weight")) *num = s->z_weight;
     else return -ENOENT;
     return 0;
+}
+
+tensor_desc make_tensor_desc(const char *name, int ndim, int s0, int s1, int s2,
+                             tensor_init init, float std)
+{
+    tensor_desc t;
+    memset(&t, 0, sizeof(t));
+    snprintf(t.name, sizeof(t.name), "%s", name);
+    t.ndim = ndim;
+    t.shape[0] = s0;
+    t.shape[1] = s1;
+    t.shape[2] = s2;
+    t.init = init;
+    t.init_std = std;
+    t.decay = ndim >= 2;
+    return t;
 }

@@ -61,6 +61,11 @@ static inline long tensor_numel(const tensor_desc *t)
     return n;
 }
 
+/* A tensor descriptor: shape s0 x s1 x s2 (trailing zeros for fewer
+ * dimensions); weight decay on matrices only (ndim >= 2). */
+tensor_desc make_tensor_desc(const char *name, int ndim, int s0, int s1, int s2,
+                             tensor_init init, float std);
+
 /* The spec every kind starts from: the config's defaults. */
 void layer_spec_defaults(layer_spec *s);
 
