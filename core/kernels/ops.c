@@ -128,34 +128,50 @@ void swiglu_backward(float *da, float *db, const float *dg, const float *a, cons
     }
 }
 
+/* Causal attention skips the blocks above the diagonal: rows [r0, r1) only
+ * ever attend to columns [0, r1), so each block of ATTN_BLOCK rows multiplies
+ * against the first r1 keys and values only (5/8 of the work at n = 4 blocks).
+ * MODEL.md still counts the full n x n products. */
+#define ATTN_BLOCK 64
+
+static void softmax_causal_rows(float *p, int n, int r0, int r1, float scale)
+{
+    for (int j = r0; j < r1; j++) {
+        float *row = p + (size_t)j * n;
+        float mx = -INFINITY;
+        for (int m = 0; m <= j; m++) {
+            row[m] *= scale;
+            if (row[m] > mx)
+                mx = row[m];
+        }
+        float sum = 0.0f;
+        for (int m = 0; m <= j; m++) {
+            row[m] = expf(row[m] - mx);
+            sum += row[m];
+        }
+        float inv = 1.0f / sum;
+        for (int m = 0; m <= j; m++)
+            row[m] *= inv;
+        for (int m = j + 1; m < n; m++)
+            row[m] = 0.0f;
+    }
+}
+
 void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
                        int n, int n_heads, int dh, int ld)
 {
     float scale = 1.0f / sqrtf((float)dh);
     for (int h = 0; h < n_heads; h++) {
         float *p = probs + (size_t)h * n * n;
-        /* scores = Q_h K_h^T (full n x n: what MODEL.md counts) */
-        matmul(p, n, q + h * dh, ld, false, k + h * dh, ld, true, n, n, dh, 0.0f);
-        for (int j = 0; j < n; j++) {
-            float *row = p + (size_t)j * n;
-            float mx = -INFINITY;
-            for (int m = 0; m <= j; m++) {
-                row[m] *= scale;
-                if (row[m] > mx)
-                    mx = row[m];
-            }
-            float sum = 0.0f;
-            for (int m = 0; m <= j; m++) {
-                row[m] = expf(row[m] - mx);
-                sum += row[m];
-            }
-            float inv = 1.0f / sum;
-            for (int m = 0; m <= j; m++)
-                row[m] *= inv;
-            for (int m = j + 1; m < n; m++)
-                row[m] = 0.0f;
+        for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
+            int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
+            /* scores of rows [r0, r1) against keys [0, r1) */
+            matmul(p + (size_t)r0 * n, n, q + (size_t)r0 * ld + h * dh, ld, false, k + h * dh, ld,
+                   true, rb, r1, dh, 0.0f);
+            softmax_causal_rows(p, n, r0, r1, scale);
+            matmul(out + (size_t)r0 * ld + h * dh, ld, p + (size_t)r0 * n, n, false, v + h * dh, ld,
+                   false, rb, dh, r1, 0.0f);
         }
-        matmul(out + h * dh, ld, p, n, false, v + h * dh, ld, false, n, dh, n, 0.0f);
     }
 }
 
@@ -167,24 +183,32 @@ void attention_backward(float *dq, float *dk, float *dv, float *scratch, const f
     for (int h = 0; h < n_heads; h++) {
         const float *p = probs + (size_t)h * n * n;
         float *ds = scratch;
-        /* dP = dO V^T ; dV += P^T dO */
-        matmul(ds, n, dout + h * dh, ld, false, v + h * dh, ld, true, n, n, dh, 0.0f);
-        matmul(dv + h * dh, ld, p, n, true, dout + h * dh, ld, false, n, dh, n, 1.0f);
-        /* softmax backward, then the 1/sqrt(dh) scale: dS = P (dP - <dP, P>) */
-        for (int j = 0; j < n; j++) {
-            const float *pr = p + (size_t)j * n;
-            float *dr = ds + (size_t)j * n;
-            float dot = 0.0f;
-            for (int m = 0; m <= j; m++)
-                dot += pr[m] * dr[m];
-            for (int m = 0; m <= j; m++)
-                dr[m] = pr[m] * (dr[m] - dot) * scale;
-            for (int m = j + 1; m < n; m++)
-                dr[m] = 0.0f;
+        for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
+            int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
+            const float *pb = p + (size_t)r0 * n;
+            const float *dob = dout + (size_t)r0 * ld + h * dh;
+            float *db = ds + (size_t)r0 * n;
+            /* dP = dO V^T ; dV += P^T dO, over keys [0, r1) */
+            matmul(db, n, dob, ld, false, v + h * dh, ld, true, rb, r1, dh, 0.0f);
+            matmul(dv + h * dh, ld, pb, n, true, dob, ld, false, r1, dh, rb, 1.0f);
+            /* softmax backward, then the 1/sqrt(dh) scale: dS = P (dP - <dP, P>) */
+            for (int j = r0; j < r1; j++) {
+                const float *pr = p + (size_t)j * n;
+                float *dr = ds + (size_t)j * n;
+                float dot = 0.0f;
+                for (int m = 0; m <= j; m++)
+                    dot += pr[m] * dr[m];
+                for (int m = 0; m <= j; m++)
+                    dr[m] = pr[m] * (dr[m] - dot) * scale;
+                for (int m = j + 1; m < r1; m++)
+                    dr[m] = 0.0f;
+            }
+            /* dQ += dS K ; dK += dS^T Q */
+            matmul(dq + (size_t)r0 * ld + h * dh, ld, db, n, false, k + h * dh, ld, false, rb, dh,
+                   r1, 1.0f);
+            matmul(dk + h * dh, ld, db, n, true, q + (size_t)r0 * ld + h * dh, ld, false, r1, dh,
+                   rb, 1.0f);
         }
-        /* dQ += dS K ; dK += dS^T Q */
-        matmul(dq + h * dh, ld, ds, n, false, k + h * dh, ld, false, n, dh, n, 1.0f);
-        matmul(dk + h * dh, ld, ds, n, true, q + h * dh, ld, false, n, dh, n, 1.0f);
     }
 }
 
