@@ -134,10 +134,7 @@ static int moe_build(layer *l, const model_dims *dims, int max_seq)
         moe_free(l);
         return -ENOMEM;
     }
-    for (int b = 0; b <= max_seq; b++)
-        s->seq_start[b] = b * S;
-    for (int j = 0; j < rows; j++)
-        s->pos[j] = j % S;
+    row_set_fill_whole(s->seq_start, s->pos, max_seq, S);
     return 0;
 }
 

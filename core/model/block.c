@@ -16,6 +16,14 @@ static void add_time(const fwd_args *a, timer_phase p, double t0)
         a->ctx->timers[p] += mode_now() - t0;
 }
 
+void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S)
+{
+    for (int b = 0; b <= nseq; b++)
+        seq_start[b] = b * S;
+    for (int j = 0; j < nseq * S; j++)
+        pos[j] = j % S;
+}
+
 int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows, long cap_probs)
 {
     memset(c, 0, sizeof(*c));

@@ -22,6 +22,10 @@ typedef struct row_set {
     const int32_t *pos;   /* [n] */
 } row_set;
 
+/* Every row of nseq whole sequences of S rows: seq_start[b] = b S (nseq+1
+ * entries), pos[j] = j mod S (nseq S entries). */
+void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S);
+
 typedef struct attn_weights {
     float *norm;           /* [d] */
     float *wq, *wk, *wv;   /* [d][d] */
