@@ -18,6 +18,7 @@
 #include "core/model/model.h"
 #include "core/rng/pcg32.h"
 #include "mod/mod.h"
+#include "testlib.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@
 static const layer_kind *const kinds[] = { &dense_kind, &mod_kind, NULL };
 
 /* ------------------------------------------------------------------ */
-/* Layer specs                                                          */
+/* Layer specs, fixtures, routing records                               */
 
 typedef struct modcfg {
     double capacity;
@@ -35,179 +36,26 @@ typedef struct modcfg {
     double aux_weight;
 } modcfg;
 
-static layer_spec dense_spec(void)
-{
-    layer_spec s;
-    layer_spec_defaults(&s);
-    snprintf(s.kind, sizeof(s.kind), "dense");
-    return s;
-}
-
 static layer_spec mod_spec(const modcfg *c)
 {
-    layer_spec s;
-    layer_spec_defaults(&s);
-    snprintf(s.kind, sizeof(s.kind), "mod");
-    s.capacity = c->capacity;
-    snprintf(s.router, sizeof(s.router), "%s", c->router);
-    snprintf(s.gate, sizeof(s.gate), "%s", c->gate);
-    snprintf(s.causal, sizeof(s.causal), "%s", c->causal);
-    s.aux_weight = c->aux_weight;
+    layer_spec s = tl_spec("mod");
+    tl_spec_routed(&s, c->capacity, c->router, c->gate, c->causal, c->aux_weight);
     return s;
 }
 
-/* ------------------------------------------------------------------ */
-/* Routing records through the kind's record hook                       */
-
-#define MAX_ROWS 4096
-
-typedef struct routing {
-    int n;
-    int has_selected, has_scores, has_causal, has_pred;
-    unsigned char selected[MAX_ROWS], causal[MAX_ROWS];
-    float scores[MAX_ROWS], pred_prob[MAX_ROWS];
-} routing;
-
-static int routing_put(record_sink *s, const char *name, int type, int ndim,
-                       const unsigned long long *dims, const void *data)
+/* tl_make, with the run's seed (every PCG stream is keyed from it) another
+ * function of seed than the init's. */
+static void make(tl_fixture *f, model_dims dims, const layer_spec *specs, int nseq, uint64_t seed)
 {
-    routing *r = s->user;
-    if (ndim != 2)
-        return -1;
-    unsigned long long n = dims[0] * dims[1];
-    if (n > MAX_ROWS)
-        return -1;
-    r->n = (int)n;
-    if (!strcmp(name, "selected") && type == RECORD_UINT8) {
-        memcpy(r->selected, data, (size_t)n);
-        r->has_selected = 1;
-    } else if (!strcmp(name, "causal") && type == RECORD_UINT8) {
-        memcpy(r->causal, data, (size_t)n);
-        r->has_causal = 1;
-    } else if (!strcmp(name, "scores") && type == RECORD_FLOAT) {
-        memcpy(r->scores, data, (size_t)n * sizeof(float));
-        r->has_scores = 1;
-    } else if (!strcmp(name, "pred_prob") && type == RECORD_FLOAT) {
-        memcpy(r->pred_prob, data, (size_t)n * sizeof(float));
-        r->has_pred = 1;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
-static routing *routing_new(void)
-{
-    routing *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    return r;
-}
-
-/* The routing of layer l after the last forward over nseq sequences. */
-static void read_routing(model *m, int l, int nseq, routing *out)
-{
-    layer *ly = &m->layers[l];
-    fwd_args a = { .dims = &m->dims, .nseq = nseq, .seq_len = m->dims.seq_len };
-    record_sink sink = { .put = routing_put, .user = out };
-    out->has_selected = out->has_scores = out->has_causal = out->has_pred = 0;
-    assert_non_null(ly->kind->record);
-    assert_int_equal(ly->kind->record(ly, &a, &sink), 0);
-    assert_true(out->has_selected && out->has_scores && out->has_causal);
-    assert_int_equal(out->n, nseq * m->dims.seq_len);
-}
-
-/* ------------------------------------------------------------------ */
-/* Fixtures                                                             */
-
-typedef struct fixture {
-    model *m;
-    uint16_t *tokens;
-    batch b;
-    mode_ctx ctx;
-} fixture;
-
-static void make(fixture *f, model_dims dims, const layer_spec *specs, int nseq, uint64_t seed)
-{
-    char err[256] = "";
-    memset(f, 0, sizeof(*f));
-    int rc = build_model(&f->m, &dims, specs, kinds, nseq, err, sizeof(err));
-    if (rc)
-        print_message("build_model: %s\n", err);
-    assert_int_equal(rc, 0);
-    model_init(f->m, seed);
-    f->tokens = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(uint16_t));
-    assert_non_null(f->tokens);
-    pcg32 r;
-    pcg32_seed(&r, seed, 7);
-    for (int i = 0; i < nseq * (dims.seq_len + 1); i++)
-        f->tokens[i] = (uint16_t)pcg32_bounded(&r, (uint32_t)dims.vocab);
-    f->b = (batch){ .tokens = f->tokens, .nseq = nseq, .step = 0, .seq0 = 0, .global_seqs = nseq };
-    f->ctx.size = 1;
+    tl_make(f, kinds, dims, specs, nseq, seed);
     f->ctx.seed = seed * 1000003u + 17u;
 }
 
-static void unmake(fixture *f)
+/* The routing of layer l after the last forward over nseq sequences:
+ * selected, scores and causal, and pred_prob with the predictor. */
+static void read_routing(model *m, int l, int nseq, tl_routing *out)
 {
-    free_model(&f->m);
-    free(f->tokens);
-}
-
-/* As test_model.c: normal-init tensors x mult (std 0.02 -> 0.2 for mult 10),
- * gains 1 + 0.3 N(0,1), biases 0.3 N(0,1), so that every gradient is well
- * above float32 noise. */
-static void scale_weights(model *m, float mult, uint64_t seed)
-{
-    for (int t = 0; t < m->n_tensors; t++) {
-        const model_tensor *mt = &m->tensors[t];
-        float *p = m->params + mt->offset;
-        pcg32 r;
-        pcg32_seed(&r, seed, (uint64_t)t);
-        for (long i = 0; i < mt->numel; i++) {
-            switch (mt->desc.init) {
-            case INIT_NORMAL: p[i] *= mult; break;
-            case INIT_ONES: p[i] = 1.0f + 0.3f * pcg32_normal(&r); break;
-            case INIT_ZEROS: p[i] = 0.3f * pcg32_normal(&r); break;
-            }
-        }
-    }
-}
-
-static const model_tensor *tensor(const model *m, const char *path)
-{
-    const model_tensor *t = model_find_tensor(m, path);
-    if (!t)
-        print_message("no tensor %s\n", path);
-    assert_non_null(t);
-    return t;
-}
-
-static void scale_tensor(model *m, const char *path, float mult)
-{
-    const model_tensor *t = tensor(m, path);
-    for (long i = 0; i < t->numel; i++)
-        m->params[t->offset + i] *= mult;
-}
-
-static double grad_norm(const model *m, const char *path)
-{
-    const model_tensor *t = tensor(m, path);
-    double s = 0.0;
-    for (long i = 0; i < t->numel; i++)
-        s += (double)m->grads[t->offset + i] * (double)m->grads[t->offset + i];
-    return sqrt(s);
-}
-
-static double rel_err(double a, double b)
-{
-    double den = fmax(fabs(a), fabs(b));
-    return den > 0.0 ? fabs(a - b) / den : 0.0;
-}
-
-static model_dims small_dims(int n_layers, int seq_len)
-{
-    model_dims d = { .vocab = 23, .d_model = 16, .n_heads = 2, .d_head = 8, .d_ff = 24,
-                     .n_layers = n_layers, .seq_len = seq_len };
-    return d;
+    tl_read_routing(m, l, nseq, out, TL_ROUTER_RECORD, TL_PRED);
 }
 
 /* ------------------------------------------------------------------ */
@@ -220,98 +68,8 @@ static model_dims small_dims(int n_layers, int seq_len)
  * does depend on x (and so on tok_emb and every earlier layer).  So the
  * finite differences are taken of J without side_loss for the model's
  * tensors, and of J with it for the predictor's (ce and aux never depend on
- * those). */
-static double J_of(fixture *f, fwd_result *res)
-{
-    fwd_result r;
-    assert_int_equal(model_forward(f->m, &f->ctx, &f->b, FWD_TRAIN, &r), 0);
-    if (res)
-        *res = r;
-    return r.ce_sum / (double)r.n_positions + r.aux_loss + r.side_loss;
-}
-
-static double train_grad(fixture *f, fwd_result *res)
-{
-    model_zero_grad(f->m);
-    double J = J_of(f, res);
-    assert_int_equal(model_backward(f->m, &f->ctx, &f->b), 0);
-    return J;
-}
-
-/* J (with side_loss when with_side, else without) at p0 + s u (restricted to
- * [off, off+n)); *same is cleared when the top-k selection of layer mod_layer
- * differs from base. */
-static double J_at(fixture *f, size_t off, size_t n, const float *p0, const float *u, double s,
-                   int with_side, int mod_layer, const routing *base, routing *tmp, int *same)
-{
-    float *p = f->m->params + off;
-    fwd_result r;
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)((double)p0[i] + s * (double)u[i]);
-    double J = J_of(f, &r) - (with_side ? 0.0 : r.side_loss);
-    read_routing(f->m, mod_layer, f->b.nseq, tmp);
-    if (memcmp(tmp->selected, base->selected, (size_t)base->n))
-        *same = 0;
-    memcpy(p, p0, n * sizeof(float));
-    return J;
-}
-
-/* Directional derivative along a random u within [off, off+n) (times mask[i]
- * when mask is not NULL) against <grad, u>, with the selection held fixed:
- * when a perturbed evaluation flips the top-k set, another direction is drawn
- * (up to 8 tries; failing when none keeps it).  *e2 and *e4: relative errors
- * of the 2nd- and 4th-order central differences; *fd_out the 4th-order one. */
-static void check_direction(fixture *f, size_t off, size_t n, const float *mask, int with_side,
-                            pcg32 *r, double h, int mod_layer, const routing *base, double *e2,
-                            double *e4, double *an_out, double *fd_out, int *tries_out)
-{
-    float *p = f->m->params + off;
-    float *u = malloc(n * sizeof(float)), *p0 = malloc(n * sizeof(float));
-    routing *tmp = routing_new();
-    assert_true(u && p0);
-    memcpy(p0, p, n * sizeof(float));
-    int tries = 0, ok = 0, draws = 0;
-    double an = 0.0, jp = 0, jm = 0, jp2 = 0, jm2 = 0, gn = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = (double)f->m->grads[off + i] * (mask ? (double)mask[i] : 1.0);
-        gn += g * g;
-    }
-    gn = sqrt(gn);
-    while (!ok && tries < 8 && draws < 64) {
-        draws++;
-        an = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            u[i] = pcg32_normal(r) * (mask ? mask[i] : 1.0f);
-            an += (double)u[i] * (double)f->m->grads[off + i];
-        }
-        /* <g,u> ~ N(0, |g|^2): a direction nearly orthogonal to the gradient
-         * measures only rounding noise, so draw again below 0.5 |g| */
-        if (fabs(an) < 0.5 * gn)
-            continue;
-        tries++;
-        int same = 1;
-        jp = J_at(f, off, n, p0, u, h, with_side, mod_layer, base, tmp, &same);
-        jm = J_at(f, off, n, p0, u, -h, with_side, mod_layer, base, tmp, &same);
-        jp2 = J_at(f, off, n, p0, u, 2 * h, with_side, mod_layer, base, tmp, &same);
-        jm2 = J_at(f, off, n, p0, u, -2 * h, with_side, mod_layer, base, tmp, &same);
-        ok = same;
-    }
-    assert_memory_equal(p, p0, n * sizeof(float));
-    free(u);
-    free(p0);
-    free(tmp);
-    if (!ok)
-        print_message("selection flipped in all %d directions\n", tries);
-    assert_true(ok);
-    double fd2 = (jp - jm) / (2.0 * h);
-    double fd4 = (8.0 * (jp - jm) - (jp2 - jm2)) / (12.0 * h);
-    *e2 = rel_err(fd2, an);
-    *e4 = rel_err(fd4, an);
-    *an_out = an;
-    if (fd_out)
-        *fd_out = fd4;
-    *tries_out = tries;
-}
+ * those): tl_fd_tensors.  The top-k selection of the mod layer is held
+ * fixed: a direction that flips it is redrawn. */
 
 /* Step h = 2e-3 along a random N(0,1) direction within each tensor (weights
  * are ~0.2, gains ~1), redrawn while |<grad, u>| < 0.5 |grad| (a direction
@@ -322,22 +80,20 @@ static void check_direction(fixture *f, size_t off, size_t n, const float *mask,
  * printed too, is up to ~1e-2 off on some tensors from its O(h^2) term; over
  * 16 seeds per configuration the 4th-order error never exceeded 2.2e-3 at
  * this step, typically 1e-4 to 8e-4).  The whole parameter vector along one
- * direction: 5e-3 too.  The seeds are picked so that the top-k boundary
- * (k-th minus (k+1)-th score, printed) is not within a step of flipping. */
-#define FD_STEP 2e-3
-#define FD_TOL 5e-3
-#define FD_TOL_ALL 5e-3
+ * direction, at the same step: 5e-3 too.  The seeds are picked so that the
+ * top-k boundary (k-th minus (k+1)-th score, printed) is not within a step of
+ * flipping. */
 
 static void fd_case(const char *label, const modcfg *mc, uint64_t seed)
 {
-    model_dims dims = small_dims(2, 12);
-    layer_spec specs[2] = { dense_spec(), mod_spec(mc) };
-    fixture f;
+    model_dims dims = tl_small_dims(2, 12);
+    layer_spec specs[2] = { tl_spec("dense"), mod_spec(mc) };
+    tl_fixture f;
     make(&f, dims, specs, 3, seed);
-    scale_weights(f.m, 10.0f, seed + 1);
+    tl_scale_weights(f.m, 10.0f, seed + 1);
     fwd_result r0;
-    double J0 = train_grad(&f, &r0);
-    routing *base = routing_new();
+    double J0 = tl_train_grad(&f, &r0);
+    tl_routing *base = tl_routing_new();
     read_routing(f.m, 1, 3, base);
     int k = mod_k(mc->capacity, dims.seq_len);
     for (int b = 0; b < 3; b++) {
@@ -359,94 +115,37 @@ static void fd_case(const char *label, const modcfg *mc, uint64_t seed)
 
     /* how far the top-k boundary is from flipping: min over sequences of
      * (k-th best score - (k+1)-th best) */
-    double gap = HUGE_VAL;
-    for (int b = 0; b < 3 && k < dims.seq_len; b++) {
-        double lo_in = HUGE_VAL, hi_out = -HUGE_VAL;
-        for (int i = 0; i < dims.seq_len; i++) {
-            double sc = (double)base->scores[b * dims.seq_len + i];
-            if (base->selected[b * dims.seq_len + i])
-                lo_in = fmin(lo_in, sc);
-            else
-                hi_out = fmax(hi_out, sc);
-        }
-        gap = fmin(gap, lo_in - hi_out);
-    }
+    double gap = tl_router_gap(base, k);
     print_message("[%s] top-k boundary gap %.4f\n", label, gap);
     assert_true(gap >= 0.0);
 
     pcg32 r;
     pcg32_seed(&r, seed, 5);
-    double worst = 0.0;
-    float *mask = calloc(f.m->n_params, sizeof(float));
-    assert_non_null(mask);
-    for (int t = 0; t < f.m->n_tensors; t++) {
-        const model_tensor *mt = &f.m->tensors[t];
-        int is_pred = strstr(mt->path, "/pred_") != NULL;
-        double an, e2, e4;
-        int tries;
-        for (long i = 0; i < mt->numel; i++)
-            mask[mt->offset + i] = is_pred ? 0.0f : 1.0f;
-        check_direction(&f, mt->offset, (size_t)mt->numel, NULL, is_pred, &r, FD_STEP, 1, base,
-                        &e2, &e4, &an, NULL, &tries);
-        print_message("[%s] grad %-18s rel err %.2e (2nd order %.2e)  <g,u> = %+.4e%s\n", label,
-                      mt->path, e4, e2, an, tries > 1 ? "  (redrawn)" : "");
-        assert_true(fabs(an) > 1e-4); /* the check means something only if the gradient is there */
-        assert_true(e4 < FD_TOL);
-        if (e4 > worst)
-            worst = e4;
-    }
-    /* every tensor but the predictor's at once (J without side_loss) */
-    double an, e2, e4;
-    int tries;
-    check_direction(&f, 0, f.m->n_params, mask, 0, &r, FD_STEP, 1, base, &e2, &e4, &an, NULL,
-                    &tries);
-    print_message("[%s] all parameters at once: rel err %.2e (2nd order %.2e); worst tensor %.2e\n",
-                  label, e4, e2, worst);
-    assert_true(e4 < FD_TOL_ALL);
-    free(mask);
+    tl_fd_env env = { .f = &f, .grad = f.m->grads, .same = tl_record_same, .layer = 1,
+                      .need = TL_ROUTER_RECORD, .allow = TL_PRED, .hold = TL_SELECTED,
+                      .base = base };
+    tl_fd_tensors(&env, label, &r, TL_FD_STEP, TL_FD_STEP, TL_FD_TOL);
 
     if (learned)
-        assert_true(grad_norm(f.m, "layers/1/router") > 1e-6);
+        assert_true(tl_grad_norm(f.m, 1, "router") > 1e-6);
     if (pred) {
         /* the predictor learns, and the router still learns through the gate */
-        const char *names[] = { "layers/1/pred_w1", "layers/1/pred_b1", "layers/1/pred_w2",
-                                "layers/1/pred_b2" };
+        const char *names[] = { "pred_w1", "pred_b1", "pred_w2", "pred_b2" };
         for (int i = 0; i < 4; i++) {
-            double g = grad_norm(f.m, names[i]);
-            print_message("[%s] |grad %s| = %.3e\n", label, names[i], g);
+            double g = tl_grad_norm(f.m, 1, names[i]);
+            print_message("[%s] |grad layers/1/%s| = %.3e\n", label, names[i], g);
             assert_true(g > 1e-6);
         }
         print_message("[%s] |grad layers/1/router| = %.3e (gate only)\n", label,
-                      grad_norm(f.m, "layers/1/router"));
-        /* stop-gradient, forward side: the predictor's weights change neither
-         * the CE nor the aux loss, to the bit */
-        const model_tensor *w1 = tensor(f.m, "layers/1/pred_w1");
-        float *p = f.m->params + w1->offset;
-        float keep = p[3];
-        p[3] += 0.5f;
-        fwd_result r1;
-        J_of(&f, &r1);
-        p[3] = keep;
-        assert_true(r1.ce_sum == r0.ce_sum);
-        assert_true(r1.aux_loss == r0.aux_loss);
-        assert_true(r1.side_loss != r0.side_loss);
-        /* stop-gradient, backward side: side_loss does depend on tok_emb,
-         * but backward's tok_emb gradient is that of ce + aux alone (checked
-         * above); the full J's derivative differs from it */
-        const model_tensor *emb = tensor(f.m, "tok_emb");
-        double fd_full, fd_main;
-        pcg32 r2 = r;
-        check_direction(&f, emb->offset, (size_t)emb->numel, NULL, 1, &r, FD_STEP, 1, base, &e2,
-                        &e4, &an, &fd_full, &tries);
-        check_direction(&f, emb->offset, (size_t)emb->numel, NULL, 0, &r2, FD_STEP, 1, base, &e2,
-                        &e4, &an, &fd_main, &tries);
-        print_message("[%s] d/du along tok_emb: J %+.4e, J - side %+.4e, backward %+.4e\n",
-                      label, fd_full, fd_main, an);
-        assert_true(rel_err(fd_main, an) < FD_TOL);
-        assert_true(fabs(fd_full - fd_main) > 1e-3 * fabs(an));
+                      tl_grad_norm(f.m, 1, "router"));
+        /* stop-gradient: forward side, the predictor's weights change neither
+         * the CE nor the aux loss, to the bit; backward side, backward's
+         * tok_emb gradient is that of ce + aux alone (checked above), the
+         * full J's derivative differs from it */
+        tl_check_side_stop_gradient(&env, 1, &r0, &r, TL_FD_STEP, TL_FD_TOL, label);
     }
     free(base);
-    unmake(&f);
+    tl_unmake(&f);
 }
 
 static void test_gradients_sigmoid_aux(void **state)
@@ -594,36 +293,29 @@ static void test_topk_and_k(void **state)
 /* ------------------------------------------------------------------ */
 /* 3. Causal mode is causal; top-k mode is not                          */
 
-static void causal_model(fixture *f, const modcfg *mc, int nseq, int seq_len, uint64_t seed)
+static void causal_model(tl_fixture *f, const modcfg *mc, int nseq, int seq_len, uint64_t seed)
 {
-    model_dims dims = small_dims(3, seq_len);
-    layer_spec specs[3] = { mod_spec(mc), dense_spec(), mod_spec(mc) };
+    model_dims dims = tl_small_dims(3, seq_len);
+    layer_spec specs[3] = { mod_spec(mc), tl_spec("dense"), mod_spec(mc) };
     make(f, dims, specs, nseq, seed);
-    scale_weights(f->m, 10.0f, seed + 1);
+    tl_scale_weights(f->m, 10.0f, seed + 1);
     /* moderately large routers (std 1) so that routing depends on content */
     for (int l = 0; l < 3; l += 2) {
-        char path[64];
-        snprintf(path, sizeof(path), "layers/%d/router", l);
-        if (model_find_tensor(f->m, path))
-            scale_tensor(f->m, path, 5.0f);
-        snprintf(path, sizeof(path), "layers/%d/pred_w1", l);
-        if (model_find_tensor(f->m, path)) {
-            scale_tensor(f->m, path, 5.0f);
-            snprintf(path, sizeof(path), "layers/%d/pred_w2", l);
-            scale_tensor(f->m, path, 5.0f);
-        }
+        tl_scale_if(f->m, l, "router", 5.0f);
+        if (tl_scale_if(f->m, l, "pred_w1", 5.0f))
+            tl_scale(f->m, l, "pred_w2", 5.0f);
     }
 }
 
 static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
 {
     const int nseq = 3, S = 16, V = 23, sq = 1;
-    fixture f;
+    tl_fixture f;
     causal_model(&f, mc, nseq, S, seed);
     size_t nl = (size_t)nseq * S * V;
     float *l0 = malloc(nl * sizeof(float)), *l1 = malloc(nl * sizeof(float));
     uint16_t *keep = malloc((size_t)nseq * (S + 1) * sizeof(uint16_t));
-    routing *rb0 = routing_new(), *rb2 = routing_new(), *rt = routing_new();
+    tl_routing *rb0 = tl_routing_new(), *rb2 = tl_routing_new(), *rt = tl_routing_new();
     assert_true(l0 && l1 && keep);
     memcpy(keep, f.tokens, (size_t)nseq * (S + 1) * sizeof(uint16_t));
     fwd_result res;
@@ -647,10 +339,7 @@ static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
     int checks = 0, count_changed = 0;
     for (int t = 0; t < S - 1; t++) {
         for (int trial = 0; trial < 3; trial++) {
-            memcpy(f.tokens, keep, (size_t)nseq * (S + 1) * sizeof(uint16_t));
-            uint16_t *tok = f.tokens + (size_t)sq * (S + 1);
-            for (int j = t + 1; j <= S; j++)
-                tok[j] = (uint16_t)pcg32_bounded(&r, (uint32_t)V);
+            tl_redraw_after(&f, keep, sq, t, &r);
             assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_CAUSAL, &res), 0);
             memcpy(l1, f.m->logits, nl * sizeof(float));
             read_routing(f.m, 2, nseq, rt);
@@ -682,10 +371,7 @@ static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
     int found = -1, tries = 0;
     for (int t = S / 2; t >= 0 && found < 0; t--) {
         for (int trial = 0; trial < 8 && found < 0; trial++) {
-            memcpy(f.tokens, keep, (size_t)nseq * (S + 1) * sizeof(uint16_t));
-            uint16_t *tok = f.tokens + (size_t)sq * (S + 1);
-            for (int j = t + 1; j <= S; j++)
-                tok[j] = (uint16_t)pcg32_bounded(&r, (uint32_t)V);
+            tl_redraw_after(&f, keep, sq, t, &r);
             assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_TOPK, &res), 0);
             tries++;
             size_t o = (size_t)sq * S * V;
@@ -703,7 +389,7 @@ static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
     free(rb0);
     free(rb2);
     free(rt);
-    unmake(&f);
+    tl_unmake(&f);
 }
 
 static void test_causal_mode(void **state)
@@ -720,18 +406,15 @@ static void test_causal_mode(void **state)
 static void decode_case(const char *label, const modcfg *mc, uint64_t seed)
 {
     const int S = 16, V = 23;
-    fixture f;
+    tl_fixture f;
     causal_model(&f, mc, 1, S, seed);
     bool random = !strcmp(mc->router, "random");
     bool pred = !random && !strcmp(mc->causal, "predictor");
-    fwd_result res;
     f.b.step = 0;
     f.b.seq0 = 0;
-    assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_CAUSAL, &res), 0);
-    float *ref = malloc((size_t)S * V * sizeof(float));
-    assert_non_null(ref);
-    memcpy(ref, f.m->logits, (size_t)S * V * sizeof(float));
-    routing *rt[3] = { routing_new(), NULL, routing_new() };
+    tl_forward(&f, FWD_EVAL_CAUSAL, NULL);
+    float *ref = tl_logits_copy(&f);
+    tl_routing *rt[3] = { tl_routing_new(), NULL, tl_routing_new() };
     read_routing(f.m, 0, 1, rt[0]);
     read_routing(f.m, 2, 1, rt[2]);
     double thr = random ? mod_normal_quantile(1.0 - mc->capacity) : 0.0;
@@ -739,7 +422,7 @@ static void decode_case(const char *label, const modcfg *mc, uint64_t seed)
     for (int l = 0; l < 3; l += 2) {
         for (int i = 0; i < S; i++) {
             if (pred) {
-                assert_true(rt[l]->has_pred);
+                assert_true(rt[l]->has & TL_PRED);
                 float p = rt[l]->pred_prob[i];
                 if (fabsf(p - 0.5f) > 1e-6f)
                     assert_int_equal(rt[l]->causal[i], p > 0.5f);
@@ -749,27 +432,15 @@ static void decode_case(const char *label, const modcfg *mc, uint64_t seed)
         }
     }
 
-    assert_int_equal(model_decode_begin(f.m, S), 0);
-    float logits[23];
-    unsigned char taken[3];
-    double worst = 0.0, worst_abs = 0.0;
+    unsigned char taken[16][3];
+    double worst_abs;
+    double worst = tl_decode_pass(&f, ref, &taken[0][0], &worst_abs, label);
     int ntaken[3] = { 0, 0, 0 };
     for (int pos = 0; pos < S; pos++) {
-        assert_int_equal(model_decode_step(f.m, &f.ctx, f.tokens[pos], pos, logits, taken), 0);
-        const float *want = ref + (size_t)pos * V;
-        double mx = 0.0, diff = 0.0;
-        for (int v = 0; v < V; v++) {
-            mx = fmax(mx, fabs((double)want[v]));
-            diff = fmax(diff, fabs((double)logits[v] - (double)want[v]));
-        }
-        double rel = diff / fmax(mx, 1e-30);
-        worst = fmax(worst, rel);
-        worst_abs = fmax(worst_abs, diff);
-        assert_true(rel < 1e-4);
-        assert_int_equal(taken[1], 1); /* dense */
+        assert_int_equal(taken[pos][1], 1); /* dense */
         for (int l = 0; l < 3; l += 2) {
-            assert_int_equal(taken[l], rt[l]->causal[pos]);
-            ntaken[l] += taken[l];
+            assert_int_equal(taken[pos][l], rt[l]->causal[pos]);
+            ntaken[l] += taken[pos][l];
         }
     }
     int c0 = 0, c2 = 0;
@@ -786,6 +457,7 @@ static void decode_case(const char *label, const modcfg *mc, uint64_t seed)
     assert_true(ntaken[0] + ntaken[2] > 0 && ntaken[0] + ntaken[2] < 2 * S);
 
     /* a second pass after decode_begin again gives the same logits */
+    float logits[23];
     assert_int_equal(model_decode_begin(f.m, S), 0);
     for (int pos = 0; pos < S; pos++)
         assert_int_equal(model_decode_step(f.m, &f.ctx, f.tokens[pos], pos, logits, NULL), 0);
@@ -795,7 +467,7 @@ static void decode_case(const char *label, const modcfg *mc, uint64_t seed)
     free(ref);
     free(rt[0]);
     free(rt[2]);
-    unmake(&f);
+    tl_unmake(&f);
 }
 
 static void test_decode(void **state)
@@ -828,45 +500,45 @@ static void test_flops(void **state)
 {
     const int nseq = 3, S = 16;
     const double d = 16, ff = 24, V = 23;
-    model_dims dims = small_dims(3, S);
+    model_dims dims = tl_small_dims(3, S);
     modcfg mc = { 0.25, "learned", "sigmoid", "aux", 0.01 };
-    layer_spec specs[3] = { dense_spec(), mod_spec(&mc), dense_spec() };
+    layer_spec specs[3] = { tl_spec("dense"), mod_spec(&mc), tl_spec("dense") };
     int k = 4; /* floor(0.25 * 16) */
     double dense = dense_layer_flops(S, d, ff), head = 2.0 * S * d * V;
     double modf = 2.0 * S * d + block_rows_flops(k, d, ff);
     double per_seq = 2 * dense + modf + head;
 
     /* the kind's nominal count, and the model's */
-    assert_true(rel_err(mod_kind.flops(&specs[1], &dims), modf) < 1e-12);
-    fixture f;
+    assert_rel_below(mod_kind.flops(&specs[1], &dims), modf, 1e-12);
+    tl_fixture f;
     make(&f, dims, specs, nseq, 51);
-    scale_weights(f.m, 10.0f, 52);
-    scale_tensor(f.m, "layers/1/router", 5.0f);
+    tl_scale_weights(f.m, 10.0f, 52);
+    tl_scale(f.m, 1, "router", 5.0f);
     double per_layer[3];
-    assert_true(rel_err(model_flops_per_seq(f.m, per_layer), per_seq) < 1e-12);
-    assert_true(rel_err(per_layer[1], modf) < 1e-12);
+    assert_rel_below(model_flops_per_seq(f.m, per_layer), per_seq, 1e-12);
+    assert_rel_below(per_layer[1], modf, 1e-12);
     /* a mod layer with the predictor pays it on S rows (d -> 64 -> 1); the
      * random router has no matrix product */
     modcfg pc = { 0.25, "learned", "sigmoid", "predictor", 0.01 };
     layer_spec ps = mod_spec(&pc);
-    assert_true(rel_err(mod_kind.flops(&ps, &dims),
-                        modf + 2.0 * S * (d * MOD_PRED_HIDDEN + MOD_PRED_HIDDEN)) < 1e-12);
+    assert_rel_below(mod_kind.flops(&ps, &dims),
+                     modf + 2.0 * S * (d * MOD_PRED_HIDDEN + MOD_PRED_HIDDEN), 1e-12);
     modcfg rc = { 0.25, "random", "sigmoid", "aux", 0.01 };
     layer_spec rs = mod_spec(&rc);
-    assert_true(rel_err(mod_kind.flops(&rs, &dims), block_rows_flops(k, d, ff)) < 1e-12);
+    assert_rel_below(mod_kind.flops(&rs, &dims), block_rows_flops(k, d, ff), 1e-12);
     layer_spec one = mod_spec(&mc);
     one.capacity = 1.0;
-    assert_true(rel_err(mod_kind.flops(&one, &dims), 2.0 * S * d + dense) < 1e-12);
+    assert_rel_below(mod_kind.flops(&one, &dims), 2.0 * S * d + dense, 1e-12);
 
     /* executed, training and top-k evaluation: exactly k rows */
     fwd_result res;
     assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_TRAIN, &res), 0);
     print_message("flops: train executed %.6e, expected %.6e (nominal %.6e / seq)\n",
                   res.flops_executed, nseq * per_seq, per_seq);
-    assert_true(rel_err(res.flops_executed, nseq * per_seq) < 1e-12);
+    assert_rel_below(res.flops_executed, nseq * per_seq, 1e-12);
     /* the training statistics count the causal rule against the top-k set */
     {
-        routing *rr = routing_new();
+        tl_routing *rr = tl_routing_new();
         read_routing(f.m, 1, nseq, rr);
         double want_sums[6] = { 0, 0, 0, 0, 0, nseq * S }, sums[6];
         for (int i = 0; i < nseq * S; i++) {
@@ -886,11 +558,11 @@ static void test_flops(void **state)
         free(rr);
     }
     assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_TOPK, &res), 0);
-    assert_true(rel_err(res.flops_executed, nseq * per_seq) < 1e-12);
+    assert_rel_below(res.flops_executed, nseq * per_seq, 1e-12);
 
     /* causal mode: the rows actually taken, per sequence */
     assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_CAUSAL, &res), 0);
-    routing *rt = routing_new();
+    tl_routing *rt = tl_routing_new();
     read_routing(f.m, 1, nseq, rt);
     double want = nseq * (2 * dense + head + 2.0 * S * d);
     int distinct_from_k = 0;
@@ -904,35 +576,23 @@ static void test_flops(void **state)
     }
     print_message("flops: causal executed %.6e, expected %.6e\n", res.flops_executed, want);
     assert_true(distinct_from_k > 0); /* else this would not tell the two counts apart */
-    assert_true(rel_err(res.flops_executed, want) < 1e-12);
+    assert_rel_below(res.flops_executed, want, 1e-12);
     free(rt);
-    unmake(&f);
+    tl_unmake(&f);
 }
 
 /* ------------------------------------------------------------------ */
 /* 6. The random router                                                  */
 
-static void copy_by_name(model *dst, const model *src)
-{
-    for (int t = 0; t < dst->n_tensors; t++) {
-        const model_tensor *dt = &dst->tensors[t];
-        const model_tensor *st = model_find_tensor(src, dt->path);
-        if (!st)
-            continue;
-        assert_int_equal(st->numel, dt->numel);
-        memcpy(dst->params + dt->offset, src->params + st->offset, (size_t)dt->numel * sizeof(float));
-    }
-}
-
 static void test_random_router(void **state)
 {
     const int nseq = 4, S = 16;
-    model_dims dims = small_dims(2, S);
+    model_dims dims = tl_small_dims(2, S);
     modcfg mc = { 0.25, "random", "sigmoid", "aux", 0.01 };
-    layer_spec specs[2] = { dense_spec(), mod_spec(&mc) };
-    fixture f;
+    layer_spec specs[2] = { tl_spec("dense"), mod_spec(&mc) };
+    tl_fixture f;
     make(&f, dims, specs, nseq, 61);
-    scale_weights(f.m, 10.0f, 62);
+    tl_scale_weights(f.m, 10.0f, 62);
     /* no router parameters: exactly the block's 9 tensors */
     assert_int_equal(f.m->layers[1].n_tensors, 9);
     assert_int_equal(mod_kind.tensors(&specs[1], &dims, NULL, 0), 9);
@@ -943,7 +603,7 @@ static void test_random_router(void **state)
     assert_int_equal(mod_kind.tensors(&ps, &dims, NULL, 0), 9);
 
     int k = mod_k(mc.capacity, S);
-    routing *a = routing_new(), *b = routing_new(), *c = routing_new();
+    tl_routing *a = tl_routing_new(), *b = tl_routing_new(), *c = tl_routing_new();
     fwd_result res;
     f.b.step = 3;
     f.b.seq0 = 5;
@@ -985,18 +645,18 @@ static void test_random_router(void **state)
     read_routing(f.m, 1, nseq, b);
     assert_memory_not_equal(a->selected, b->selected, (size_t)(nseq * S));
     f.ctx.seed -= 1;
-    unmake(&f);
+    tl_unmake(&f);
 
     /* gate 1: at capacity 1 the random-router layer is the dense block */
     {
-        model_dims d1 = small_dims(1, S);
+        model_dims d1 = tl_small_dims(1, S);
         modcfg all = { 1.0, "random", "sigmoid", "aux", 0.01 };
-        layer_spec sm = mod_spec(&all), sd = dense_spec();
-        fixture fm, fdn;
+        layer_spec sm = mod_spec(&all), sd = tl_spec("dense");
+        tl_fixture fm, fdn;
         make(&fm, d1, &sm, nseq, 63);
         make(&fdn, d1, &sd, nseq, 63);
-        scale_weights(fdn.m, 10.0f, 64);
-        copy_by_name(fm.m, fdn.m);
+        tl_scale_weights(fdn.m, 10.0f, 64);
+        tl_copy_by_name(fm.m, fdn.m, NULL);
         assert_int_equal(model_forward(fm.m, &fm.ctx, &fm.b, FWD_EVAL_TOPK, &res), 0);
         assert_int_equal(model_forward(fdn.m, &fdn.ctx, &fdn.b, FWD_EVAL_TOPK, &res), 0);
         size_t rd = (size_t)nseq * S * d1.d_model;
@@ -1007,8 +667,8 @@ static void test_random_router(void **state)
         }
         print_message("random router, capacity 1 vs dense: max rel diff %.2e\n", worst);
         assert_true(worst < 1e-5);
-        unmake(&fm);
-        unmake(&fdn);
+        tl_unmake(&fm);
+        tl_unmake(&fdn);
     }
 
     /* causal mode: r > Phi^-1(1 - capacity); over 64 sequences of 64 tokens
@@ -1016,12 +676,12 @@ static void test_random_router(void **state)
      * deviation is sqrt(c(1-c)/4096) <= 0.008, so 0.03 is ~4 sigma) */
     {
         const int ns = 64, SL = 64;
-        model_dims d2 = small_dims(3, SL);
+        model_dims d2 = tl_small_dims(3, SL);
         double caps[3] = { 0.125, 0.25, 0.5 };
         for (int ci = 0; ci < 3; ci++) {
             modcfg cm = { caps[ci], "random", "sigmoid", "aux", 0.01 };
-            layer_spec sp[3] = { mod_spec(&cm), dense_spec(), mod_spec(&cm) };
-            fixture fc;
+            layer_spec sp[3] = { mod_spec(&cm), tl_spec("dense"), mod_spec(&cm) };
+            tl_fixture fc;
             make(&fc, d2, sp, ns, 65 + (uint64_t)ci);
             fc.b.step = 7;
             assert_int_equal(model_forward(fc.m, &fc.ctx, &fc.b, FWD_EVAL_CAUSAL, &res), 0);
@@ -1044,7 +704,7 @@ static void test_random_router(void **state)
             assert_int_equal(topk, ns * mod_k(caps[ci], SL));
             /* layers 0 and 2 draw different streams */
             assert_memory_not_equal(a->scores, b->scores, (size_t)(ns * SL) * sizeof(float));
-            unmake(&fc);
+            tl_unmake(&fc);
         }
     }
     /* the quantile itself */
@@ -1062,15 +722,15 @@ static void test_random_router(void **state)
 static void test_zero_router_half_block(void **state)
 {
     const int nseq = 3, S = 12;
-    model_dims d1 = small_dims(1, S);
+    model_dims d1 = tl_small_dims(1, S);
     modcfg mc = { 1.0, "learned", "sigmoid", "aux", 0.01 };
-    layer_spec sm = mod_spec(&mc), sd = dense_spec();
-    fixture fm, fdn;
+    layer_spec sm = mod_spec(&mc), sd = tl_spec("dense");
+    tl_fixture fm, fdn;
     make(&fm, d1, &sm, nseq, 71);
     make(&fdn, d1, &sd, nseq, 71);
-    scale_weights(fdn.m, 10.0f, 72);
-    copy_by_name(fm.m, fdn.m);
-    const model_tensor *rt = tensor(fm.m, "layers/0/router");
+    tl_scale_weights(fdn.m, 10.0f, 72);
+    tl_copy_by_name(fm.m, fdn.m, NULL);
+    const model_tensor *rt = tl_tensor(fm.m, 0, "router");
     memset(fm.m->params + rt->offset, 0, (size_t)rt->numel * sizeof(float));
     fwd_result res;
     assert_int_equal(model_forward(fdn.m, &fdn.ctx, &fdn.b, FWD_EVAL_TOPK, &res), 0);
@@ -1096,8 +756,8 @@ static void test_zero_router_half_block(void **state)
     /* causal mode: a score of exactly 0 is not > 0, nothing takes the block */
     assert_int_equal(model_forward(fm.m, &fm.ctx, &fm.b, FWD_EVAL_CAUSAL, &res), 0);
     assert_memory_equal(fm.m->resid + rd, fm.m->resid, rd * sizeof(float));
-    unmake(&fm);
-    unmake(&fdn);
+    tl_unmake(&fm);
+    tl_unmake(&fdn);
 }
 
 int main(void)

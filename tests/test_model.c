@@ -11,6 +11,7 @@
 #include "core/model/model.h"
 #include "core/rng/pcg32.h"
 #include "core/train/optim.h"
+#include "testlib.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,57 +20,23 @@
 
 static const layer_kind *const kinds[] = { &dense_kind, NULL };
 
-typedef struct fixture {
-    model *m;
-    uint16_t *tokens;
-    batch b;
-} fixture;
-
-static void make(fixture *f, model_dims dims, int nseq, uint64_t seed)
+/* Every layer dense (the spec defaults). */
+static void make(tl_fixture *f, model_dims dims, int nseq, uint64_t seed)
 {
-    layer_spec specs[MODE_MAX_LAYERS];
-    for (int l = 0; l < dims.n_layers; l++)
-        layer_spec_defaults(&specs[l]);
-    char err[256] = "";
-    int rc = build_model(&f->m, &dims, specs, kinds, nseq, err, sizeof(err));
-    if (rc)
-        print_message("build_model: %s\n", err);
-    assert_int_equal(rc, 0);
-    model_init(f->m, seed);
-    f->tokens = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(uint16_t));
-    pcg32 r;
-    pcg32_seed(&r, seed, 7);
-    for (int i = 0; i < nseq * (dims.seq_len + 1); i++)
-        f->tokens[i] = (uint16_t)pcg32_bounded(&r, (uint32_t)dims.vocab);
-    f->b = (batch){ .tokens = f->tokens, .nseq = nseq, .step = 0, .seq0 = 0, .global_seqs = nseq };
+    tl_make(f, kinds, dims, NULL, nseq, seed);
 }
 
-static void unmake(fixture *f)
+/* The loss in top-k evaluation mode (no aux or side loss outside training). */
+static double loss_of(tl_fixture *f)
 {
-    free_model(&f->m);
-    free(f->tokens);
-}
-
-static double loss_of(fixture *f)
-{
-    fwd_result r;
-    assert_int_equal(model_forward(f->m, NULL, &f->b, FWD_EVAL_TOPK, &r), 0);
-    return r.ce_sum / (double)r.n_positions + r.aux_loss;
-}
-
-static double train_loss_and_grad(fixture *f)
-{
-    fwd_result r;
-    model_zero_grad(f->m);
-    assert_int_equal(model_forward(f->m, NULL, &f->b, FWD_TRAIN, &r), 0);
-    assert_int_equal(model_backward(f->m, NULL, &f->b), 0);
-    return r.ce_sum / (double)r.n_positions + r.aux_loss;
+    return tl_loss(f, FWD_EVAL_TOPK, NULL);
 }
 
 /* Directional derivative along u (restricted to [off, off+n)) by central
  * differences with step h, against <grad, u>.  Returns the relative error
  * |fd - an| / max(|fd|, |an|). */
-static double check_direction(fixture *f, size_t off, size_t n, pcg32 *r, float h, double *an_out)
+static double check_direction(tl_fixture *f, size_t off, size_t n, pcg32 *r, float h,
+                              double *an_out)
 {
     float *p = f->m->params + off;
     float *u = malloc(n * sizeof(float));
@@ -92,8 +59,7 @@ static double check_direction(fixture *f, size_t off, size_t n, pcg32 *r, float 
     double fd = (lp - lm) / (2.0 * (double)h);
     if (an_out)
         *an_out = an;
-    double den = fmax(fabs(fd), fabs(an));
-    return den > 0.0 ? fabs(fd - an) / den : 0.0;
+    return tl_rel_err(fd, an);
 }
 
 /* Finite-difference check of a two-layer dense model.  Weights are scaled up
@@ -104,19 +70,12 @@ static double check_direction(fixture *f, size_t off, size_t n, pcg32 *r, float 
  * parameter vector along one direction, tolerance 1e-2. */
 static void test_model_gradients(void **state)
 {
-    fixture f;
+    tl_fixture f;
     model_dims dims = { .vocab = 23, .d_model = 16, .n_heads = 2, .d_head = 8, .d_ff = 24,
                         .n_layers = 2, .seq_len = 9 };
     make(&f, dims, 3, 11);
-    for (int t = 0; t < f.m->n_tensors; t++) {
-        const model_tensor *mt = &f.m->tensors[t];
-        float *p = f.m->params + mt->offset;
-        pcg32 r;
-        pcg32_seed(&r, 99, (uint64_t)t);
-        for (long i = 0; i < mt->numel; i++)
-            p[i] = mt->desc.init == INIT_NORMAL ? p[i] * 10.0f : 1.0f + 0.3f * pcg32_normal(&r);
-    }
-    train_loss_and_grad(&f);
+    tl_scale_weights(f.m, 10.0f, 99); /* a dense model has no INIT_ZEROS tensors */
+    tl_train_grad(&f, NULL);
     pcg32 r;
     pcg32_seed(&r, 5, 5);
     double worst = 0.0;
@@ -126,27 +85,27 @@ static void test_model_gradients(void **state)
         double e = check_direction(&f, mt->offset, (size_t)mt->numel, &r, 1e-3f, &an);
         print_message("model grad %-18s rel err %.2e  (<g,u> = %+.4e)\n", mt->path, e, an);
         assert_true(fabs(an) > 1e-4); /* the check means something only if the gradient is there */
-        assert_true(e < 5e-3);
+        assert_below(e, 5e-3);
         if (e > worst)
             worst = e;
     }
     double e = check_direction(&f, 0, f.m->n_params, &r, 1e-3f, NULL);
     print_message("model grad, all parameters at once: rel err %.2e; worst tensor %.2e\n", e, worst);
-    assert_true(e < 1e-2);
-    unmake(&f);
+    assert_below(e, 1e-2);
+    tl_unmake(&f);
 }
 
 /* The loss of an untrained model is close to ln V (the init is small). */
 static void test_initial_loss(void **state)
 {
-    fixture f;
+    tl_fixture f;
     model_dims dims = { .vocab = 64, .d_model = 32, .n_heads = 4, .d_head = 8, .d_ff = 48,
                         .n_layers = 2, .seq_len = 16 };
     make(&f, dims, 2, 3);
     double l = loss_of(&f);
     print_message("initial loss %.4f, ln V = %.4f\n", l, log(64.0));
-    assert_true(fabs(l - log(64.0)) < 0.05);
-    unmake(&f);
+    assert_below(fabs(l - log(64.0)), 0.05);
+    tl_unmake(&f);
 }
 
 /* A tiny model memorises one fixed batch of random tokens: from ln 32 = 3.47
@@ -155,7 +114,7 @@ static void test_initial_loss(void **state)
  * there. */
 static void test_overfit(void **state)
 {
-    fixture f;
+    tl_fixture f;
     model_dims dims = { .vocab = 32, .d_model = 32, .n_heads = 2, .d_head = 16, .d_ff = 64,
                         .n_layers = 2, .seq_len = 16 };
     make(&f, dims, 4, 1);
@@ -168,7 +127,7 @@ static void test_overfit(void **state)
     double first = 0.0, last = 0.0;
     int clipped = 0;
     for (long s = 0; s < oc.total_steps; s++) {
-        last = train_loss_and_grad(&f);
+        last = tl_train_grad(&f, NULL);
         if (s == 0)
             first = last;
         double norm = grad_global_norm(f.m->grads, f.m->n_params);
@@ -179,8 +138,8 @@ static void test_overfit(void **state)
     print_message("overfit: loss %.4f -> %.4f after %ld steps (%d clipped)\n", first, last,
                   oc.total_steps, clipped);
     assert_true(first > 3.0);
-    assert_true(last < 0.05);
-    unmake(&f);
+    assert_below(last, 0.05);
+    tl_unmake(&f);
 }
 
 int main(void)
