@@ -126,9 +126,10 @@ static int add_section(parser *P, char *title, int line)
     if (old)
         return fail(P, line, "[%s] appears twice (first at line %d)", title, old->line);
     section s = { .line = line };
-    if (strlen(title) >= sizeof(s.title))
+    size_t len = strlen(title);
+    if (len >= sizeof(s.title))
         return fail(P, line, "[%.40s...]: expected a shorter section name", title);
-    snprintf(s.title, sizeof(s.title), "%s", title);
+    memcpy(s.title, title, len + 1);
     if (!strcmp(title, "sweep"))
         s.type = SEC_SWEEP;
     else if (!strcmp(title, "all"))
