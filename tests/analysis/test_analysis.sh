@@ -7,16 +7,10 @@
 # `mode-exp flops`.
 set -u
 test_name=$1
-abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+. "$(dirname "$0")/../common.sh"
 exe=$(abspath "$2") an=$(abspath "$3") config=$(abspath "$4")
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
-export OPENBLAS_NUM_THREADS=1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
+enter_workdir
 
-fail() { echo "FAIL: $*"; exit 1; }
 train() { # dir overrides...: train the tiny config into dir/tiny
 	dir=$1
 	shift

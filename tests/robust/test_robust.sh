@@ -4,16 +4,10 @@
 # TEST: data | checkpoints | signals | kill | nonfinite | ranks | output
 set -u
 test_name=$1
-abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+. "$(dirname "$0")/../common.sh"
 exe=$(abspath "$2") compare=$(abspath "$3") config=$(abspath "$4")
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
-export OPENBLAS_NUM_THREADS=1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
+enter_workdir
 
-fail() { echo "FAIL: $*"; exit 1; }
 # expect CODE PATTERN CMD...: the command exits with CODE (or any non-zero
 # for "nz") and its output matches PATTERN.
 expect() {

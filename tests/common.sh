@@ -1,0 +1,13 @@
+# Sourced by the end-to-end test scripts: absolute paths, the Open MPI
+# settings a root CI needs, a private work folder removed at exit, fail().
+abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1
+fail() { echo "FAIL: $*"; exit 1; }
+# enter_workdir: cd into a new temporary folder, removed when the script exits
+enter_workdir() {
+	work=$(mktemp -d)
+	trap 'rm -rf "$work"' EXIT
+	cd "$work" || exit 1
+}
