@@ -145,8 +145,7 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     int rc = ensure_rows(s, dm, rt->n_sel, rt->sum_sq * dm->n_heads);
     if (rc)
         return rc;
-    for (int j = 0; j < rt->n_sel; j++)
-        memcpy(s->xs + (size_t)j * d, x + (size_t)rt->sel[j] * d, (size_t)d * sizeof(float));
+    mod_router_gather(rt, s->xs, x, d);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
 
@@ -158,14 +157,7 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
                 dm->d_ff);
 
     t0 = mode_now();
-    memcpy(y, x, (size_t)n * d * sizeof(float));
-    for (int j = 0; j < rt->n_sel; j++) {
-        float *yr = y + (size_t)rt->sel[j] * d;
-        const float *ys = s->ys + (size_t)j * d, *xs = s->xs + (size_t)j * d;
-        float g = rt->gate[j];
-        for (int e = 0; e < d; e++)
-            yr[e] += g * (ys[e] - xs[e]);
-    }
+    mod_router_scatter(rt, y, x, s->ys, s->xs, n, d);
     if (a->flops_executed)
         *a->flops_executed += block_flops(dm, rt->n_sel, rt->sum_sq);
     if (a->ctx)
@@ -182,20 +174,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     size_t nd = (size_t)ns * d;
     float *dys = a->ws, *dxs = dys + nd, *dh = dxs + nd, *dgate = dh + nd, *sub = dgate + ns;
     double t0 = mode_now();
-    for (long i = 0; i < (long)n * d; i++)
-        dx[i] += dy[i]; /* every row's identity path */
-    /* y_i = x_i + g_i (ys_i - xs_i): the block's output gradient is g dy, the
-     * gate's is <dy, ys - xs> */
-    for (int j = 0; j < ns; j++) {
-        const float *dyr = dy + (size_t)rt->sel[j] * d;
-        const float *ys = s->ys + (size_t)j * d, *xs = s->xs + (size_t)j * d;
-        float *o = dys + (size_t)j * d, g = rt->gate[j], dg = 0.0f;
-        for (int e = 0; e < d; e++) {
-            o[e] = g * dyr[e];
-            dg += dyr[e] * (ys[e] - xs[e]);
-        }
-        dgate[j] = dg;
-    }
+    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->ys, s->xs, n, d);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
 
@@ -211,14 +190,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);
 
     t0 = mode_now();
-    /* D = Block(X~) - X~: the selected rows get the block's input gradient
-     * minus the direct one */
-    for (int j = 0; j < ns; j++) {
-        float *o = dx + (size_t)rt->sel[j] * d;
-        const float *p = dxs + (size_t)j * d, *q = dys + (size_t)j * d;
-        for (int e = 0; e < d; e++)
-            o[e] += p[e] - q[e];
-    }
+    mod_router_gather_backward(rt, dx, dxs, dys, d);
     mod_router_backward(rt, l->w, l->dw, a, dx, x, dgate);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;

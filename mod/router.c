@@ -441,3 +441,51 @@ void mod_router_stat_columns(const double *m, double *cols)
     cols[3] = ratio(m[4], m[5]);
     cols[4] = ratio(m[0] + m[2], m[5]);
 }
+
+void mod_router_gather(const mod_router *rt, float *xs, const float *x, int d)
+{
+    for (int j = 0; j < rt->n_sel; j++)
+        memcpy(xs + (size_t)j * d, x + (size_t)rt->sel[j] * d, (size_t)d * sizeof(float));
+}
+
+void mod_router_scatter(const mod_router *rt, float *y, const float *x, const float *ys,
+                        const float *xs, int n_rows, int d)
+{
+    memcpy(y, x, (size_t)n_rows * d * sizeof(float));
+    for (int j = 0; j < rt->n_sel; j++) {
+        float *yr = y + (size_t)rt->sel[j] * d, g = rt->gate[j];
+        const float *o = ys + (size_t)j * d, *i = xs + (size_t)j * d;
+        for (int e = 0; e < d; e++)
+            yr[e] += g * (o[e] - i[e]);
+    }
+}
+
+void mod_router_scatter_backward(const mod_router *rt, float *dys, float *dgate, float *dx,
+                                 const float *dy, const float *ys, const float *xs, int n_rows,
+                                 int d)
+{
+    for (long i = 0; i < (long)n_rows * d; i++)
+        dx[i] += dy[i]; /* every row's identity path */
+    for (int j = 0; j < rt->n_sel; j++) {
+        const float *dyr = dy + (size_t)rt->sel[j] * d;
+        const float *o = ys + (size_t)j * d, *in = xs + (size_t)j * d;
+        float *g_out = dys + (size_t)j * d, g = rt->gate[j], dg = 0.0f;
+        for (int e = 0; e < d; e++) {
+            g_out[e] = g * dyr[e];
+            dg += dyr[e] * (o[e] - in[e]);
+        }
+        dgate[j] = dg;
+    }
+}
+
+void mod_router_gather_backward(const mod_router *rt, float *dx, const float *dxs,
+                                const float *dys, int d)
+{
+    /* D = Block(X~) - X~: the block's input gradient minus the direct one */
+    for (int j = 0; j < rt->n_sel; j++) {
+        float *o = dx + (size_t)rt->sel[j] * d;
+        const float *p = dxs + (size_t)j * d, *q = dys + (size_t)j * d;
+        for (int e = 0; e < d; e++)
+            o[e] += p[e] - q[e];
+    }
+}

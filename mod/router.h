@@ -80,6 +80,19 @@ void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, cons
 int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
                       const float *x, int32_t pos, float *gate);
 
+/* The routed block's data movement, shared by mod and staged (Eq. 1):
+ * gather: xs[j] = x[sel[j]];  scatter: y = x, y[sel[j]] += g_j (ys - xs)[j];
+ * scatter_backward: dys = g dy[sel], dgate = <dy[sel], ys - xs> (dx's
+ * identity path is added too); gather_backward: dx[sel[j]] += dxs - dys. */
+void mod_router_gather(const mod_router *rt, float *xs, const float *x, int d);
+void mod_router_scatter(const mod_router *rt, float *y, const float *x, const float *ys,
+                        const float *xs, int n_rows, int d);
+void mod_router_scatter_backward(const mod_router *rt, float *dys, float *dgate, float *dx,
+                                 const float *dy, const float *ys, const float *xs, int n_rows,
+                                 int d);
+void mod_router_gather_backward(const mod_router *rt, float *dx, const float *dxs,
+                                const float *dys, int d);
+
 int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink);
 int mod_router_stat_count(int *n_sums);
 void mod_router_stat_name(int col, char *buf, int len);

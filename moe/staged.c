@@ -171,8 +171,7 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     int rc = ensure_rows(s, dm, rt->n_sel, rt->sum_sq * dm->n_heads);
     if (rc)
         return rc;
-    for (int j = 0; j < rt->n_sel; j++)
-        memcpy(s->xs + (size_t)j * d, x + (size_t)rt->sel[j] * d, (size_t)d * sizeof(float));
+    mod_router_gather(rt, s->xs, x, d);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
     row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
@@ -183,14 +182,7 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     rc = experts_forward(s->x, a, s->ys, s->m, &rs, l->w + s->t_gate, nominal_capacity(s));
     if (rc)
         return rc;
-    memcpy(y, x, (size_t)n * d * sizeof(float));
-    for (int j = 0; j < rt->n_sel; j++) {
-        float *yr = y + (size_t)rt->sel[j] * d;
-        const float *ys = s->ys + (size_t)j * d, *xs = s->xs + (size_t)j * d;
-        float g = rt->gate[j];
-        for (int e = 0; e < d; e++)
-            yr[e] += g * (ys[e] - xs[e]);
-    }
+    mod_router_scatter(rt, y, x, s->ys, s->xs, n, d);
     if (a->flops_executed)
         *a->flops_executed += attn_flops_rows(dm, rt->n_sel, rt->sum_sq);
     return 0;
@@ -205,18 +197,7 @@ static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *
     size_t nd = (size_t)ns * d;
     float *dys = a->ws, *dh = dys + nd, *dmm = dh + nd, *dxs = dmm + nd, *dgate = dxs + nd;
     float *sub = dgate + ns;
-    for (long i = 0; i < (long)n * d; i++)
-        dx[i] += dy[i];
-    for (int j = 0; j < ns; j++) {
-        const float *dyr = dy + (size_t)rt->sel[j] * d;
-        const float *ys = s->ys + (size_t)j * d, *xs = s->xs + (size_t)j * d;
-        float *o = dys + (size_t)j * d, g = rt->gate[j], dg = 0.0f;
-        for (int e = 0; e < d; e++) {
-            o[e] = g * dyr[e];
-            dg += dyr[e] * (ys[e] - xs[e]);
-        }
-        dgate[j] = dg;
-    }
+    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->ys, s->xs, n, d);
     row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     memcpy(dh, dys, nd * sizeof(float)); /* Y = h + experts: the residual path */
     memset(dmm, 0, nd * sizeof(float));
@@ -227,12 +208,7 @@ static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *
     attn_weights aw = attn_weights_at(l->w + s->t_attn), daw = attn_weights_at(l->dw + s->t_attn);
     memset(dxs, 0, nd * sizeof(float));
     attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);
-    for (int j = 0; j < ns; j++) {
-        float *o = dx + (size_t)rt->sel[j] * d;
-        const float *p = dxs + (size_t)j * d, *q = dys + (size_t)j * d;
-        for (int e = 0; e < d; e++)
-            o[e] += p[e] - q[e];
-    }
+    mod_router_gather_backward(rt, dx, dxs, dys, d);
     mod_router_backward(rt, l->w, l->dw, a, dx, x, dgate);
     return 0;
 }
