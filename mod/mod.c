@@ -153,8 +153,10 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     attn_weights aw = attn_weights_at(l->w + s->t_block);
     ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
     attn_forward(&s->attn, s->h, s->xs, &rs, &aw, a);
+    t0 = mode_now();
     mlp_forward(&s->mlp, s->ys, s->h, rt->n_sel, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
                 dm->d_ff);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
 
     t0 = mode_now();
     mod_router_scatter(rt, y, x, s->ys, s->xs, n, d);
@@ -183,9 +185,11 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     attn_weights daw = attn_weights_at(l->dw + s->t_block);
     ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
     ffn_weights dfw = ffn_weights_at(l->dw + s->t_block + BLOCK_ATTN_TENSORS + 1);
+    t0 = mode_now();
     memset(dh, 0, nd * sizeof(float));
     mlp_backward(dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->h, &s->mlp, ns,
                  l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff, sub);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
     memset(dxs, 0, nd * sizeof(float));
     attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);
 

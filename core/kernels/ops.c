@@ -1,11 +1,13 @@
 #include "core/kernels/ops.h"
 
 #include "core/kernels/matmul.h"
+#include "core/kernels/vexp.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 void rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int n, int d)
 {
@@ -111,17 +113,15 @@ void rope_backward(float *dx, const int32_t *pos, const rope_table *t, int n, in
 
 void swiglu_forward(float *g, const float *a, const float *b, long count)
 {
-    for (long i = 0; i < count; i++) {
-        float s = 1.0f / (1.0f + expf(-a[i]));
-        g[i] = a[i] * s * b[i];
-    }
+    for (long i = 0; i < count; i++)
+        g[i] = a[i] * vsigmoidf(a[i]) * b[i];
 }
 
 void swiglu_backward(float *da, float *db, const float *dg, const float *a, const float *b,
                      long count)
 {
     for (long i = 0; i < count; i++) {
-        float s = 1.0f / (1.0f + expf(-a[i]));
+        float s = vsigmoidf(a[i]);
         float silu = a[i] * s;
         da[i] += dg[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
         db[i] += dg[i] * silu;
@@ -134,26 +134,33 @@ void swiglu_backward(float *da, float *db, const float *dg, const float *a, cons
  * MODEL.md still counts the full n x n products. */
 #define ATTN_BLOCK 64
 
+void softmax_scaled(float *row, int n, float scale)
+{
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int m = 0; m < n; m++) {
+        row[m] *= scale;
+        mx = row[m] > mx ? row[m] : mx;
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int m = 0; m < n; m++) {
+        row[m] = vexpf(row[m] - mx);
+        sum += row[m];
+    }
+    float inv = 1.0f / sum;
+    for (int m = 0; m < n; m++)
+        row[m] *= inv;
+}
+
+/* Rows [r0, r1) of p[n][n]: row j is the softmax of its first j + 1 scores,
+ * zero beyond. */
 static void softmax_causal_rows(float *p, int n, int r0, int r1, float scale)
 {
     for (int j = r0; j < r1; j++) {
         float *row = p + (size_t)j * n;
-        float mx = -INFINITY;
-        for (int m = 0; m <= j; m++) {
-            row[m] *= scale;
-            if (row[m] > mx)
-                mx = row[m];
-        }
-        float sum = 0.0f;
-        for (int m = 0; m <= j; m++) {
-            row[m] = expf(row[m] - mx);
-            sum += row[m];
-        }
-        float inv = 1.0f / sum;
-        for (int m = 0; m <= j; m++)
-            row[m] *= inv;
-        for (int m = j + 1; m < n; m++)
-            row[m] = 0.0f;
+        softmax_scaled(row, j + 1, scale);
+        memset(row + j + 1, 0, (size_t)(n - j - 1) * sizeof(float));
     }
 }
 

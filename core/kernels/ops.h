@@ -39,6 +39,9 @@ void swiglu_forward(float *g, const float *a, const float *b, long count);
 void swiglu_backward(float *da, float *db, const float *dg, const float *a, const float *b,
                      long count);
 
+/* row[n] = softmax(scale * row), in place (exp by vexpf). */
+void softmax_scaled(float *row, int n, float scale);
+
 /* Causal multi-head attention among n rows of ONE sequence whose original
  * positions increase with the row index (so row j may attend to row m iff
  * m <= j; MoD passes a subset in position order).  q, k, v, out are rows of

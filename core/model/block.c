@@ -316,18 +316,7 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
     for (int hd = 0; hd < dm->n_heads; hd++) {
         /* scores against every cached row (all earlier, and itself) */
         matmul(c->scores, n, c->q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh, 0.0f);
-        float mx = -INFINITY, sum = 0.0f;
-        for (int m = 0; m < n; m++) {
-            c->scores[m] *= scale;
-            if (c->scores[m] > mx)
-                mx = c->scores[m];
-        }
-        for (int m = 0; m < n; m++) {
-            c->scores[m] = expf(c->scores[m] - mx);
-            sum += c->scores[m];
-        }
-        for (int m = 0; m < n; m++)
-            c->scores[m] /= sum;
+        softmax_scaled(c->scores, n, scale);
         matmul(c->att + hd * dh, d, c->scores, n, false, c->v + hd * dh, d, false, 1, dh, n, 0.0f);
     }
     memcpy(h, x, (size_t)d * sizeof(float));

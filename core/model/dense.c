@@ -1,6 +1,7 @@
 /* The `dense` kind: x <- Block(x) on every row (MODEL.md "Layer kinds"). */
 #include "core/model/block.h"
 #include "core/model/kind.h"
+#include "core/util/ctx.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -94,7 +95,9 @@ static int dense_forward(layer *l, const fwd_args *a, float *y, const float *x)
     attn_weights aw = attn_weights_at(l->w);
     ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
     attn_forward(&s->attn, s->h, x, &rs, &aw, a);
+    double t0 = mode_now();
     mlp_forward(&s->mlp, y, s->h, rs.n, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
     if (a->flops_executed)
         *a->flops_executed += a->nseq * l->kind->flops(&l->spec, dm);
     return 0;
@@ -111,9 +114,11 @@ static int dense_backward(layer *l, const fwd_args *a, float *dx, const float *d
     /* dh is the first slice of the work space; the sublayers use the rest. */
     size_t nd = (size_t)rs.n * dm->d_model;
     float *dh = a->ws;
+    double t0 = mode_now();
     memset(dh, 0, nd * sizeof(float));
     mlp_backward(dh, l->dw[BLOCK_ATTN_TENSORS], &dfw, dy, s->h, &s->mlp, rs.n,
                  l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff, a->ws + nd);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
     attn_backward(dx, &daw, dh, x, &s->attn, &rs, &aw, a, a->ws + nd);
     return 0;
 }

@@ -28,4 +28,11 @@ typedef struct mode_ctx {
 /* Monotonic wall clock in seconds. */
 double mode_now(void);
 
+/* Adds the time since t0 to phase p of ctx's timers (no-op without ctx). */
+static inline void mode_time_add(mode_ctx *ctx, timer_phase p, double t0)
+{
+    if (ctx)
+        ctx->timers[p] += mode_now() - t0;
+}
+
 #endif
