@@ -88,6 +88,16 @@ static int time_steps(model *m, mode_ctx *ctx, const run_config *cfg, int steps,
     return rc;
 }
 
+/* OpenBLAS's own sgemm with all of the rank's threads, at the model's
+ * shapes; training then goes back to one BLAS thread under the pool. */
+static double sgemm_yardstick(const mode_ctx *ctx, int rows, const model_dims *dims, int threads)
+{
+    matmul_set_threads(threads);
+    double g = matmul_measure_gflops(rows, dims->d_model, dims->d_ff, 3);
+    matmul_set_threads(ctx->pool ? 1 : threads);
+    return g;
+}
+
 int cmd_bench(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
@@ -116,10 +126,10 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     int rows = cfg.batch / ctx->size * cfg.seq_len;
     /* every rank measures sgemm at once: the machine's aggregate yardstick */
     comm_barrier(ctx->comm);
-    double g[2] = { matmul_measure_gflops(rows, dims.d_model, dims.d_ff, 3), 0.0 };
+    double g[2] = { sgemm_yardstick(ctx, rows, &dims, threads), 0.0 };
     rc = time_steps(m, ctx, &cfg, steps, &br);
     comm_barrier(ctx->comm);
-    g[1] = matmul_measure_gflops(rows, dims.d_model, dims.d_ff, 3);
+    g[1] = sgemm_yardstick(ctx, rows, &dims, threads);
     comm_allreduce_sum_double(ctx->comm, g, 2);
     br.sgemm = 0.5 * (g[0] + g[1]);
     struct rusage ru;

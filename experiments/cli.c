@@ -2,6 +2,8 @@
 
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
+#include "core/kernels/matmul.h"
+#include "core/util/pool.h"
 #include "experiments/kinds.h"
 
 #include <errno.h>
@@ -11,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-void openblas_set_num_threads(int);
 
 /* The options of every subcommand: one table, so each is parsed and checked
  * the same way wherever it appears. */
@@ -115,7 +116,7 @@ int parse_cli(cli *c, int argc, char **argv, const char *usage)
     return 0;
 }
 
-int choose_threads(const cli *c, const mode_ctx *ctx)
+int choose_threads(const cli *c, mode_ctx *ctx)
 {
     int t = c->threads;
     if (t <= 0) {
@@ -129,7 +130,16 @@ int choose_threads(const cli *c, const mode_ctx *ctx)
         if (t < 1)
             t = 1;
     }
-    openblas_set_num_threads(t);
+    /* t threads a rank are a pool of t threads that splits the large
+     * products (each part one single-threaded sgemm), the attention heads and
+     * the element-wise loops; BLAS itself keeps to one thread, since
+     * OpenBLAS's idle threads spin after every call and would take the cores
+     * from the pool.  Should the pool not start, BLAS gets the t threads. */
+    free_thread_pool(&ctx->pool);
+    if (t > 1 && build_thread_pool(&ctx->pool, t) == 0)
+        matmul_set_threads(1);
+    else
+        matmul_set_threads(t);
     return t;
 }
 

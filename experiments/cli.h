@@ -26,8 +26,9 @@ typedef struct cli {
  * exits 0.  Returns non-zero (after a message) on a bad command line. */
 int parse_cli(cli *c, int argc, char **argv, const char *usage);
 /* BLAS threads per rank: --threads, else $OPENBLAS_NUM_THREADS, else cores /
- * ranks on the node (ranks x threads <= cores). */
-int choose_threads(const cli *c, const mode_ctx *ctx);
+ * ranks on the node (ranks x threads <= cores); with more than one, also
+ * ctx->pool, the same number of threads for the work outside BLAS. */
+int choose_threads(const cli *c, mode_ctx *ctx);
 /* A checkpoint's config and parameters in a model for nseq sequences. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, char *err,
                           int err_len);

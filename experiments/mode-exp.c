@@ -9,6 +9,7 @@
 #include "core/io/checkpoint.h"
 #include "core/rng/pcg32.h"
 #include "core/train/trainer.h"
+#include "core/util/pool.h"
 #include "experiments/cli.h"
 #include "experiments/kinds.h"
 
@@ -21,7 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-void openblas_set_num_threads(int);
 
 static const char usage_main[] =
     "usage: mode-exp CONFIG.ini [section.key=value ...] [options]   train\n"
@@ -248,6 +248,7 @@ int main(int argc, char **argv)
              : !strcmp(argv[1], "bench")  ? cmd_bench(&ctx, argc, argv)
              : !strcmp(argv[1], "sweep")  ? cmd_sweep(&ctx, argc, argv)
                                           : cmd_train(&ctx, argc, argv);
+    free_thread_pool(&ctx.pool);
     comm_finalize(&ctx.comm);
     return rc;
 }

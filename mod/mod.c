@@ -154,7 +154,7 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
     attn_forward(&s->attn, s->h, s->xs, &rs, &aw, a);
     t0 = mode_now();
-    mlp_forward(&s->mlp, s->ys, s->h, rt->n_sel, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
+    mlp_forward(a->pool, &s->mlp, s->ys, s->h, rt->n_sel, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
                 dm->d_ff);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
 
@@ -187,7 +187,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     ffn_weights dfw = ffn_weights_at(l->dw + s->t_block + BLOCK_ATTN_TENSORS + 1);
     t0 = mode_now();
     memset(dh, 0, nd * sizeof(float));
-    mlp_backward(dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->h, &s->mlp, ns,
+    mlp_backward(a->pool, dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->h, &s->mlp, ns,
                  l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff, sub);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     memset(dxs, 0, nd * sizeof(float));
@@ -260,7 +260,7 @@ static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     int rc = attn_decode(&s->kv, h, x, pos, &aw, a);
     if (rc)
         return rc;
-    mlp_forward(&s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff);
+    mlp_forward(a->pool, &s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff);
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
     return 1;

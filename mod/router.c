@@ -234,7 +234,7 @@ static void predictor_forward(float *pa, float *ph, float *pl, const float *x, f
                               int n, int d)
 {
     const float *w1 = w[0], *b1 = w[1], *w2 = w[2], *b2 = w[3];
-    linear_forward(pa, x, w1, n, d, MOD_PRED_HIDDEN, 0.0f);
+    linear_forward(NULL, pa, x, w1, n, d, MOD_PRED_HIDDEN, 0.0f);
     for (int i = 0; i < n; i++) {
         float *a = pa + (size_t)i * MOD_PRED_HIDDEN, *hh = ph + (size_t)i * MOD_PRED_HIDDEN;
         float acc = b2[0];
@@ -286,7 +286,7 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
     if (c->router == ROUTER_LEARNED)
-        linear_forward(rt->r, x, w[c->t_router], n, d, 1, 0.0f);
+        linear_forward(a->pool, rt->r, x, w[c->t_router], n, d, 1, 0.0f);
     else
         for (int b = 0; b < a->nseq; b++)
             random_scores(rt->r + (size_t)b * S, a->ctx ? a->ctx->seed : 0, layer_index, a->step,
@@ -376,7 +376,7 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
     int d = a->dims->d_model;
     float r, score;
     if (c->router == ROUTER_LEARNED) {
-        linear_forward(&r, x, w[c->t_router], 1, d, 1, 0.0f);
+        linear_forward(NULL, &r, x, w[c->t_router], 1, d, 1, 0.0f);
     } else {
         /* the same stream as the full forward: draw pos+1 normals */
         float *buf = malloc(((size_t)pos + 1) * sizeof(float));

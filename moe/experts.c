@@ -285,7 +285,7 @@ static void gate(experts *x, const fwd_args *a, const float *m, const row_set *r
 {
     const experts_cfg *c = &x->c;
     int n = rs->n, N = x->N, K = c->top_k, E = c->experts;
-    linear_forward(x->probs, m, wg, n, x->d, N, 0.0f);
+    linear_forward(a->pool, x->probs, m, wg, n, x->d, N, 0.0f);
     for (int i = 0; i < n; i++) {
         float *p = x->probs + (size_t)i * N;
         float mx = p[0];
@@ -459,7 +459,7 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
         if ((rc = ensure_cache(x, e, cnt)))
             break;
         ffn_weights fw = expert_w(x, w, e);
-        ffn_forward(&x->cache[e], x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d, cnt, &fw, d,
+        ffn_forward(a->pool, &x->cache[e], x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d, cnt, &fw, d,
                     c->d_ff, 0.0f);
     }
     for (int o = 0; o < x->n_recv; o++)
@@ -543,7 +543,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
         float *dxin = x->ws + 3L * cnt * c->d_ff;
         memset(dxin, 0, (size_t)cnt * d * sizeof(float));
         ffn_weights fw = expert_w(x, w, e), dfw = expert_w(x, dw, e);
-        ffn_backward(dxin, &dfw, x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d, &x->cache[e],
+        ffn_backward(a->pool, dxin, &dfw, x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d, &x->cache[e],
                      cnt, &fw, d, c->d_ff, x->ws);
         for (int o = 0; o < cnt; o++)
             memcpy(x->back + (size_t)x->perm[r0 + o] * d, dxin + (size_t)o * d,
@@ -590,7 +590,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
                 dpi[e] = p[e] * (dpi[e] - dot) + zg * p[e];
         }
     }
-    linear_backward(dm, dw[0], x->dp, m, w[0], n, d, N, 1.0f);
+    linear_backward(a->pool, dm, dw[0], x->dp, m, w[0], n, d, N, 1.0f);
     add_time(a, PHASE_ROUTING, t0);
     return 0;
 }
@@ -606,7 +606,7 @@ int experts_decode(experts *x, const fwd_args *a, float *y, const float *m, floa
     const experts_cfg *c = &x->c;
     int d = x->d, N = x->N, K = c->top_k, E = c->experts;
     float *p = x->dec;
-    linear_forward(p, m, w[0], 1, d, N, 0.0f);
+    linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
     float mx = p[0];
     for (int e = 1; e < N; e++)
         mx = p[e] > mx ? p[e] : mx;
@@ -633,7 +633,7 @@ int experts_decode(experts *x, const fwd_args *a, float *y, const float *m, floa
         x->dec_counts[best]++;
         ffn_weights fw = expert_w(x, w, best);
         float *out = x->dec + N;
-        ffn_forward(&x->dec_cache, out, m, 1, &fw, d, c->d_ff, 0.0f);
+        ffn_forward(NULL, &x->dec_cache, out, m, 1, &fw, d, c->d_ff, 0.0f);
         for (int e = 0; e < d; e++)
             y[e] += p[best] * out[e];
     }

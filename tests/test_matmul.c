@@ -205,7 +205,7 @@ static void test_linear(void **st)
             if (!beta)
                 for (int i = 0; i < n * out; i++)
                     y[i] = ye[i] = NAN;
-            linear_forward(y, x, w, n, in, out, (float)beta);
+            linear_forward(NULL, y, x, w, n, in, out, (float)beta);
             matmul_ref(ye, out, x, in, false, w, out, false, n, out, in, (float)beta);
             worst = fmax(worst, check_close("linear_forward", y, ye, n, out, out, in, false));
             free(y);
@@ -219,7 +219,7 @@ static void test_linear(void **st)
                 if (!beta)
                     for (int i = 0; i < n * in; i++)
                         dx[i] = dxe[i] = NAN;
-                linear_backward(mode == 2 ? NULL : dx, mode == 1 ? NULL : dw, dy, x, w, n, in,
+                linear_backward(NULL, mode == 2 ? NULL : dx, mode == 1 ? NULL : dw, dy, x, w, n, in,
                                 out, (float)beta);
                 if (mode != 2) {
                     matmul_ref(dxe, in, dy, out, false, wt, in, false, n, in, out, (float)beta);

@@ -1,9 +1,16 @@
 #include "core/kernels/matmul.h"
 
+#include "core/util/pool.h"
+
 #include <cblas.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+
+void matmul_set_threads(int threads)
+{
+    openblas_set_num_threads(threads);
+}
 
 void matmul(float *c, int ldc,
             const float *a, int lda, bool ta,
@@ -21,6 +28,41 @@ void matmul(float *c, int ldc,
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+typedef struct split_job {
+    float *c;
+    const float *a, *b;
+    int ldc, lda, ldb, m, n, k, parts;
+    bool ta, tb;
+    float beta;
+} split_job;
+
+/* Part t of C's rows, its bounds on multiples of 16 (sgemm's row blocking). */
+static void split_task(void *arg, int t, int worker)
+{
+    const split_job *j = arg;
+    int m0 = (int)((long)j->m * t / j->parts) / 16 * 16;
+    int m1 = t + 1 == j->parts ? j->m : (int)((long)j->m * (t + 1) / j->parts) / 16 * 16;
+    const float *a = j->ta ? j->a + m0 : j->a + (size_t)m0 * j->lda;
+    matmul(j->c + (size_t)m0 * j->ldc, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0,
+           j->n, j->k, j->beta);
+}
+
+void matmul_pool(struct thread_pool *p, float *c, int ldc,
+                 const float *a, int lda, bool ta,
+                 const float *b, int ldb, bool tb,
+                 int m, int n, int k, float beta)
+{
+    int parts = pool_threads(p);
+    /* below a million multiply-adds, or 32 rows a thread, one call is faster */
+    if (parts == 1 || (double)m * n * k < 1e6 || m < 32 * parts) {
+        matmul(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
+        return;
+    }
+    split_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
+                    .k = k, .parts = parts, .ta = ta, .tb = tb, .beta = beta };
+    pool_run(p, parts, split_task, &j);
 }
 
 void matmul_ref(float *c, int ldc,
@@ -43,18 +85,19 @@ void matmul_ref(float *c, int ldc,
     }
 }
 
-void linear_forward(float *y, const float *x, const float *w, int n, int in, int out, float beta)
+void linear_forward(struct thread_pool *p, float *y, const float *x, const float *w, int n, int in,
+                    int out, float beta)
 {
-    matmul(y, out, x, in, false, w, out, false, n, out, in, beta);
+    matmul_pool(p, y, out, x, in, false, w, out, false, n, out, in, beta);
 }
 
-void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                     int n, int in, int out, float dx_beta)
+void linear_backward(struct thread_pool *p, float *dx, float *dw, const float *dy, const float *x,
+                     const float *w, int n, int in, int out, float dx_beta)
 {
     if (dx)
-        matmul(dx, in, dy, out, false, w, out, true, n, in, out, dx_beta);
+        matmul_pool(p, dx, in, dy, out, false, w, out, true, n, in, out, dx_beta);
     if (dw)
-        matmul(dw, out, x, in, true, dy, out, false, in, out, n, 1.0f);
+        matmul_pool(p, dw, out, x, in, true, dy, out, false, in, out, n, 1.0f);
 }
 
 static double now_s(void)

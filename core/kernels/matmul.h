@@ -17,6 +17,20 @@ void matmul(float *c, int ldc,
             const float *b, int ldb, bool tb,
             int m, int n, int k, float beta);
 
+/* BLAS threads for the products that follow (openblas_set_num_threads).
+ * With a thread pool, BLAS keeps to one thread and matmul_pool() splits the
+ * large products among the pool's threads instead. */
+void matmul_set_threads(int threads);
+
+/* matmul() with the rows of C split among the pool's threads (each part one
+ * single-threaded sgemm); small products, and a NULL pool, run as one call.
+ * Must not be called from inside a pool task. */
+struct thread_pool;
+void matmul_pool(struct thread_pool *p, float *c, int ldc,
+                 const float *a, int lda, bool ta,
+                 const float *b, int ldb, bool tb,
+                 int m, int n, int k, float beta);
+
 /* The same contract, plain loops, double accumulation. */
 void matmul_ref(float *c, int ldc,
                 const float *a, int lda, bool ta,
@@ -25,10 +39,11 @@ void matmul_ref(float *c, int ldc,
 
 /* Shorthands for dense contiguous operands (ld = row length). */
 /* y[n][out] (+)= x[n][in] W[in][out] */
-void linear_forward(float *y, const float *x, const float *w, int n, int in, int out, float beta);
+void linear_forward(struct thread_pool *p, float *y, const float *x, const float *w, int n, int in,
+                    int out, float beta);
 /* dx[n][in] (+)= dy[n][out] W^T ; dW[in][out] += x^T dy */
-void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                     int n, int in, int out, float dx_beta);
+void linear_backward(struct thread_pool *p, float *dx, float *dw, const float *dy, const float *x,
+                     const float *w, int n, int in, int out, float dx_beta);
 
 /* sgemm GFLOP/s at a transformer's own shapes (rows x d by d x d, rows x d
  * by d x f, rows x f by f x d, and the weight-gradient form d x rows by

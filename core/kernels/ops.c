@@ -24,8 +24,8 @@ void rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int 
     }
 }
 
-void rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x, const float *g,
-                      const float *rstd, int n, int d)
+void rmsnorm_backward_dx(float *dx, const float *dy, const float *x, const float *g,
+                         const float *rstd, int n, int d)
 {
     /* y_j = x_j r g_j, r = (mean(x^2)+eps)^-1/2, dr/dx_j = -r^3 x_j / d:
      * dx_j = r g_j dy_j - x_j r^3 / d * sum_m(dy_m g_m x_m). */
@@ -35,14 +35,31 @@ void rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x, con
         float *dxi = dx + (size_t)i * d;
         float r = rstd[i];
         float dot = 0.0f;
-        for (int j = 0; j < d; j++) {
+        for (int j = 0; j < d; j++)
             dot += dyi[j] * g[j] * xi[j];
-            dg[j] += dyi[j] * xi[j] * r;
-        }
         float c = dot * r * r * r / (float)d;
         for (int j = 0; j < d; j++)
             dxi[j] += r * g[j] * dyi[j] - c * xi[j];
     }
+}
+
+void rmsnorm_backward_dg(float *dg, const float *dy, const float *x, const float *rstd, int n,
+                         int d)
+{
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * d;
+        const float *dyi = dy + (size_t)i * d;
+        float r = rstd[i];
+        for (int j = 0; j < d; j++)
+            dg[j] += dyi[j] * xi[j] * r;
+    }
+}
+
+void rmsnorm_backward(float *dx, float *dg, const float *dy, const float *x, const float *g,
+                      const float *rstd, int n, int d)
+{
+    rmsnorm_backward_dx(dx, dy, x, g, rstd, n, d);
+    rmsnorm_backward_dg(dg, dy, x, rstd, n, d);
 }
 
 int build_rope_table(rope_table **out, int max_pos, int dh)
@@ -123,16 +140,10 @@ void swiglu_backward(float *da, float *db, const float *dg, const float *a, cons
     for (long i = 0; i < count; i++) {
         float s = vsigmoidf(a[i]);
         float silu = a[i] * s;
-        da[i] += dg[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
-        db[i] += dg[i] * silu;
+        da[i] = dg[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
+        db[i] = dg[i] * silu;
     }
 }
-
-/* Causal attention skips the blocks above the diagonal: rows [r0, r1) only
- * ever attend to columns [0, r1), so each block of ATTN_BLOCK rows multiplies
- * against the first r1 keys and values only (5/8 of the work at n = 4 blocks).
- * MODEL.md still counts the full n x n products. */
-#define ATTN_BLOCK 64
 
 void softmax_scaled(float *row, int n, float scale)
 {
@@ -164,21 +175,59 @@ static void softmax_causal_rows(float *p, int n, int r0, int r1, float scale)
     }
 }
 
+void attention_forward_head(float *out, float *p, const float *q, const float *k,
+                            const float *v, int n, int h, int dh, int ld)
+{
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
+        int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
+        /* scores of rows [r0, r1) against keys [0, r1) */
+        matmul(p + (size_t)r0 * n, n, q + (size_t)r0 * ld + h * dh, ld, false, k + h * dh, ld,
+               true, rb, r1, dh, 0.0f);
+        softmax_causal_rows(p, n, r0, r1, scale);
+        matmul(out + (size_t)r0 * ld + h * dh, ld, p + (size_t)r0 * n, n, false, v + h * dh, ld,
+               false, rb, dh, r1, 0.0f);
+    }
+}
+
 void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
                        int n, int n_heads, int dh, int ld)
 {
+    for (int h = 0; h < n_heads; h++)
+        attention_forward_head(out, probs + (size_t)h * n * n, q, k, v, n, h, dh, ld);
+}
+
+void attention_backward_head(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                             const float *q, const float *k, const float *v, const float *p,
+                             int n, int h, int dh, int ld)
+{
     float scale = 1.0f / sqrtf((float)dh);
-    for (int h = 0; h < n_heads; h++) {
-        float *p = probs + (size_t)h * n * n;
-        for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
-            int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
-            /* scores of rows [r0, r1) against keys [0, r1) */
-            matmul(p + (size_t)r0 * n, n, q + (size_t)r0 * ld + h * dh, ld, false, k + h * dh, ld,
-                   true, rb, r1, dh, 0.0f);
-            softmax_causal_rows(p, n, r0, r1, scale);
-            matmul(out + (size_t)r0 * ld + h * dh, ld, p + (size_t)r0 * n, n, false, v + h * dh, ld,
-                   false, rb, dh, r1, 0.0f);
+    float *db = scratch; /* dP, then dS, of one block of rows */
+    for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
+        int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
+        const float *pb = p + (size_t)r0 * n;
+        const float *dob = dout + (size_t)r0 * ld + h * dh;
+        /* dP = dO V^T ; dV += P^T dO, over keys [0, r1) */
+        matmul(db, n, dob, ld, false, v + h * dh, ld, true, rb, r1, dh, 0.0f);
+        matmul(dv + h * dh, ld, pb, n, true, dob, ld, false, r1, dh, rb, 1.0f);
+        /* softmax backward, then the 1/sqrt(dh) scale: dS = P (dP - <dP, P>) */
+        for (int j = r0; j < r1; j++) {
+            const float *pr = p + (size_t)j * n;
+            float *dr = db + (size_t)(j - r0) * n;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int m = 0; m <= j; m++)
+                dot += pr[m] * dr[m];
+            for (int m = 0; m <= j; m++)
+                dr[m] = pr[m] * (dr[m] - dot) * scale;
+            for (int m = j + 1; m < r1; m++)
+                dr[m] = 0.0f;
         }
+        /* dQ += dS K ; dK += dS^T Q */
+        matmul(dq + (size_t)r0 * ld + h * dh, ld, db, n, false, k + h * dh, ld, false, rb, dh, r1,
+               1.0f);
+        matmul(dk + h * dh, ld, db, n, true, q + (size_t)r0 * ld + h * dh, ld, false, r1, dh, rb,
+               1.0f);
     }
 }
 
@@ -186,37 +235,9 @@ void attention_backward(float *dq, float *dk, float *dv, float *scratch, const f
                         const float *q, const float *k, const float *v, const float *probs,
                         int n, int n_heads, int dh, int ld)
 {
-    float scale = 1.0f / sqrtf((float)dh);
-    for (int h = 0; h < n_heads; h++) {
-        const float *p = probs + (size_t)h * n * n;
-        float *ds = scratch;
-        for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
-            int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
-            const float *pb = p + (size_t)r0 * n;
-            const float *dob = dout + (size_t)r0 * ld + h * dh;
-            float *db = ds + (size_t)r0 * n;
-            /* dP = dO V^T ; dV += P^T dO, over keys [0, r1) */
-            matmul(db, n, dob, ld, false, v + h * dh, ld, true, rb, r1, dh, 0.0f);
-            matmul(dv + h * dh, ld, pb, n, true, dob, ld, false, r1, dh, rb, 1.0f);
-            /* softmax backward, then the 1/sqrt(dh) scale: dS = P (dP - <dP, P>) */
-            for (int j = r0; j < r1; j++) {
-                const float *pr = p + (size_t)j * n;
-                float *dr = ds + (size_t)j * n;
-                float dot = 0.0f;
-                for (int m = 0; m <= j; m++)
-                    dot += pr[m] * dr[m];
-                for (int m = 0; m <= j; m++)
-                    dr[m] = pr[m] * (dr[m] - dot) * scale;
-                for (int m = j + 1; m < r1; m++)
-                    dr[m] = 0.0f;
-            }
-            /* dQ += dS K ; dK += dS^T Q */
-            matmul(dq + (size_t)r0 * ld + h * dh, ld, db, n, false, k + h * dh, ld, false, rb, dh,
-                   r1, 1.0f);
-            matmul(dk + h * dh, ld, db, n, true, q + (size_t)r0 * ld + h * dh, ld, false, r1, dh,
-                   rb, 1.0f);
-        }
-    }
+    for (int h = 0; h < n_heads; h++)
+        attention_backward_head(dq, dk, dv, scratch, dout, q, k, v, probs + (size_t)h * n * n, n,
+                                h, dh, ld);
 }
 
 void embedding_forward(float *x, const float *tok_emb, const uint16_t *tokens, int n, int d)

@@ -2,7 +2,9 @@
 
 #include "core/kernels/matmul.h"
 #include "core/kernels/ops.h"
+#include "core/kernels/parallel.h"
 #include "core/util/ctx.h"
+#include "core/util/pool.h"
 
 #include <errno.h>
 #include <math.h>
@@ -136,7 +138,65 @@ ffn_weights ffn_weights_at(float *const *t)
 
 long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows)
 {
-    return 4L * n * dims->d_model + (long)max_seq_rows * max_seq_rows;
+    /* datt, dq, dk, dv, then one attention scratch per thread */
+    return 4L * n * dims->d_model + POOL_MAX_THREADS * attention_scratch_floats(max_seq_rows);
+}
+
+/* Attention runs as one task per (sequence, head) of a row set, on the
+ * context's pool: tasks write disjoint columns of disjoint rows. */
+typedef struct attn_job {
+    const attn_cache *c;
+    const row_set *rs;
+    int n_heads, dh, d;
+    /* backward only */
+    float *dq, *dk, *dv, *scratch;
+    const float *datt;
+    long scratch_floats;
+} attn_job;
+
+/* Task t: sequence t / H, head t % H; its rows and its slice of probs. */
+static int attn_task_rows(const attn_job *j, int t, int *r0, size_t *probs_off)
+{
+    int s = t / j->n_heads, h = t % j->n_heads;
+    size_t off = 0;
+    for (int i = 0; i < s; i++) {
+        size_t ni = (size_t)(j->rs->seq_start[i + 1] - j->rs->seq_start[i]);
+        off += (size_t)j->n_heads * ni * ni;
+    }
+    *r0 = j->rs->seq_start[s];
+    int ns = j->rs->seq_start[s + 1] - *r0;
+    *probs_off = off + (size_t)h * ns * ns;
+    return ns;
+}
+
+static void attn_forward_task(void *arg, int t, int worker)
+{
+    const attn_job *j = arg;
+    const attn_cache *c = j->c;
+    int r0;
+    size_t po;
+    int ns = attn_task_rows(j, t, &r0, &po);
+    if (ns == 0)
+        return;
+    size_t o = (size_t)r0 * j->d;
+    attention_forward_head(c->att + o, c->probs + po, c->q + o, c->k + o, c->v + o, ns,
+                           t % j->n_heads, j->dh, j->d);
+}
+
+static void attn_backward_task(void *arg, int t, int worker)
+{
+    const attn_job *j = arg;
+    const attn_cache *c = j->c;
+    int r0;
+    size_t po;
+    int ns = attn_task_rows(j, t, &r0, &po);
+    if (ns == 0)
+        return;
+    size_t o = (size_t)r0 * j->d;
+    attention_backward_head(j->dq + o, j->dk + o, j->dv + o,
+                            j->scratch + (size_t)worker * j->scratch_floats, j->datt + o,
+                            c->q + o, c->k + o, c->v + o, c->probs + po, ns, t % j->n_heads,
+                            j->dh, j->d);
 }
 
 long mlp_ws_floats(const model_dims *dims, int n, int f)
@@ -150,28 +210,20 @@ void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = rs->n;
     double t0 = mode_now();
-    rmsnorm_forward(c->u, c->rstd, x, w->norm, n, d);
-    linear_forward(c->q, c->u, w->wq, n, d, d, 0.0f);
-    linear_forward(c->k, c->u, w->wk, n, d, d, 0.0f);
-    linear_forward(c->v, c->u, w->wv, n, d, d, 0.0f);
-    rope_forward(c->q, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_forward(c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rmsnorm_forward_pool(a->pool, c->u, c->rstd, x, w->norm, n, d);
+    linear_forward(a->pool, c->q, c->u, w->wq, n, d, d, 0.0f);
+    linear_forward(a->pool, c->k, c->u, w->wk, n, d, d, 0.0f);
+    linear_forward(a->pool, c->v, c->u, w->wv, n, d, d, 0.0f);
+    rope_forward_pool(a->pool, c->q, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_forward_pool(a->pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     add_time(a, PHASE_MATMUL, t0);
     t0 = mode_now();
-    long off = 0;
-    for (int s = 0; s < rs->nseq; s++) {
-        int r0 = rs->seq_start[s], ns = rs->seq_start[s + 1] - r0;
-        if (ns == 0)
-            continue;
-        size_t o = (size_t)r0 * d;
-        attention_forward(c->att + o, c->probs + off, c->q + o, c->k + o, c->v + o, ns,
-                          dm->n_heads, dm->d_head, d);
-        off += (long)dm->n_heads * ns * ns;
-    }
+    attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d };
+    pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_forward_task, &job);
     add_time(a, PHASE_ATTENTION, t0);
     t0 = mode_now();
     memcpy(h, x, (size_t)n * d * sizeof(float));
-    linear_forward(h, c->att, w->wo, n, d, d, 1.0f);
+    linear_forward(a->pool, h, c->att, w->wo, n, d, d, 1.0f);
     add_time(a, PHASE_MATMUL, t0);
 }
 
@@ -187,63 +239,61 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
     double t0 = mode_now();
     for (size_t i = 0; i < nd; i++)
         dx[i] += dh[i]; /* the residual path */
-    linear_backward(datt, dw->wo, dh, c->att, w->wo, n, d, d, 0.0f);
+    linear_backward(a->pool, datt, dw->wo, dh, c->att, w->wo, n, d, d, 0.0f);
     add_time(a, PHASE_MATMUL, t0);
     t0 = mode_now();
     memset(dq, 0, 3 * nd * sizeof(float));
-    long off = 0;
-    for (int s = 0; s < rs->nseq; s++) {
-        int r0 = rs->seq_start[s], ns = rs->seq_start[s + 1] - r0;
-        if (ns == 0)
-            continue;
-        size_t o = (size_t)r0 * d;
-        attention_backward(dq + o, dk + o, dv + o, scratch, datt + o, c->q + o, c->k + o,
-                           c->v + o, c->probs + off, ns, dm->n_heads, dm->d_head, d);
-        off += (long)dm->n_heads * ns * ns;
-    }
+    int max_ns = 0;
+    for (int s = 0; s < rs->nseq; s++)
+        if (rs->seq_start[s + 1] - rs->seq_start[s] > max_ns)
+            max_ns = rs->seq_start[s + 1] - rs->seq_start[s];
+    attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
+                     .dq = dq, .dk = dk, .dv = dv, .scratch = scratch, .datt = datt,
+                     .scratch_floats = attention_scratch_floats(max_ns) };
+    pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_backward_task, &job);
     add_time(a, PHASE_ATTENTION, t0);
     t0 = mode_now();
-    rope_backward(dq, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_backward(dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_backward_pool(a->pool, dq, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_backward_pool(a->pool, dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     float *du = datt; /* datt is spent: reuse it for d u */
-    linear_backward(du, dw->wq, dq, c->u, w->wq, n, d, d, 0.0f);
-    linear_backward(du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
-    linear_backward(du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
-    rmsnorm_backward(dx, dw->norm, du, x, w->norm, c->rstd, n, d);
+    linear_backward(a->pool, du, dw->wq, dq, c->u, w->wq, n, d, d, 0.0f);
+    linear_backward(a->pool, du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
+    linear_backward(a->pool, du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
+    rmsnorm_backward_pool(a->pool, dx, dw->norm, du, x, w->norm, c->rstd, n, d);
     add_time(a, PHASE_MATMUL, t0);
 }
 
-void ffn_forward(ffn_cache *c, float *out, const float *m, int n, const ffn_weights *w,
-                 int d, int f, float beta)
+void ffn_forward(thread_pool *p, ffn_cache *c, float *out, const float *m, int n,
+                 const ffn_weights *w, int d, int f, float beta)
 {
-    linear_forward(c->a1, m, w->w1, n, d, f, 0.0f);
-    linear_forward(c->a3, m, w->w3, n, d, f, 0.0f);
-    swiglu_forward(c->g, c->a1, c->a3, (long)n * f);
-    linear_forward(out, c->g, w->w2, n, f, d, beta);
+    linear_forward(p, c->a1, m, w->w1, n, d, f, 0.0f);
+    linear_forward(p, c->a3, m, w->w3, n, d, f, 0.0f);
+    swiglu_forward_pool(p, c->g, c->a1, c->a3, (long)n * f);
+    linear_forward(p, out, c->g, w->w2, n, f, d, beta);
 }
 
-void ffn_backward(float *dm, const ffn_weights *dw, const float *dout, const float *m,
-                  const ffn_cache *c, int n, const ffn_weights *w, int d, int f, float *ws)
+void ffn_backward(thread_pool *p, float *dm, const ffn_weights *dw, const float *dout,
+                  const float *m, const ffn_cache *c, int n, const ffn_weights *w, int d, int f,
+                  float *ws)
 {
     size_t nf = (size_t)n * f;
     float *dg = ws, *da1 = ws + nf, *da3 = ws + 2 * nf;
-    linear_backward(dg, dw->w2, dout, c->g, w->w2, n, f, d, 0.0f);
-    memset(da1, 0, 2 * nf * sizeof(float));
-    swiglu_backward(da1, da3, dg, c->a1, c->a3, (long)nf);
-    linear_backward(dm, dw->w1, da1, m, w->w1, n, d, f, 1.0f);
-    linear_backward(dm, dw->w3, da3, m, w->w3, n, d, f, 1.0f);
+    linear_backward(p, dg, dw->w2, dout, c->g, w->w2, n, f, d, 0.0f);
+    swiglu_backward_pool(p, da1, da3, dg, c->a1, c->a3, (long)nf);
+    linear_backward(p, dm, dw->w1, da1, m, w->w1, n, d, f, 1.0f);
+    linear_backward(p, dm, dw->w3, da3, m, w->w3, n, d, f, 1.0f);
 }
 
-void mlp_forward(mlp_cache *c, float *y, const float *h, int n, const float *norm,
-                 const ffn_weights *w, int d, int f)
+void mlp_forward(thread_pool *p, mlp_cache *c, float *y, const float *h, int n,
+                 const float *norm, const ffn_weights *w, int d, int f)
 {
-    rmsnorm_forward(c->m, c->rstd, h, norm, n, d);
+    rmsnorm_forward_pool(p, c->m, c->rstd, h, norm, n, d);
     memcpy(y, h, (size_t)n * d * sizeof(float));
-    ffn_forward(&c->ffn, y, c->m, n, w, d, f, 1.0f);
+    ffn_forward(p, &c->ffn, y, c->m, n, w, d, f, 1.0f);
 }
 
-void mlp_backward(float *dh, float *dnorm, const ffn_weights *dw, const float *dy,
-                  const float *h, const mlp_cache *c, int n, const float *norm,
+void mlp_backward(thread_pool *p, float *dh, float *dnorm, const ffn_weights *dw,
+                  const float *dy, const float *h, const mlp_cache *c, int n, const float *norm,
                   const ffn_weights *w, int d, int f, float *ws)
 {
     size_t nd = (size_t)n * d;
@@ -251,8 +301,8 @@ void mlp_backward(float *dh, float *dnorm, const ffn_weights *dw, const float *d
     for (size_t i = 0; i < nd; i++)
         dh[i] += dy[i];
     memset(dm, 0, nd * sizeof(float));
-    ffn_backward(dm, dw, dy, c->m, &c->ffn, n, w, d, f, ws + nd);
-    rmsnorm_backward(dh, dnorm, dm, h, norm, c->rstd, n, d);
+    ffn_backward(p, dm, dw, dy, c->m, &c->ffn, n, w, d, f, ws + nd);
+    rmsnorm_backward_pool(p, dh, dnorm, dm, h, norm, c->rstd, n, d);
 }
 
 double attn_flops_rows(const model_dims *dims, long n, long sum_sq_seq_rows)
@@ -305,9 +355,9 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
         return -EINVAL;
     float *k = c->k + (size_t)n * d, *v = c->v + (size_t)n * d;
     rmsnorm_forward(c->u, &c->rstd, x, w->norm, 1, d);
-    linear_forward(c->q, c->u, w->wq, 1, d, d, 0.0f);
-    linear_forward(k, c->u, w->wk, 1, d, d, 0.0f);
-    linear_forward(v, c->u, w->wv, 1, d, d, 0.0f);
+    linear_forward(NULL, c->q, c->u, w->wq, 1, d, d, 0.0f);
+    linear_forward(NULL, k, c->u, w->wk, 1, d, d, 0.0f);
+    linear_forward(NULL, v, c->u, w->wv, 1, d, d, 0.0f);
     rope_forward(c->q, &pos, a->rope, 1, dm->n_heads, dh);
     rope_forward(k, &pos, a->rope, 1, dm->n_heads, dh);
     c->pos[n] = pos;
@@ -320,6 +370,6 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
         matmul(c->att + hd * dh, d, c->scores, n, false, c->v + hd * dh, d, false, 1, dh, n, 0.0f);
     }
     memcpy(h, x, (size_t)d * sizeof(float));
-    linear_forward(h, c->att, w->wo, 1, d, d, 1.0f);
+    linear_forward(NULL, h, c->att, w->wo, 1, d, d, 1.0f);
     return 0;
 }

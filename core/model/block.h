@@ -87,19 +87,21 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
                    const attn_cache *c, const row_set *rs, const attn_weights *w,
                    const fwd_args *a, float *ws);
 
-/* out[n][d] = beta*out + SwiGLU(m) */
-void ffn_forward(ffn_cache *c, float *out, const float *m, int n, const ffn_weights *w,
-                 int d, int f, float beta);
+/* out[n][d] = beta*out + SwiGLU(m).  p: the pool the products and the
+ * element-wise loops split on (NULL: one thread). */
+void ffn_forward(struct thread_pool *p, ffn_cache *c, float *out, const float *m, int n,
+                 const ffn_weights *w, int d, int f, float beta);
 /* dm[n][d] += ..., dw += ... given dout; ws holds 3 n f floats. */
-void ffn_backward(float *dm, const ffn_weights *dw, const float *dout, const float *m,
-                  const ffn_cache *c, int n, const ffn_weights *w, int d, int f, float *ws);
+void ffn_backward(struct thread_pool *p, float *dm, const ffn_weights *dw, const float *dout,
+                  const float *m, const ffn_cache *c, int n, const ffn_weights *w, int d, int f,
+                  float *ws);
 
 /* y = h + FFN(RMSNorm_mlp(h)); norm[d]. */
-void mlp_forward(mlp_cache *c, float *y, const float *h, int n, const float *norm,
-                 const ffn_weights *w, int d, int f);
+void mlp_forward(struct thread_pool *p, mlp_cache *c, float *y, const float *h, int n,
+                 const float *norm, const ffn_weights *w, int d, int f);
 /* dh += dy + ... */
-void mlp_backward(float *dh, float *dnorm, const ffn_weights *dw, const float *dy,
-                  const float *h, const mlp_cache *c, int n, const float *norm,
+void mlp_backward(struct thread_pool *p, float *dh, float *dnorm, const ffn_weights *dw,
+                  const float *dy, const float *h, const mlp_cache *c, int n, const float *norm,
                   const ffn_weights *w, int d, int f, float *ws);
 
 /* Incremental decoding: the keys and values of the rows that took this

@@ -96,7 +96,7 @@ static int dense_forward(layer *l, const fwd_args *a, float *y, const float *x)
     ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
     attn_forward(&s->attn, s->h, x, &rs, &aw, a);
     double t0 = mode_now();
-    mlp_forward(&s->mlp, y, s->h, rs.n, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
+    mlp_forward(a->pool, &s->mlp, y, s->h, rs.n, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     if (a->flops_executed)
         *a->flops_executed += a->nseq * l->kind->flops(&l->spec, dm);
@@ -116,7 +116,7 @@ static int dense_backward(layer *l, const fwd_args *a, float *dx, const float *d
     float *dh = a->ws;
     double t0 = mode_now();
     memset(dh, 0, nd * sizeof(float));
-    mlp_backward(dh, l->dw[BLOCK_ATTN_TENSORS], &dfw, dy, s->h, &s->mlp, rs.n,
+    mlp_backward(a->pool, dh, l->dw[BLOCK_ATTN_TENSORS], &dfw, dy, s->h, &s->mlp, rs.n,
                  l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff, a->ws + nd);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     attn_backward(dx, &daw, dh, x, &s->attn, &rs, &aw, a, a->ws + nd);
@@ -154,7 +154,7 @@ static int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, i
     int rc = attn_decode(&s->kv, s->h1, x, pos, &aw, a);
     if (rc)
         return rc;
-    mlp_forward(&s->mlp1, y, s->h1, 1, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
+    mlp_forward(a->pool, &s->mlp1, y, s->h1, 1, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff);
     return 1;
 }
 

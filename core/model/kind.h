@@ -25,6 +25,7 @@ typedef enum fwd_mode {
 /* Everything a layer needs to know about the batch it is run on. */
 typedef struct fwd_args {
     struct mode_ctx *ctx;
+    struct thread_pool *pool; /* ctx's pool, or NULL: one thread */
     const model_dims *dims;
     const struct rope_table *rope;
     fwd_mode mode;

@@ -259,7 +259,7 @@ const model_tensor *model_find_tensor(const model *m, const char *path)
 static fwd_args make_args(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r)
 {
     fwd_args a = {
-        .ctx = ctx, .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
+        .ctx = ctx, .pool = ctx ? ctx->pool : NULL, .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
         .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0,
         .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
         .aux_loss = r ? &r->aux_loss : NULL, .side_loss = r ? &r->side_loss : NULL,
@@ -302,7 +302,7 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     rmsnorm_forward(m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
                     m->final_norm, n, d);
     /* tied head: logits = u tok_emb^T */
-    matmul(m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
+    matmul_pool(a.pool, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
     int counted = b->n_counted > 0 && b->n_counted < b->nseq ? b->n_counted * S : n;
     r->ce_sum = cross_entropy(mode == FWD_TRAIN ? m->logits : NULL, m->logits, m->targets,
@@ -324,8 +324,8 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
     double t0 = mode_now();
     /* logits holds d loss / d logits.  d u = dlogits tok_emb; d tok_emb += dlogits^T u */
     float *du = m->dresid[1];
-    matmul(du, d, m->logits, V, false, m->tok_emb, d, false, n, d, V, 0.0f);
-    matmul(m->dtok_emb, d, m->logits, V, true, m->final_u, d, false, V, d, n, 1.0f);
+    matmul_pool(a.pool, du, d, m->logits, V, false, m->tok_emb, d, false, n, d, V, 0.0f);
+    matmul_pool(a.pool, m->dtok_emb, d, m->logits, V, true, m->final_u, d, false, V, d, n, 1.0f);
     float *dx = m->dresid[0];
     memset(dx, 0, rd * sizeof(float));
     rmsnorm_backward(dx, m->dfinal_norm, du, m->resid + (size_t)L * rd, m->final_norm,

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 struct comm;
+struct thread_pool;
 
 typedef enum timer_phase {
     PHASE_MATMUL,    /* projections, MLP, head */
@@ -23,6 +24,7 @@ typedef struct mode_ctx {
     struct comm *comm;   /* NULL without MPI */
     uint64_t seed;       /* the run's seed: every PCG stream is keyed from it */
     double timers[PHASE_COUNT]; /* seconds, accumulated */
+    struct thread_pool *pool;   /* NULL: one thread outside BLAS */
 } mode_ctx;
 
 /* Monotonic wall clock in seconds. */

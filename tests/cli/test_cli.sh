@@ -22,6 +22,18 @@ ranks)
 	"$compare" r1/tiny/run.h5 r2/tiny/run.h5 1e-4 || fail "-n 1 and -n 2 differ"
 	"$compare" r1/tiny/run.h5 r4/tiny/run.h5 1e-4 || fail "-n 1 and -n 4 differ"
 	;;
+threads)
+	# One rank with 1, 2 and 3 threads: the pool splits products by rows,
+	# attention by (sequence, head) and element-wise loops by fixed chunks,
+	# every part computed as the serial code does, so not one bit changes.
+	# Wide enough that the products are split; every kind once.
+	for t in 1 2 3; do
+		run "t$t" 1 model.d_model=64 model.d_ff=256 data.batch=16 \
+			'model.layers=dense, mod, moe, integrated, staged' --threads "$t"
+	done
+	"$compare" t1/tiny/run.h5 t2/tiny/run.h5 0 || fail "2 threads differ from 1"
+	"$compare" t1/tiny/run.h5 t3/tiny/run.h5 0 || fail "3 threads differ from 1"
+	;;
 resume)
 	# Stop after 10 steps, resume: bit for bit the uninterrupted run.
 	for n in 1 2; do

@@ -1,0 +1,38 @@
+/* A small pool of worker threads for the work outside the matrix products
+ * when one rank has several cores (1 rank x 2 BLAS threads): attention per
+ * (sequence, head) and the long element-wise loops.  The caller and
+ * (threads - 1) workers share the tasks of one pool_run.  BLAS itself then
+ * keeps to one thread (matmul_pool splits the large products on this pool):
+ * OpenBLAS's own idle threads spin for a while after every call and would
+ * take the core from a worker.  With one thread a pool runs its tasks in the
+ * caller, in order.  A pool_run from inside a task runs serially.
+ *
+ * Results never depend on the thread count: tasks write disjoint outputs,
+ * and any reduction is split into fixed chunks (pool_chunks) summed in
+ * order by the caller. */
+#ifndef MODE_CORE_UTIL_POOL_H
+#define MODE_CORE_UTIL_POOL_H
+
+#define POOL_MAX_THREADS 16
+
+typedef struct thread_pool thread_pool;
+
+/* fn(arg, task, worker): worker in [0, threads) names the thread running the
+ * task, so that a task can use per-worker scratch space. */
+typedef void (*pool_task_fn)(void *arg, int task, int worker);
+
+/* threads is clamped to [1, POOL_MAX_THREADS]. */
+int build_thread_pool(thread_pool **out, int threads);
+void free_thread_pool(thread_pool **p);
+/* 1 for a NULL pool. */
+int pool_threads(const thread_pool *p);
+/* Runs fn for every task in [0, n_tasks) and returns when all are done.
+ * A NULL pool runs them in the caller. */
+void pool_run(thread_pool *p, int n_tasks, pool_task_fn fn, void *arg);
+
+/* Element-wise loops: fn(arg, begin, end) over [0, count) in chunks of
+ * chunk elements (the last may be shorter). */
+typedef void (*pool_range_fn)(void *arg, long begin, long end);
+void pool_for(thread_pool *p, long count, long chunk, pool_range_fn fn, void *arg);
+
+#endif
