@@ -64,7 +64,7 @@ static int time_steps(model *m, mode_ctx *ctx, const run_config *cfg, int steps,
         ctx->timers[PHASE_COMM] += mode_now() - tc;
         double to = mode_now();
         clip_grad_norm(m->grads, m->n_params, grad_global_norm(m->grads, m->n_params), oc.clip);
-        adamw_update(m, &oc, s + 1, lr_at(&oc, s));
+        adamw_update(ctx->pool, m, &oc, s + 1, lr_at(&oc, s));
         ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
         if (s >= 2) {
             t += mode_now() - t0;

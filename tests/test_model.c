@@ -132,7 +132,7 @@ static void test_overfit(void **state)
             first = last;
         double norm = grad_global_norm(f.m->grads, f.m->n_params);
         clipped += clip_grad_norm(f.m->grads, f.m->n_params, norm, oc.clip) < 1.0f;
-        adamw_update(f.m, &oc, s + 1, lr_at(&oc, s));
+        adamw_update(NULL, f.m, &oc, s + 1, lr_at(&oc, s));
     }
     last = loss_of(&f);
     print_message("overfit: loss %.4f -> %.4f after %ld steps (%d clipped)\n", first, last,

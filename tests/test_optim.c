@@ -79,7 +79,7 @@ static void test_adamw(void **state)
                 p[i] -= wd + lr * mh / (sqrt(vh) + 1e-8);
             }
         }
-        adamw_update(m, &c, t, lr);
+        adamw_update(NULL, m, &c, t, lr);
     }
     int checked_decay = 0, checked_plain = 0;
     for (int ti = 0; ti < m->n_tensors; ti++) {

@@ -1,5 +1,7 @@
 #include "core/train/optim.h"
 
+#include "core/util/pool.h"
+
 #include <math.h>
 
 void optim_defaults(optim_cfg *c)
@@ -28,6 +30,7 @@ double lr_at(const optim_cfg *c, long step)
 double grad_global_norm(const float *g, size_t n)
 {
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (size_t i = 0; i < n; i++)
         s += (double)g[i] * (double)g[i];
     return sqrt(s);
@@ -43,21 +46,28 @@ float clip_grad_norm(float *g, size_t n, double norm, double clip)
     return f;
 }
 
-void adamw_update(model *m, const optim_cfg *c, long t, double lr)
+typedef struct adam_job {
+    model *m;
+    float b1, b2, eps, step, rs_bc2, decay;
+} adam_job;
+
+/* Elements [b, e) of the flat buffers, tensor by tensor (the decay is the
+ * tensor's). */
+static void adam_range(void *arg, long b, long e)
 {
-    float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
-    /* Fold the bias corrections into the step size and epsilon:
-     * mhat / (sqrt(vhat) + eps) = (m / bc1) / (sqrt(v / bc2) + eps). */
-    float bc1 = (float)(1.0 - pow(c->beta1, (double)t));
-    float bc2 = (float)(1.0 - pow(c->beta2, (double)t));
-    float step = (float)lr / bc1;
-    float rs_bc2 = 1.0f / sqrtf(bc2);
+    const adam_job *j = arg;
+    const model *m = j->m;
+    float b1 = j->b1, b2 = j->b2, eps = j->eps, step = j->step, rs_bc2 = j->rs_bc2;
     for (int ti = 0; ti < m->n_tensors; ti++) {
         const model_tensor *mt = &m->tensors[ti];
-        float *p = m->params + mt->offset, *g = m->grads + mt->offset;
-        float *mm = m->adam_m + mt->offset, *vv = m->adam_v + mt->offset;
-        float decay = mt->desc.decay ? (float)(lr * c->weight_decay) : 0.0f;
-        for (long i = 0; i < mt->numel; i++) {
+        long off = (long)mt->offset;
+        long lo = off > b ? off : b, hi = off + mt->numel < e ? off + mt->numel : e;
+        if (lo >= hi)
+            continue;
+        float *p = m->params + lo, *g = m->grads + lo;
+        float *mm = m->adam_m + lo, *vv = m->adam_v + lo;
+        float decay = mt->desc.decay ? j->decay : 0.0f;
+        for (long i = 0; i < hi - lo; i++) {
             float gi = g[i];
             mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
             vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
@@ -66,4 +76,16 @@ void adamw_update(model *m, const optim_cfg *c, long t, double lr)
             p[i] -= decay * p[i] + step * mm[i] / denom;
         }
     }
+}
+
+void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr)
+{
+    /* Fold the bias corrections into the step size and epsilon:
+     * mhat / (sqrt(vhat) + eps) = (m / bc1) / (sqrt(v / bc2) + eps). */
+    float bc1 = (float)(1.0 - pow(c->beta1, (double)t));
+    float bc2 = (float)(1.0 - pow(c->beta2, (double)t));
+    adam_job j = { .m = m, .b1 = (float)c->beta1, .b2 = (float)c->beta2, .eps = (float)c->eps,
+                   .step = (float)lr / bc1, .rs_bc2 = 1.0f / sqrtf(bc2),
+                   .decay = (float)(lr * c->weight_decay) };
+    pool_for(p, (long)m->n_params, 1L << 16, adam_range, &j);
 }

@@ -23,13 +23,16 @@ void optim_defaults(optim_cfg *c);
  * lr (f + (1-f)(1 + cos(pi t))/2) with t the share of the remaining steps done. */
 double lr_at(const optim_cfg *c, long step);
 
-/* L2 norm of the whole gradient buffer (double accumulation). */
+/* L2 norm of the whole gradient buffer (double accumulation, in vector
+ * lanes). */
 double grad_global_norm(const float *g, size_t n);
 /* Scale the gradients so their norm is at most clip; returns the factor used. */
 float clip_grad_norm(float *g, size_t n, double norm, double clip);
 
 /* One AdamW update with the model's gradients; t is the 1-based update count
- * (for the bias corrections). */
-void adamw_update(model *m, const optim_cfg *c, long t, double lr);
+ * (for the bias corrections).  p: a pool to split the parameters on (NULL:
+ * one thread; element by element, so the result is the same). */
+struct thread_pool;
+void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr);
 
 #endif

@@ -518,7 +518,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         } else {
             double to = mode_now();
             clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
-            adamw_update(m, &oc, step + 1, lr);
+            adamw_update(ctx->pool, m, &oc, step + 1, lr);
             ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
         }
         double dt = mode_now() - t0, wall = mode_now() - wall0;

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
         double n = grad_global_norm(m->grads, m->n_params);
         clip_grad_norm(m->grads, m->n_params, n, oc.clip);
         double t1 = mode_now();
-        adamw_update(m, &oc, s + 1, lr_at(&oc, s));
+        adamw_update(NULL, m, &oc, s + 1, lr_at(&oc, s));
         ctx.timers[PHASE_OPTIMIZER] += mode_now() - t1;
         if (s >= 2) {
             t += mode_now() - t0;
