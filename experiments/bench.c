@@ -6,6 +6,7 @@
 #include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
 #include "core/train/optim.h"
+#include "core/train/shard.h"
 #include "experiments/kinds.h"
 
 #include <errno.h>
@@ -13,13 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static const char usage_bench[] =
     "usage: mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json] [--threads N]\n"
     "  Times N training steps (default 10) after 2 warm-up steps on random tokens and\n"
     "  prints tokens/s, steps/s, training GFLOP/s (nominal and executed, MODEL.md), the\n"
     "  ratio to cblas_sgemm GFLOP/s measured in the same run at the model's shapes and\n"
-    "  the same threads (summed over ranks), the time by phase, and the peak RSS.\n";
+    "  the same threads (summed over ranks), the time by phase, the peak RSS and the\n"
+    "  memory the warm-up steps made resident (activations, caches, work space).\n";
 
 static const char *const phase_names[PHASE_COUNT] = {
     "matmul", "attention", "routing", "experts", "comm", "optimizer", "other",
@@ -28,11 +31,24 @@ static const char *const phase_names[PHASE_COUNT] = {
 typedef struct bench_result {
     double step_s, tokens_s, gflops_nominal, gflops_executed, sgemm;
     double phase[PHASE_COUNT];
-    double rss_mb, param_mb;
+    double rss_mb, param_mb, act_mb;
 } bench_result;
 
-static int time_steps(model *m, mode_ctx *ctx, const run_config *cfg, int steps,
-                      bench_result *br)
+/* Resident memory now, MiB (/proc/self/statm; 0 where there is none). */
+static double current_rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = 0;
+    if (!f)
+        return 0.0;
+    if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_config *cfg,
+                      int steps, bench_result *br)
 {
     int S = cfg->seq_len, local = cfg->batch / ctx->size;
     uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
@@ -40,15 +56,18 @@ static int time_steps(model *m, mode_ctx *ctx, const run_config *cfg, int steps,
         return -ENOMEM;
     optim_cfg oc = cfg->optim;
     oc.total_steps = steps + 2;
-    double t = 0.0, executed = 0.0;
+    double t = 0.0, executed = 0.0, rss0 = current_rss_mb();
     int rc = 0;
     for (int s = 0; s < steps + 2 && !rc; s++) {
         pcg32 r;
         pcg32_keyed(&r, cfg->seed, 0x42454e43u, (uint64_t)s, (uint64_t)ctx->rank);
         for (int i = 0; i < local * (S + 1); i++)
             tok[i] = (uint16_t)pcg32_bounded(&r, (uint32_t)cfg->vocab);
-        if (s == 2) /* two warm-up steps */
+        if (s == 2) { /* two warm-up steps */
             memset(ctx->timers, 0, sizeof(ctx->timers));
+            /* what the steps made resident: activations, caches, work space */
+            br->act_mb = current_rss_mb() - rss0;
+        }
         comm_barrier(ctx->comm);
         double t0 = mode_now();
         batch b = { .tokens = tok, .nseq = local, .step = s, .seq0 = (long)ctx->rank * local,
@@ -60,11 +79,14 @@ static int time_steps(model *m, mode_ctx *ctx, const run_config *cfg, int steps,
             rc = model_backward(m, ctx, &b);
         double tc = mode_now();
         if (!rc)
-            rc = comm_allreduce_sum_float(ctx->comm, m->grads, m->n_params);
+            rc = shard_reduce_grads(sp, ctx, m);
+        double norm = 0.0;
+        if (!rc)
+            rc = shard_grad_norm(sp, ctx, m, &norm);
         ctx->timers[PHASE_COMM] += mode_now() - tc;
         double to = mode_now();
-        clip_grad_norm(m->grads, m->n_params, grad_global_norm(m->grads, m->n_params), oc.clip);
-        adamw_update(ctx->pool, m, &oc, s + 1, lr_at(&oc, s));
+        clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
+        shard_adamw(sp, ctx, m, &oc, s + 1, lr_at(&oc, s));
         ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
         if (s >= 2) {
             t += mode_now() - t0;
@@ -127,15 +149,22 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     /* every rank measures sgemm at once: the machine's aggregate yardstick */
     comm_barrier(ctx->comm);
     double g[2] = { sgemm_yardstick(ctx, rows, &dims, threads), 0.0 };
-    rc = time_steps(m, ctx, &cfg, steps, &br);
+    shard_plan *sp = NULL;
+    rc = build_shard_plan(&sp, m, ctx);
+    if (!rc)
+        rc = time_steps(m, sp, ctx, &cfg, steps, &br);
+    free_shard_plan(&sp);
     comm_barrier(ctx->comm);
+    /* the peak of training, before the yardstick's own buffers */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    int rss_kb = (int)ru.ru_maxrss, act_kb = (int)(br.act_mb * 1024.0);
     g[1] = sgemm_yardstick(ctx, rows, &dims, threads);
     comm_allreduce_sum_double(ctx->comm, g, 2);
     br.sgemm = 0.5 * (g[0] + g[1]);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    int rss_kb = (int)ru.ru_maxrss;
     comm_allreduce_max_int(ctx->comm, &rss_kb);
+    comm_allreduce_max_int(ctx->comm, &act_kb);
+    br.act_mb = act_kb / 1024.0;
     br.rss_mb = rss_kb / 1024.0;
     br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
     if (rc && ctx->rank == 0)
@@ -146,15 +175,15 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
                    "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"steps_per_s\": %.6g, "
                    "\"gflops_nominal\": %.6g, \"gflops_executed\": %.6g, \"sgemm_gflops\": %.6g, "
                    "\"ratio_nominal\": %.4g, \"ratio_executed\": %.4g, \"peak_rss_mb\": %.1f, "
-                   "\"param_state_mb\": %.1f",
+                   "\"param_state_mb\": %.1f, \"activation_mb\": %.1f",
                    c.config, ctx->size, threads, steps, br.step_s, br.tokens_s, 1.0 / br.step_s,
                    br.gflops_nominal, br.gflops_executed, br.sgemm, br.gflops_nominal / br.sgemm,
-                   br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb);
+                   br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb, br.act_mb);
             for (int p = 0; p < PHASE_COUNT; p++)
                 printf(", \"%s_s\": %.6g", phase_names[p], br.phase[p]);
             printf("}\n");
         } else {
-            printf("%s: %d rank(s) x %d BLAS thread(s), %d steps\n", c.config, ctx->size, threads,
+            printf("%s: %d rank(s) x %d thread(s), %d steps\n", c.config, ctx->size, threads,
                    steps);
             printf("  %.1f ms/step  %.2f steps/s  %.0f tokens/s\n", br.step_s * 1e3,
                    1.0 / br.step_s, br.tokens_s);
@@ -165,8 +194,9 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
             printf("  per step (rank 0):");
             for (int p = 0; p < PHASE_COUNT; p++)
                 printf(" %s %.1f ms", phase_names[p], br.phase[p] * 1e3);
-            printf("\n  peak RSS %.0f MiB (parameters, gradients and Adam moments %.0f MiB)\n",
-                   br.rss_mb, br.param_mb);
+            printf("\n  peak RSS %.0f MiB (parameters, gradients and Adam moments %.0f MiB; "
+                   "activations and work space %.0f MiB)\n",
+                   br.rss_mb, br.param_mb, br.act_mb);
         }
     }
     free_model(&m);

@@ -130,6 +130,8 @@ int experts_tensors(tensor_desc *out, const experts_cfg *c, const model_dims *di
     out[1] = make_tensor_desc("experts_w1", 3, E, d, f, INIT_NORMAL, 0.02f);
     out[2] = make_tensor_desc("experts_w3", 3, E, d, f, INIT_NORMAL, 0.02f);
     out[3] = make_tensor_desc("experts_w2", 3, E, f, d, INIT_NORMAL, out_std);
+    for (int i = 1; i <= 3; i++)
+        out[i].expert_dim = true;
     return EXPERTS_TENSORS;
 }
 
@@ -270,7 +272,7 @@ static int ensure_ranks(experts *x, int P)
     return x->send_counts && x->recv_counts ? 0 : -ENOMEM;
 }
 
-/* The rank that computes expert e for this rank's tokens. */
+/* The rank that computes expert e for this rank's tokens (experts_held). */
 static int owner(const experts_cfg *c, int P, int rank, int e)
 {
     if (P <= c->experts)

@@ -51,7 +51,20 @@ typedef struct tensor_desc {
     tensor_init init;
     float init_std;
     bool decay; /* AdamW weight decay applies (matrices only) */
+    /* shape[0] counts experts, placed on ranks by expert parallelism
+     * (experts_held): the ranks that compute expert e alone keep slice e
+     * current in training (core/train/shard.h) */
+    bool expert_dim;
 } tensor_desc;
+
+/* Expert parallelism's placement, which moe/experts.c routes tokens by:
+ * with P <= E ranks, rank r computes experts [r E/P, (r+1) E/P) (E % P == 0);
+ * with P > E, the ranks form P/E groups of E, and rank r computes expert
+ * r mod E for its group's tokens (P % E == 0). */
+static inline bool experts_held(int E, int P, int rank, int e)
+{
+    return P <= E ? e / (E / P) == rank : rank % E == e;
+}
 
 static inline long tensor_numel(const tensor_desc *t)
 {

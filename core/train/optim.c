@@ -80,6 +80,23 @@ static void adam_range(void *arg, long b, long e)
 
 void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr)
 {
+    adamw_update_range(p, m, c, t, lr, 0, (long)m->n_params);
+}
+
+typedef struct adam_span_job {
+    const adam_job *j;
+    long offset;
+} adam_span_job;
+
+static void adam_span_range(void *arg, long b, long e)
+{
+    const adam_span_job *s = arg;
+    adam_range((void *)s->j, s->offset + b, s->offset + e);
+}
+
+void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr,
+                        long offset, long count)
+{
     /* Fold the bias corrections into the step size and epsilon:
      * mhat / (sqrt(vhat) + eps) = (m / bc1) / (sqrt(v / bc2) + eps). */
     float bc1 = (float)(1.0 - pow(c->beta1, (double)t));
@@ -87,5 +104,6 @@ void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, d
     adam_job j = { .m = m, .b1 = (float)c->beta1, .b2 = (float)c->beta2, .eps = (float)c->eps,
                    .step = (float)lr / bc1, .rs_bc2 = 1.0f / sqrtf(bc2),
                    .decay = (float)(lr * c->weight_decay) };
-    pool_for(p, (long)m->n_params, 1L << 16, adam_range, &j);
+    adam_span_job s = { &j, offset };
+    pool_for(p, count, 1L << 16, adam_span_range, &s);
 }

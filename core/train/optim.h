@@ -34,5 +34,8 @@ float clip_grad_norm(float *g, size_t n, double norm, double clip);
  * one thread; element by element, so the result is the same). */
 struct thread_pool;
 void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr);
+/* The same on elements [offset, offset + count) of the flat buffers only. */
+void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr,
+                        long offset, long count);
 
 #endif

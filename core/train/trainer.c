@@ -4,6 +4,7 @@
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
 #include "core/train/optim.h"
+#include "core/train/shard.h"
 
 #include <errno.h>
 #include <math.h>
@@ -135,6 +136,7 @@ typedef struct trainer {
     const run_config *cfg;
     mode_ctx *ctx;
     model *m;
+    shard_plan *shard; /* which gradients are summed and updated where */
     dataset *d;
     run_record *rec; /* rank 0 only */
     char *ini;
@@ -316,8 +318,9 @@ static int setup_records(trainer *t)
 
 static int save_all(trainer *t, long step, char *err, int err_len)
 {
-    int rc = 0;
-    if (t->ctx->rank == 0) {
+    /* rank 0 writes every expert: each one's current copy comes from its rank */
+    int rc = shard_sync(t->shard, t->ctx, t->m);
+    if (!rc && t->ctx->rank == 0) {
         /* run file first: a crash between the two leaves a run file newer
          * than the checkpoint, which resume truncates */
         rc = run_record_write(t->rec, t->run_h5, err, err_len);
@@ -428,7 +431,11 @@ static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
     int L = t->m->dims.n_layers, first = model_first_nonfinite_activation(t->m, local);
     first = first ? first : L + 2;
     comm_allreduce_min_int(t->ctx->comm, &first);
+    /* an expert's gradient lives on its own rank only: agree on the first */
     const model_tensor *g = model_first_nonfinite_grad(t->m);
+    int gi = g ? (int)(g - t->m->tensors) : t->m->n_tensors;
+    comm_allreduce_min_int(t->ctx->comm, &gi);
+    g = gi < t->m->n_tensors ? &t->m->tensors[gi] : NULL;
     if (first <= L)
         snprintf(buf, len, "the output of layer %d (%s) in the forward pass", first - 1,
                  t->m->layers[first - 1].kind->name);
@@ -483,7 +490,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             break;
         double tc = mode_now(), comm_layers = ctx->timers[PHASE_COMM] - comm0;
         double sums[4] = { r.ce_sum, r.aux_loss, r.side_loss, r.flops_executed };
-        rc = comm_allreduce_sum_float(ctx->comm, m->grads, m->n_params);
+        rc = shard_reduce_grads(t->shard, ctx, m);
         if (!rc)
             rc = comm_allreduce_sum_double(ctx->comm, sums, 4);
         double t_allreduce = mode_now() - tc;
@@ -497,7 +504,11 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             break;
         }
         double ce = sums[0] / ((double)c->batch * S), loss = ce + sums[1];
-        double norm = grad_global_norm(m->grads, m->n_params), lr = lr_at(&oc, step);
+        double norm = 0.0, lr = lr_at(&oc, step);
+        if ((rc = shard_grad_norm(t->shard, ctx, m, &norm))) {
+            snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", done);
+            break;
+        }
         bool bad = !isfinite(loss) || !isfinite(norm);
         if (bad) {
             /* every rank sees the same summed loss and gradients */
@@ -518,7 +529,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         } else {
             double to = mode_now();
             clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
-            adamw_update(ctx->pool, m, &oc, step + 1, lr);
+            shard_adamw(t->shard, ctx, m, &oc, step + 1, lr);
             ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
         }
         double dt = mode_now() - t0, wall = mode_now() - wall0;
@@ -594,6 +605,8 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
                       o->data_dir, err, err_len);
     if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
+    if (!rc)
+        rc = build_shard_plan(&t.shard, t.m, ctx);
     if (!rc && ctx->rank == 0)
         rc = check_writable(t.dir, err, err_len);
     if ((rc = agree(ctx, rc)))
@@ -638,6 +651,7 @@ fail:
     free(t.stat_table);
     free(t.record_tokens);
     free_run_record(&t.rec);
+    free_shard_plan(&t.shard);
     free_model(&t.m);
     free_dataset(&t.d);
     free(t.ini);
