@@ -1,0 +1,229 @@
+/* Each fast kernel against its plain reference, as dav1d's checkasm --bench
+ * does: the same random inputs through both, the time of each, the speed-up
+ * and the largest difference.  Speed is reported, never asserted; the
+ * correctness of each pair is asserted by the unit tests.
+ *   bench_kernels [threads]      (default 2: the pooled kernels' threads) */
+#include "core/kernels/matmul.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/parallel.h"
+#include "core/kernels/vexp.h"
+#include "core/rng/pcg32.h"
+#include "core/util/ctx.h"
+#include "core/util/pool.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*run_fn)(void *arg);
+
+/* Seconds a call, over at least 0.3 s after one untimed call. */
+static double time_of(run_fn fn, void *arg)
+{
+    fn(arg);
+    int calls = 0;
+    double t0 = mode_now(), t;
+    do {
+        fn(arg);
+        calls++;
+        t = mode_now() - t0;
+    } while (t < 0.3);
+    return t / calls;
+}
+
+static double max_rel_diff(const float *a, const float *b, long n)
+{
+    double worst = 0.0, scale = 0.0;
+    for (long i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)b[i]));
+    for (long i = 0; i < n; i++)
+        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+    return worst / (scale > 0.0 ? scale : 1.0);
+}
+
+static void report(const char *name, double fast, double ref, double diff)
+{
+    printf("%-44s fast %10.3f ms  reference %10.3f ms  x%7.1f  max diff %.1e\n", name,
+           fast * 1e3, ref * 1e3, ref / fast, diff);
+}
+
+static float *randn(pcg32 *r, long n)
+{
+    float *x = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++)
+        x[i] = pcg32_normal(r);
+    return x;
+}
+
+/* matmul (cblas_sgemm) against matmul_ref */
+typedef struct mm_case {
+    float *c, *a, *b;
+    int m, n, k;
+    thread_pool *pool;
+} mm_case;
+static void mm_fast(void *p)
+{
+    mm_case *c = p;
+    matmul(c->c, c->n, c->a, c->k, false, c->b, c->n, false, c->m, c->n, c->k, 0.0f);
+}
+static void mm_ref(void *p)
+{
+    mm_case *c = p;
+    matmul_ref(c->c, c->n, c->a, c->k, false, c->b, c->n, false, c->m, c->n, c->k, 0.0f);
+}
+static void mm_pool(void *p)
+{
+    mm_case *c = p;
+    matmul_pool(c->pool, c->c, c->n, c->a, c->k, false, c->b, c->n, false, c->m, c->n, c->k, 0.0f);
+}
+
+/* vexpf against expf */
+typedef struct exp_case {
+    float *x, *y;
+    long n;
+} exp_case;
+static void exp_fast(void *p)
+{
+    exp_case *c = p;
+    for (long i = 0; i < c->n; i++)
+        c->y[i] = vexpf(c->x[i]);
+}
+static void exp_ref(void *p)
+{
+    exp_case *c = p;
+    for (long i = 0; i < c->n; i++)
+        c->y[i] = expf(c->x[i]);
+}
+
+/* blocked causal attention (one head) against the plain loops */
+typedef struct att_case {
+    float *q, *k, *v, *out, *probs;
+    int n, dh;
+} att_case;
+static void att_fast(void *p)
+{
+    att_case *c = p;
+    attention_forward(c->out, c->probs, c->q, c->k, c->v, c->n, 1, c->dh, c->dh);
+}
+static void att_ref(void *p)
+{
+    att_case *c = p;
+    int n = c->n, dh = c->dh;
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int i = 0; i < n; i++) {
+        float *row = c->probs + (size_t)i * n, mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= i; j++) {
+            float s = 0.0f;
+            for (int e = 0; e < dh; e++)
+                s += c->q[(size_t)i * dh + e] * c->k[(size_t)j * dh + e];
+            row[j] = s * scale;
+            mx = fmaxf(mx, row[j]);
+        }
+        for (int j = 0; j <= i; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        for (int e = 0; e < dh; e++) {
+            float acc = 0.0f;
+            for (int j = 0; j <= i; j++)
+                acc += row[j] * c->v[(size_t)j * dh + e];
+            c->out[(size_t)i * dh + e] = acc / sum;
+        }
+    }
+}
+
+/* SwiGLU on the pool against the serial loop */
+typedef struct sw_case {
+    float *g, *a, *b;
+    long n;
+    thread_pool *pool;
+} sw_case;
+static void sw_pool(void *p)
+{
+    sw_case *c = p;
+    swiglu_forward_pool(c->pool, c->g, c->a, c->b, c->n);
+}
+static void sw_serial(void *p)
+{
+    sw_case *c = p;
+    swiglu_forward(c->g, c->a, c->b, c->n);
+}
+
+int main(int argc, char **argv)
+{
+    int threads = argc > 1 ? atoi(argv[1]) : 2;
+    pcg32 r;
+    pcg32_seed(&r, 11, 3);
+    matmul_set_threads(1);
+    thread_pool *pool = NULL;
+    if (threads > 1 && build_thread_pool(&pool, threads))
+        return 1;
+
+    {   /* one sgemm at a size the triple loop finishes */
+        int m = 256, n = 256, k = 256;
+        mm_case c = { malloc((size_t)m * n * sizeof(float)), randn(&r, (long)m * k),
+                      randn(&r, (long)k * n), m, n, k, pool };
+        float *ref = malloc((size_t)m * n * sizeof(float));
+        double tr = time_of(mm_ref, &c);
+        memcpy(ref, c.c, (size_t)m * n * sizeof(float));
+        double tf = time_of(mm_fast, &c);
+        report("matmul 256x256x256 (sgemm, 1 thread)", tf, tr, max_rel_diff(c.c, ref, (long)m * n));
+        free(c.c); free(c.a); free(c.b); free(ref);
+    }
+    {   /* the pool's row split against one single-threaded sgemm */
+        int m = 4096, n = 704, k = 256;
+        mm_case c = { malloc((size_t)m * n * sizeof(float)), randn(&r, (long)m * k),
+                      randn(&r, (long)k * n), m, n, k, pool };
+        float *ref = malloc((size_t)m * n * sizeof(float));
+        double tr = time_of(mm_fast, &c);
+        memcpy(ref, c.c, (size_t)m * n * sizeof(float));
+        double tf = time_of(mm_pool, &c);
+        char name[64];
+        snprintf(name, sizeof(name), "matmul_pool 4096x704x256, %d threads", threads);
+        report(name, tf, tr, max_rel_diff(c.c, ref, (long)m * n));
+        free(c.c); free(c.a); free(c.b); free(ref);
+    }
+    {
+        long n = 1L << 20;
+        exp_case c = { randn(&r, n), malloc((size_t)n * sizeof(float)), n };
+        for (long i = 0; i < n; i++)
+            c.x[i] *= 10.0f;
+        float *ref = malloc((size_t)n * sizeof(float));
+        double tr = time_of(exp_ref, &c);
+        memcpy(ref, c.y, (size_t)n * sizeof(float));
+        double tf = time_of(exp_fast, &c);
+        double worst = 0.0;
+        for (long i = 0; i < n; i++)
+            worst = fmax(worst, fabs((double)c.y[i] - (double)ref[i]) / (double)ref[i]);
+        report("vexpf, 2^20 values (relative error)", tf, tr, worst);
+        free(c.x); free(c.y); free(ref);
+    }
+    {
+        int n = 256, dh = 64;
+        att_case c = { randn(&r, (long)n * dh), randn(&r, (long)n * dh), randn(&r, (long)n * dh),
+                       malloc((size_t)n * dh * sizeof(float)),
+                       malloc((size_t)n * n * sizeof(float)), n, dh };
+        float *ref = malloc((size_t)n * dh * sizeof(float));
+        double tr = time_of(att_ref, &c);
+        memcpy(ref, c.out, (size_t)n * dh * sizeof(float));
+        double tf = time_of(att_fast, &c);
+        report("causal attention n 256, dh 64, one head", tf, tr,
+               max_rel_diff(c.out, ref, (long)n * dh));
+        free(c.q); free(c.k); free(c.v); free(c.out); free(c.probs); free(ref);
+    }
+    {
+        long n = 4096L * 704;
+        sw_case c = { malloc((size_t)n * sizeof(float)), randn(&r, n), randn(&r, n), n, pool };
+        float *ref = malloc((size_t)n * sizeof(float));
+        double tr = time_of(sw_serial, &c);
+        memcpy(ref, c.g, (size_t)n * sizeof(float));
+        double tf = time_of(sw_pool, &c);
+        char name[64];
+        snprintf(name, sizeof(name), "swiglu_forward_pool 4096x704, %d threads", threads);
+        report(name, tf, tr, max_rel_diff(c.g, ref, n));
+        free(c.g); free(c.a); free(c.b); free(ref);
+    }
+    free_thread_pool(&pool);
+    return 0;
+}
