@@ -3,10 +3,12 @@
 #include "experiments/cli.h"
 
 #include "core/comm/comm.h"
+#include "core/kernels/bf16.h"
 #include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
 #include "core/train/optim.h"
 #include "core/train/shard.h"
+#include "core/util/pool.h"
 #include "experiments/kinds.h"
 
 #include <errno.h>
@@ -144,6 +146,10 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     int threads = choose_threads(&c, ctx);
     ctx->seed = cfg.seed;
     model_init(m, cfg.seed);
+    bool bf16 = !strcmp(cfg.precision, "bf16");
+    if (bf16)
+        bf16_amx_ready();
+    pool_set_bf16(ctx->pool, bf16);
     bench_result br = { 0 };
     int rows = cfg.batch / ctx->size * cfg.seq_len;
     /* every rank measures sgemm at once: the machine's aggregate yardstick */

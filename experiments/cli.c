@@ -136,7 +136,7 @@ int choose_threads(const cli *c, mode_ctx *ctx)
      * OpenBLAS's idle threads spin after every call and would take the cores
      * from the pool.  Should the pool not start, BLAS gets the t threads. */
     free_thread_pool(&ctx->pool);
-    if (t > 1 && build_thread_pool(&ctx->pool, t) == 0)
+    if (build_thread_pool(&ctx->pool, t) == 0)
         matmul_set_threads(1);
     else
         matmul_set_threads(t);

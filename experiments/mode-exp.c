@@ -7,6 +7,7 @@
 #include "core/comm/comm.h"
 #include "core/config/config.h"
 #include "core/io/checkpoint.h"
+#include "core/kernels/bf16.h"
 #include "core/rng/pcg32.h"
 #include "core/train/trainer.h"
 #include "core/util/pool.h"
@@ -117,8 +118,12 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     ctx->seed = cfg.seed;
     if (ctx->rank == 0 && !c.quiet && !c.jsonl) {
         char *ini = config_to_ini(&cfg);
-        printf("# mode-exp %s: %d rank(s) x %d BLAS thread(s)\n# resolved config:\n%s\n",
-               c.config, ctx->size, threads, ini ? ini : "");
+        printf("# mode-exp %s: %d rank(s) x %d thread(s)%s\n# resolved config:\n%s\n",
+               c.config, ctx->size, threads,
+               strcmp(cfg.precision, "bf16") ? ""
+               : bf16_amx_ready()            ? ", bf16 products on AMX"
+                                             : ", bf16 products emulated (no AMX here)",
+               ini ? ini : "");
         free(ini);
     }
     log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl };
@@ -156,6 +161,10 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     dataset *d = NULL;
     run_config cfg;
     int rc = load_checkpoint_model(c.config, &cfg, &m, 16, err, sizeof(err));
+    if (!rc && !strcmp(cfg.precision, "bf16")) { /* evaluated as it was trained */
+        bf16_amx_ready();
+        pool_set_bf16(ctx->pool, true);
+    }
     if (!rc) {
         bool file = c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic");
         const char *src = c.data ? c.data : cfg.source;

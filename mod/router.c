@@ -286,7 +286,8 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
     if (c->router == ROUTER_LEARNED)
-        linear_forward(a->pool, rt->r, x, w[c->t_router], n, d, 1, 0.0f);
+        /* NULL pool: the router stays in fp32 under precision = bf16 */
+        linear_forward(NULL, rt->r, x, w[c->t_router], n, d, 1, 0.0f);
     else
         for (int b = 0; b < a->nseq; b++)
             random_scores(rt->r + (size_t)b * S, a->ctx ? a->ctx->seed : 0, layer_index, a->step,

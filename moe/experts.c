@@ -287,7 +287,8 @@ static void gate(experts *x, const fwd_args *a, const float *m, const row_set *r
 {
     const experts_cfg *c = &x->c;
     int n = rs->n, N = x->N, K = c->top_k, E = c->experts;
-    linear_forward(a->pool, x->probs, m, wg, n, x->d, N, 0.0f);
+    /* NULL pool: the gate stays in fp32 under precision = bf16 */
+    linear_forward(NULL, x->probs, m, wg, n, x->d, N, 0.0f);
     for (int i = 0; i < n; i++) {
         float *p = x->probs + (size_t)i * N;
         float mx = p[0];
@@ -592,7 +593,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
                 dpi[e] = p[e] * (dpi[e] - dot) + zg * p[e];
         }
     }
-    linear_backward(a->pool, dm, dw[0], x->dp, m, w[0], n, d, N, 1.0f);
+    linear_backward(NULL, dm, dw[0], x->dp, m, w[0], n, d, N, 1.0f);
     add_time(a, PHASE_ROUTING, t0);
     return 0;
 }

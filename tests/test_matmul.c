@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernels/bf16.h"
 #include "core/kernels/matmul.h"
+#include "core/util/pool.h"
 #include "core/rng/pcg32.h"
 
 #define NSHAPES 36
@@ -251,10 +253,107 @@ static void test_linear(void **st)
     print_message("linear_forward/backward: max |out - ref| / (1 + max |ref|) = %.2e\n", worst);
 }
 
+/* bf16 products (kernels/bf16.h), on the tile unit where there is one and
+ * emulated everywhere, against the plain loop on the same rounded operands:
+ * only the order of the fp32 sums may differ.  Shapes span several 32 x 32
+ * blocks, partial blocks and K beyond one 256-long chunk, every
+ * transposition, beta 0 (over NaN), 1 and 0.5, and views. */
+static void test_bf16_vs_ref(void **st)
+{
+    (void)st;
+    static const int shapes[][3] = {
+        { 1, 1, 1 },   { 1, 97, 1 },   { 97, 1, 97 },   { 16, 16, 32 },  { 32, 32, 32 },
+        { 33, 65, 9 }, { 64, 64, 64 }, { 70, 50, 600 }, { 97, 97, 97 },  { 5, 300, 257 },
+        { 257, 31, 33 }, { 128, 704, 256 }, { 200, 48, 1000 },
+    };
+    static const float betas[] = { 0.0f, 1.0f, 0.5f };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    print_message("bf16 products on %s\n", bf16_amx_ready() ? "AMX" : "the emulated path only");
+    pcg32 rng;
+    pcg32_seed(&rng, 20261130u, 5u);
+    double worst[2] = { 0.0, 0.0 };
+    for (int s = 0; s < nshapes; s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        void *work = aligned_alloc(64, (matmul_bf16_work_bytes(m, n, k) + 63) / 64 * 64);
+        assert_non_null(work);
+        for (int combo = 0; combo < 12; combo++) {
+            bool ta = combo & 1, tb = (combo >> 1) & 1;
+            float beta = betas[combo >> 2];
+            int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+            int lda = ac + pad(&rng), ldb = bc + pad(&rng), ldc = n + pad(&rng);
+            float *a = mat(&rng, ar, ac, lda, NAN);
+            float *b = mat(&rng, br, bc, ldb, NAN);
+            float *c = mat(&rng, m, n, ldc, PAD_SENTINEL);
+            if (beta == 0.0f)
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++)
+                        c[(size_t)i * ldc + j] = NAN;
+            float *ref = copy(c, (size_t)m * ldc), *emu = copy(c, (size_t)m * ldc);
+            matmul_bf16_ref(ref, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
+            matmul_bf16(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
+            matmul_bf16_emulated(emu, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
+            worst[0] = fmax(worst[0], check_close("matmul_bf16", c, ref, m, n, ldc, k, true));
+            worst[1] = fmax(worst[1], check_close("bf16 emulated", emu, ref, m, n, ldc, k, true));
+            free(a);
+            free(b);
+            free(c);
+            free(ref);
+            free(emu);
+        }
+        free(work);
+    }
+    print_message("matmul_bf16 vs ref: %.2e, emulated vs ref: %.2e (max |C - ref| / (1 + max "
+                  "|ref|))\n", worst[0], worst[1]);
+    /* and they are bf16 products: far from fp32 ones on the same operands */
+    pcg32_seed(&rng, 20261130u, 6u);
+    float *a = mat(&rng, 8, 64, 64, 0.0f), *b = mat(&rng, 64, 8, 8, 0.0f);
+    float c[64], f32[64];
+    matmul_bf16_ref(c, 8, a, 64, false, b, 8, false, 8, 8, 64, 0.0f);
+    matmul_ref(f32, 8, a, 64, false, b, 8, false, 8, 8, 64, 0.0f);
+    double diff = 0.0;
+    for (int i = 0; i < 64; i++)
+        diff = fmax(diff, fabs((double)c[i] - (double)f32[i]));
+    assert_true(diff > 1e-3);
+    free(a);
+    free(b);
+}
+
+/* matmul_pool on a pool set to bf16: the bf16 products, split over threads
+ * or not, the same bits. */
+static void test_bf16_pool(void **st)
+{
+    (void)st;
+    pcg32 rng;
+    pcg32_seed(&rng, 20261130u, 7u);
+    int m = 256, n = 96, k = 300;
+    float *a = mat(&rng, m, k, k, 0.0f), *b = mat(&rng, k, n, n, 0.0f);
+    float *c1 = mat(&rng, m, n, n, 0.0f), *c2 = copy(c1, (size_t)m * n);
+    float *ref = copy(c1, (size_t)m * n);
+    thread_pool *p1 = NULL, *p3 = NULL;
+    assert_int_equal(build_thread_pool(&p1, 1), 0);
+    assert_int_equal(build_thread_pool(&p3, 3), 0);
+    pool_set_bf16(p1, true);
+    pool_set_bf16(p3, true);
+    matmul_pool(p1, c1, n, a, k, false, b, n, false, m, n, k, 1.0f);
+    matmul_pool(p3, c2, n, a, k, false, b, n, false, m, n, k, 1.0f);
+    matmul_bf16_ref(ref, n, a, k, false, b, n, false, m, n, k, 1.0f);
+    check_close("matmul_pool bf16", c1, ref, m, n, n, k, false);
+    assert_memory_equal(c1, c2, (size_t)m * n * sizeof(float));
+    free_thread_pool(&p1);
+    free_thread_pool(&p3);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+    free(ref);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_vs_ref),
+        cmocka_unit_test(test_bf16_vs_ref),
+        cmocka_unit_test(test_bf16_pool),
         cmocka_unit_test(test_beta0_overwrites_nan),
         cmocka_unit_test(test_linear),
     };

@@ -74,6 +74,7 @@ static const char *const routers[] = { "learned", "random", NULL };
 static const char *const gates[] = { "raw", "sigmoid", NULL };
 static const char *const causals[] = { "aux", "predictor", "none", NULL };
 static const char *const nonfinite_policies[] = { "stop", "skip", NULL };
+static const char *const precisions[] = { "fp32", "bf16", NULL };
 
 #define FIELD_SIZE(T, f) sizeof(((T *)0)->f)
 #define RC(f) offsetof(run_config, f), FIELD_SIZE(run_config, f)
@@ -92,6 +93,7 @@ static const cfg_key config_keys[] = {
     { SEC_RUN, "ckpt_every", K_LONG, RC(ckpt_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "routing_every", K_LONG, RC(routing_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "nonfinite", K_ENUM, RC(nonfinite), 0, 0, 0, nonfinite_policies },
+    { SEC_RUN, "precision", K_ENUM, RC(precision), 0, 0, 0, precisions },
     { SEC_DATA, "source", K_SOURCE, RC(source), 0, 0, 0, NULL },
     { SEC_DATA, "seq_len", K_INT, RC(seq_len), 2, 65536, 0, NULL },
     { SEC_DATA, "batch", K_INT, RC(batch), 1, NO_MAX, 0, NULL },
@@ -926,6 +928,7 @@ void config_defaults(run_config *c)
     c->ckpt_every = 100;
     c->routing_every = 100;
     snprintf(c->nonfinite, sizeof(c->nonfinite), "stop");
+    snprintf(c->precision, sizeof(c->precision), "fp32");
     snprintf(c->source, sizeof(c->source), "synthetic");
     c->seq_len = 128;
     c->batch = 8;

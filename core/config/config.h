@@ -23,6 +23,7 @@ typedef struct run_config {
     char out[CFG_PATH_LEN];
     long log_every, eval_every, eval_windows, ckpt_every, routing_every;
     char nonfinite[16];   /* stop | skip: what a non-finite loss or gradient does */
+    char precision[8];    /* fp32 | bf16: the model's matrix products (kernels/bf16.h) */
     /* [data] */
     char source[CFG_PATH_LEN]; /* brown | synthetic | path to .txt or .bin */
     int seq_len;

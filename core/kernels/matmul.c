@@ -1,5 +1,6 @@
 #include "core/kernels/matmul.h"
 
+#include "core/kernels/bf16.h"
 #include "core/util/pool.h"
 
 #include <cblas.h>
@@ -36,6 +37,7 @@ typedef struct split_job {
     int ldc, lda, ldb, m, n, k, parts;
     bool ta, tb;
     float beta;
+    struct thread_pool *pool; /* bf16 products: the workers' scratch */
 } split_job;
 
 /* Part t of C's rows, its bounds on multiples of 16 (sgemm's row blocking). */
@@ -45,8 +47,17 @@ static void split_task(void *arg, int t, int worker)
     int m0 = (int)((long)j->m * t / j->parts) / 16 * 16;
     int m1 = t + 1 == j->parts ? j->m : (int)((long)j->m * (t + 1) / j->parts) / 16 * 16;
     const float *a = j->ta ? j->a + m0 : j->a + (size_t)m0 * j->lda;
-    matmul(j->c + (size_t)m0 * j->ldc, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0,
-           j->n, j->k, j->beta);
+    float *c = j->c + (size_t)m0 * j->ldc;
+    if (!j->pool) {
+        matmul(c, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0, j->n, j->k, j->beta);
+        return;
+    }
+    void *work = pool_scratch(j->pool, worker, matmul_bf16_work_bytes(m1 - m0, j->n, j->k));
+    if (work)
+        matmul_bf16(c, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0, j->n, j->k,
+                    j->beta, work);
+    else /* out of memory for packing: the same product in fp32 */
+        matmul(c, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0, j->n, j->k, j->beta);
 }
 
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
@@ -56,12 +67,15 @@ void matmul_pool(struct thread_pool *p, float *c, int ldc,
 {
     int parts = pool_threads(p);
     /* below a million multiply-adds, or 32 rows a thread, one call is faster */
-    if (parts == 1 || (double)m * n * k < 1e6 || m < 32 * parts) {
+    if (parts > 1 && ((double)m * n * k < 1e6 || m < 32 * parts))
+        parts = 1;
+    split_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
+                    .k = k, .parts = parts, .ta = ta, .tb = tb, .beta = beta,
+                    .pool = pool_bf16(p) ? p : NULL };
+    if (parts == 1 && !j.pool) {
         matmul(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
         return;
     }
-    split_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
-                    .k = k, .parts = parts, .ta = ta, .tb = tb, .beta = beta };
     pool_run(p, parts, split_task, &j);
 }
 

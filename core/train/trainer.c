@@ -3,8 +3,10 @@
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
+#include "core/kernels/bf16.h"
 #include "core/train/optim.h"
 #include "core/train/shard.h"
+#include "core/util/pool.h"
 
 #include <errno.h>
 #include <math.h>
@@ -597,6 +599,16 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     model_dims dims = config_dims(cfg);
     int P = ctx->size;
     int rc = -ENOMEM;
+    /* the products' precision lives on the pool that runs them */
+    thread_pool *own_pool = NULL, *caller_pool = ctx->pool;
+    if (!ctx->pool && build_thread_pool(&own_pool, 1))
+        return -ENOMEM;
+    if (own_pool)
+        ctx->pool = own_pool;
+    bool bf16 = !strcmp(cfg->precision, "bf16");
+    pool_set_bf16(ctx->pool, bf16);
+    if (bf16)
+        bf16_amx_ready(); /* asks for the tile state before any worker uses it */
     run_paths(cfg, t.dir, t.run_h5, t.ckpt_h5, sizeof(t.dir));
     t.ini = config_to_ini(cfg);
     if (!t.ini)
@@ -655,5 +667,8 @@ fail:
     free_model(&t.m);
     free_dataset(&t.d);
     free(t.ini);
+    pool_set_bf16(ctx->pool, false);
+    ctx->pool = caller_pool;
+    free_thread_pool(&own_pool);
     return rc;
 }

@@ -24,6 +24,9 @@ struct thread_pool {
     int busy;            /* workers still in the current job (under lock) */
     unsigned generation; /* bumped by every pool_run (under lock) */
     int quit;
+    bool bf16;
+    void *scratch[POOL_MAX_THREADS];
+    size_t scratch_bytes[POOL_MAX_THREADS];
     atomic_int running; /* a pool_run is in progress: a nested one runs serially */
 };
 
@@ -94,11 +97,35 @@ void free_thread_pool(thread_pool **pp)
     pthread_mutex_unlock(&p->lock);
     for (int i = 1; i <= p->started; i++)
         pthread_join(p->w[i].tid, NULL);
+    for (int i = 0; i < POOL_MAX_THREADS; i++)
+        free(p->scratch[i]);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->lock);
     free(p);
     *pp = NULL;
+}
+
+void pool_set_bf16(thread_pool *p, bool on)
+{
+    if (p)
+        p->bf16 = on;
+}
+
+bool pool_bf16(const thread_pool *p)
+{
+    return p && p->bf16;
+}
+
+void *pool_scratch(thread_pool *p, int worker, size_t bytes)
+{
+    if (p->scratch_bytes[worker] < bytes) {
+        free(p->scratch[worker]);
+        size_t rounded = (bytes + 63) / 64 * 64;
+        p->scratch[worker] = aligned_alloc(64, rounded);
+        p->scratch_bytes[worker] = p->scratch[worker] ? rounded : 0;
+    }
+    return p->scratch[worker];
 }
 
 int pool_threads(const thread_pool *p)

@@ -13,6 +13,9 @@
 #ifndef MODE_CORE_UTIL_POOL_H
 #define MODE_CORE_UTIL_POOL_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #define POOL_MAX_THREADS 16
 
 typedef struct thread_pool thread_pool;
@@ -29,6 +32,14 @@ int pool_threads(const thread_pool *p);
 /* Runs fn for every task in [0, n_tasks) and returns when all are done.
  * A NULL pool runs them in the caller. */
 void pool_run(thread_pool *p, int n_tasks, pool_task_fn fn, void *arg);
+
+/* Products through matmul_pool on this pool run in bf16 (kernels/bf16.h)
+ * when on; set by whoever runs a model ([run] precision). */
+void pool_set_bf16(thread_pool *p, bool on);
+bool pool_bf16(const thread_pool *p);
+/* Work space of at least bytes for worker (64-byte aligned), kept and grown
+ * across calls; NULL when it cannot grow. */
+void *pool_scratch(thread_pool *p, int worker, size_t bytes);
 
 /* Element-wise loops: fn(arg, begin, end) over [0, count) in chunks of
  * chunk elements (the last may be shorter). */

@@ -1,0 +1,275 @@
+/* syscall() for the AMX permission request */
+#define _GNU_SOURCE
+#include "core/kernels/bf16.h"
+
+#include "core/kernels/matmul.h"
+
+#include <stdatomic.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MODE_AMX 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Tiles: C in 32 x 32 blocks of four 16 x 16 fp32 tiles; A in 16 x 32 bf16
+ * tiles; B in 16 x 16 pairs ("VNNI": the two bf16 of a pair are
+ * consecutive k).  Operands are packed and zero-padded to these sizes. */
+enum { BLOCK = 32, TILE_K = 32, K_CHUNK = 256 };
+
+static int round_up(int x, int r)
+{
+    return (x + r - 1) / r * r;
+}
+
+size_t matmul_bf16_work_bytes(int m, int n, int k)
+{
+    size_t mp = (size_t)round_up(m, BLOCK), np = (size_t)round_up(n, BLOCK);
+    size_t kp = (size_t)round_up(k, TILE_K);
+    size_t amx = 2 * (mp * kp + kp * np) + sizeof(float) * mp * np;
+    size_t emulated = sizeof(float) * ((size_t)m * k + (size_t)k * n);
+    return amx > emulated ? amx : emulated;
+}
+
+/* 1 ready, -1 not, 0 not asked yet.  A fact about the machine and the
+ * process, like OpenBLAS's choice of kernels. */
+static atomic_int amx_state;
+
+bool bf16_amx_ready(void)
+{
+#ifdef MODE_AMX
+    int s = atomic_load(&amx_state);
+    if (s == 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        bool has = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u) /* AMX-BF16 */ &&
+                   (d >> 24 & 1u) /* AMX-TILE */;
+        /* Linux hands out the tile state only on request (ARCH_REQ_XCOMP_PERM
+         * for XFEATURE_XTILEDATA) */
+        s = has && syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
+        atomic_store(&amx_state, s);
+    }
+    return s == 1;
+#else
+    return false;
+#endif
+}
+
+void matmul_bf16_emulated(float *c, int ldc,
+                          const float *a, int lda, bool ta,
+                          const float *b, int ldb, bool tb,
+                          int m, int n, int k, float beta, void *work)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    float *ar = work, *br = ar + (size_t)m * k;
+    for (int i = 0; i < m; i++)
+        for (int p = 0; p < k; p++)
+            ar[(size_t)i * k + p] = bf16_round(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
+    for (int p = 0; p < k; p++)
+        for (int j = 0; j < n; j++)
+            br[(size_t)p * n + j] = bf16_round(tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+    matmul(c, ldc, ar, k, false, br, n, false, m, n, k, beta);
+}
+
+#ifdef MODE_AMX
+/* 32 floats to 32 bf16 (round to nearest even; AVX512-BF16, which every
+ * AMX-BF16 CPU has; it reads denormal inputs as zero). */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static inline void cvt32(uint16_t *dst, const float *src)
+{
+    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16), _mm512_loadu_ps(src));
+    _mm512_storeu_si512(dst, (__m512i)v);
+}
+
+/* op(A)[m][k] into pa[mp][kp], rows of kp bf16, zero-padded. */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static void pack_a(uint16_t *pa, const float *a, int lda, bool ta, int m, int k, int mp, int kp)
+{
+    if (m < mp || k < kp)
+        memset(pa, 0, (size_t)mp * kp * sizeof(uint16_t));
+    if (!ta) {
+        for (int i = 0; i < m; i++) {
+            const float *ar = a + (size_t)i * lda;
+            uint16_t *row = pa + (size_t)i * kp;
+            int p = 0;
+            for (; p + 32 <= k; p += 32)
+                cvt32(row + p, ar + p);
+            for (; p < k; p++)
+                row[p] = bf16_from_float(ar[p]);
+        }
+        return;
+    }
+    /* A^T: 16 x 16 blocks through a small buffer, read by rows of a and
+     * written by rows of pa */
+    float blk[16][16];
+    for (int p0 = 0; p0 < k; p0 += 16) {
+        int pn = k - p0 < 16 ? k - p0 : 16;
+        for (int i0 = 0; i0 < m; i0 += 16) {
+            int in = m - i0 < 16 ? m - i0 : 16;
+            for (int p = 0; p < pn; p++)
+                for (int i = 0; i < in; i++)
+                    blk[i][p] = a[(size_t)(p0 + p) * lda + i0 + i];
+            for (int i = 0; i < in; i++) {
+                uint16_t *row = pa + (size_t)(i0 + i) * kp + p0;
+                for (int p = 0; p < pn; p++)
+                    row[p] = bf16_from_float(blk[i][p]);
+            }
+        }
+    }
+}
+
+/* op(B)[k][n] into pb: for each 16 columns, kp/2 rows of 16 pairs. */
+__attribute__((target("avx512f,avx512bw,avx512bf16")))
+static void pack_b(uint16_t *pb, const float *b, int ldb, bool tb, int k, int n, int kp, int np)
+{
+    if (k < kp || n < np)
+        memset(pb, 0, (size_t)kp * np * sizeof(uint16_t));
+    /* rows p and p + 1 of 16 columns, converted, then interleaved */
+    const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                           24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                           16, 0);
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        uint16_t *panel = pb + (size_t)(j0 / 16) * (kp / 2) * 32;
+        int cols = n - j0 < 16 ? n - j0 : 16;
+        int p = 0;
+        if (!tb && cols == 16) {
+            for (; p + 2 <= k; p += 2) {
+                const float *r0 = b + (size_t)p * ldb + j0;
+                __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(r0 + ldb), _mm512_loadu_ps(r0));
+                _mm512_storeu_si512(panel + (size_t)(p / 2) * 32,
+                                    _mm512_permutexvar_epi16(pairs, (__m512i)v));
+            }
+        }
+        if (tb) {
+            /* B^T: a pair (p, p + 1) of column j is two neighbours in row
+             * j of b; read each row once, write its pairs down the panel */
+            for (int j = 0; j < cols; j++) {
+                const float *row = b + (size_t)(j0 + j) * ldb;
+                for (int q = 0; 2 * q < k; q++) {
+                    uint16_t *pair = panel + (size_t)q * 32 + 2 * j;
+                    pair[0] = bf16_from_float(row[2 * q]);
+                    pair[1] = 2 * q + 1 < k ? bf16_from_float(row[2 * q + 1]) : 0;
+                }
+            }
+            continue;
+        }
+        for (; p < k; p++) {
+            uint16_t *pair = panel + (size_t)(p / 2) * 32 + p % 2;
+            for (int j = 0; j < cols; j++)
+                pair[2 * j] = bf16_from_float(b[(size_t)p * ldb + j0 + j]);
+        }
+    }
+}
+
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) tile_config;
+
+/* acc[mp][np] = op(A) op(B) on the tiles, K in chunks of K_CHUNK so that
+ * the chunk of B stays in L2 while every block of rows passes over it;
+ * then C = beta C + acc. */
+__attribute__((target("amx-tile,amx-bf16")))
+static void amx_product(float *c, int ldc, const uint16_t *pa, const uint16_t *pb, int m, int n,
+                        int mp, int np, int kp, float beta, float *acc)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    const size_t lacc = (size_t)np * sizeof(float);
+    for (int k0 = 0; k0 < kp; k0 += K_CHUNK) {
+        int k1 = k0 + K_CHUNK < kp ? k0 + K_CHUNK : kp;
+        for (int i = 0; i < mp; i += BLOCK) {
+            const uint16_t *a0 = pa + (size_t)i * kp, *a1 = a0 + (size_t)16 * kp;
+            for (int j = 0; j < np; j += BLOCK) {
+                const uint16_t *b0 = pb + (size_t)(j / 16) * (kp / 2) * 32;
+                const uint16_t *b1 = b0 + (size_t)(kp / 2) * 32;
+                float *t = acc + (size_t)i * np + j;
+                if (k0 == 0) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                } else {
+                    _tile_loadd(0, t, lacc);
+                    _tile_loadd(1, t + 16, lacc);
+                    _tile_loadd(2, t + 16 * (size_t)np, lacc);
+                    _tile_loadd(3, t + 16 * (size_t)np + 16, lacc);
+                }
+                for (int p = k0; p < k1; p += TILE_K) {
+                    _tile_loadd(4, a0 + p, kp * 2);
+                    _tile_loadd(5, a1 + p, kp * 2);
+                    _tile_loadd(6, b0 + (size_t)p * 16, 64);
+                    _tile_loadd(7, b1 + (size_t)p * 16, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                _tile_stored(0, t, lacc);
+                _tile_stored(1, t + 16, lacc);
+                _tile_stored(2, t + 16 * (size_t)np, lacc);
+                _tile_stored(3, t + 16 * (size_t)np + 16, lacc);
+            }
+        }
+    }
+    _tile_release();
+    for (int r = 0; r < m; r++) {
+        float *cr = c + (size_t)r * ldc;
+        const float *ar = acc + (size_t)r * np;
+        if (beta == 0.0f)
+            memcpy(cr, ar, (size_t)n * sizeof(float));
+        else
+            for (int q = 0; q < n; q++)
+                cr[q] = beta * cr[q] + ar[q];
+    }
+}
+#endif
+
+void matmul_bf16(float *c, int ldc,
+                 const float *a, int lda, bool ta,
+                 const float *b, int ldb, bool tb,
+                 int m, int n, int k, float beta, void *work)
+{
+    if (m <= 0 || n <= 0)
+        return;
+#ifdef MODE_AMX
+    if (k > 0 && bf16_amx_ready()) {
+        int mp = round_up(m, BLOCK), np = round_up(n, BLOCK), kp = round_up(k, TILE_K);
+        uint16_t *pa = work, *pb = pa + (size_t)mp * kp;
+        float *acc = (float *)(pb + (size_t)kp * np);
+        pack_a(pa, a, lda, ta, m, k, mp, kp);
+        pack_b(pb, b, ldb, tb, k, n, kp, np);
+        amx_product(c, ldc, pa, pb, m, n, mp, np, kp, beta, acc);
+        return;
+    }
+#endif
+    matmul_bf16_emulated(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
+}
+
+void matmul_bf16_ref(float *c, int ldc,
+                     const float *a, int lda, bool ta,
+                     const float *b, int ldb, bool tb,
+                     int m, int n, int k, float beta)
+{
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int p = 0; p < k; p++) {
+                float av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                float bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                s += (double)bf16_round(av) * (double)bf16_round(bv);
+            }
+            float *cij = &c[(size_t)i * ldc + j];
+            *cij = (float)(beta == 0.0f ? s : (double)beta * (double)*cij + s);
+        }
+    }
+}
