@@ -124,7 +124,7 @@ int choose_threads(const cli *c, mode_ctx *ctx)
         t = env ? atoi(env) : 0;
     }
     if (t <= 0) {
-        /* ranks x BLAS threads <= cores: more only makes them fight */
+        /* ranks x threads <= cores: more only makes them fight */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         t = (int)(cores / comm_local_size(ctx->comm));
         if (t < 1)

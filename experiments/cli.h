@@ -1,4 +1,4 @@
-/* What the subcommands of mode-exp share: the command line, BLAS threads,
+/* What the subcommands of mode-exp share: the command line, threads,
  * loading a checkpoint into a model. */
 #ifndef MODE_EXPERIMENTS_CLI_H
 #define MODE_EXPERIMENTS_CLI_H
@@ -25,9 +25,10 @@ typedef struct cli {
  * checkpoint, the rest section.key=value overrides); --help prints usage and
  * exits 0.  Returns non-zero (after a message) on a bad command line. */
 int parse_cli(cli *c, int argc, char **argv, const char *usage);
-/* BLAS threads per rank: --threads, else $OPENBLAS_NUM_THREADS, else cores /
- * ranks on the node (ranks x threads <= cores); with more than one, also
- * ctx->pool, the same number of threads for the work outside BLAS. */
+/* Threads per rank: --threads, else $OPENBLAS_NUM_THREADS, else cores /
+ * ranks on the node (ranks x threads <= cores).  They become ctx->pool,
+ * which runs the products (BLAS itself then keeps to one thread), attention
+ * and the element-wise loops. */
 int choose_threads(const cli *c, mode_ctx *ctx);
 /* A checkpoint's config and parameters in a model for nseq sequences. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, char *err,

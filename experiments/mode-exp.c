@@ -36,7 +36,7 @@ static const char usage_main[] =
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
     "  --quiet        print nothing but errors\n"
     "  --jsonl        one JSON object per logged step instead of text\n"
-    "  --threads N    BLAS threads per rank (default: cores / ranks on the node)\n"
+    "  --threads N    threads per rank (default: cores / ranks on the node)\n"
     "  --max-steps N  stop after N steps of this invocation (with a checkpoint);\n"
     "                 --resume goes on exactly as an uninterrupted run would\n"
     "  --help         this text\n"

@@ -38,7 +38,7 @@ static const char usage_sweep[] =
     "  --dry-run    list the runs, their planned steps and what would happen to each\n"
     "  --progress   print the training progress of every run\n"
     "  --no-report  do not run mode-analyze report at the end\n"
-    "  --threads N  BLAS threads per rank (default: cores / ranks on the node)\n";
+    "  --threads N  threads per rank (default: cores / ranks on the node)\n";
 
 typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
 static const char *const action_names[] = { "train", "resume", "complete" };
@@ -423,7 +423,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         counts[act[i]]++;
     if (ctx->rank == 0) {
         printf("# sweep %s (%s over %s): %d runs into %s/: %d to train, %d to resume, %d "
-               "complete; %d rank(s) x %d BLAS thread(s)\n", p.path,
+               "complete; %d rank(s) x %d thread(s)\n", p.path,
                p.isoflop ? "isoFLOP design" : "grid", p.base, p.n_runs, p.out,
                counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], ctx->size, threads);
         if (o.dry_run)

@@ -15,7 +15,7 @@ int comm_init(comm **out, int *argc, char ***argv);
 void comm_finalize(comm **c);
 int comm_rank(const comm *c);
 int comm_size(const comm *c);
-/* Ranks sharing this rank's node (for choosing BLAS threads per rank). */
+/* Ranks sharing this rank's node (for choosing threads per rank). */
 int comm_local_size(const comm *c);
 
 /* In-place sums over all ranks. */

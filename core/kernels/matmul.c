@@ -121,7 +121,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double matmul_measure_gflops(int rows, int d, int f, int reps)
+double matmul_measure_gflops(struct thread_pool *p, int rows, int d, int f, int reps)
 {
     /* every operand fits in max(rows, d, f)^2 floats */
     size_t w = (size_t)(d > f ? d : f), big = (size_t)rows > w ? (size_t)rows * w : w * w;
@@ -144,7 +144,11 @@ double matmul_measure_gflops(int rows, int d, int f, int reps)
         for (int s = 0; s < 4; s++) {
             int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             double t0 = now_s();
-            matmul(c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k, 0.0f);
+            if (p)
+                matmul_pool(p, c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k,
+                            0.0f);
+            else
+                matmul(c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k, 0.0f);
             if (r > 0) { /* round 0 warms the caches and the thread pool */
                 t += now_s() - t0;
                 flops += 2.0 * m * n * k;

@@ -45,10 +45,11 @@ void linear_forward(struct thread_pool *p, float *y, const float *x, const float
 void linear_backward(struct thread_pool *p, float *dx, float *dw, const float *dy, const float *x,
                      const float *w, int n, int in, int out, float dx_beta);
 
-/* sgemm GFLOP/s at a transformer's own shapes (rows x d by d x d, rows x d
- * by d x f, rows x f by f x d, and the weight-gradient form d x rows by
- * rows x f), reps timed rounds after one warm-up round, at the current
- * BLAS thread count.  The yardstick benchmarks report against. */
-double matmul_measure_gflops(int rows, int d, int f, int reps);
+/* GFLOP/s of the products at a transformer's own shapes (rows x d by d x
+ * d, rows x d by d x f, rows x f by f x d, and the weight-gradient form
+ * d x rows by rows x f), reps timed rounds after one warm-up round: with a
+ * NULL pool cblas_sgemm at the current BLAS thread count (the yardstick
+ * benchmarks report against), else matmul_pool on p, in p's precision. */
+double matmul_measure_gflops(struct thread_pool *p, int rows, int d, int f, int reps);
 
 #endif

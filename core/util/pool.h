@@ -1,5 +1,5 @@
 /* A small pool of worker threads for the work outside the matrix products
- * when one rank has several cores (1 rank x 2 BLAS threads): attention per
+ * when one rank has several cores (1 rank x 2 threads): attention per
  * (sequence, head) and the long element-wise loops.  The caller and
  * (threads - 1) workers share the tasks of one pool_run.  BLAS itself then
  * keeps to one thread (matmul_pool splits the large products on this pool):

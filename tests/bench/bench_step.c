@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     /* the yardstick: OpenBLAS with all the threads; the step: the threads as
      * a pool, BLAS on one (mode-exp's thread model) */
     matmul_set_threads(threads);
-    double gemm_before = matmul_measure_gflops(nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
+    double gemm_before = matmul_measure_gflops(NULL, nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
     if (threads > 1 && build_thread_pool(&ctx.pool, threads) == 0)
         matmul_set_threads(1);
     double t = 0.0, flops = 0.0;
@@ -68,7 +68,7 @@ int main(int argc, char **argv)
         }
     }
     matmul_set_threads(threads);
-    double gemm_after = matmul_measure_gflops(nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
+    double gemm_after = matmul_measure_gflops(NULL, nseq * dims.seq_len, dims.d_model, dims.d_ff, 3);
     double gemm = 0.5 * (gemm_before + gemm_after);
     double step_s = t / steps, gf = flops / t * 1e-9;
     printf("dense L%d d256 S256 B16, %d thread(s): %.1f ms/step, %.0f tokens/s, "
