@@ -4,7 +4,9 @@
 
 #include "core/kernels/matmul.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MODE_AMX 1
@@ -56,6 +58,18 @@ bool bf16_amx_ready(void)
 #endif
 }
 
+/* op(A) as ar[m][k] and op(B) as br[k][n], rounded to bf16 (in floats). */
+static void round_operands(float *ar, float *br, const float *a, int lda, bool ta,
+                           const float *b, int ldb, bool tb, int m, int n, int k)
+{
+    for (int i = 0; i < m; i++)
+        for (int p = 0; p < k; p++)
+            ar[(size_t)i * k + p] = bf16_round(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
+    for (int p = 0; p < k; p++)
+        for (int j = 0; j < n; j++)
+            br[(size_t)p * n + j] = bf16_round(tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+}
+
 void matmul_bf16_emulated(float *c, int ldc,
                           const float *a, int lda, bool ta,
                           const float *b, int ldb, bool tb,
@@ -64,12 +78,7 @@ void matmul_bf16_emulated(float *c, int ldc,
     if (m <= 0 || n <= 0)
         return;
     float *ar = work, *br = ar + (size_t)m * k;
-    for (int i = 0; i < m; i++)
-        for (int p = 0; p < k; p++)
-            ar[(size_t)i * k + p] = bf16_round(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
-    for (int p = 0; p < k; p++)
-        for (int j = 0; j < n; j++)
-            br[(size_t)p * n + j] = bf16_round(tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+    round_operands(ar, br, a, lda, ta, b, ldb, tb, m, n, k);
     matmul(c, ldc, ar, k, false, br, n, false, m, n, k, beta);
 }
 
@@ -255,21 +264,19 @@ void matmul_bf16(float *c, int ldc,
     matmul_bf16_emulated(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
 }
 
-void matmul_bf16_ref(float *c, int ldc,
-                     const float *a, int lda, bool ta,
-                     const float *b, int ldb, bool tb,
-                     int m, int n, int k, float beta)
+int matmul_bf16_ref(float *c, int ldc,
+                    const float *a, int lda, bool ta,
+                    const float *b, int ldb, bool tb,
+                    int m, int n, int k, float beta)
 {
-    for (int i = 0; i < m; i++) {
-        for (int j = 0; j < n; j++) {
-            double s = 0.0;
-            for (int p = 0; p < k; p++) {
-                float av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
-                float bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
-                s += (double)bf16_round(av) * (double)bf16_round(bv);
-            }
-            float *cij = &c[(size_t)i * ldc + j];
-            *cij = (float)(beta == 0.0f ? s : (double)beta * (double)*cij + s);
-        }
-    }
+    if (m <= 0 || n <= 0)
+        return 0;
+    float *ar = malloc(((size_t)m * k + (size_t)k * n + 1) * sizeof(float));
+    if (!ar)
+        return -ENOMEM;
+    float *br = ar + (size_t)m * k;
+    round_operands(ar, br, a, lda, ta, b, ldb, tb, m, n, k);
+    matmul_ref(c, ldc, ar, k, false, br, n, false, m, n, k, beta);
+    free(ar);
+    return 0;
 }

@@ -55,10 +55,11 @@ void matmul_bf16_emulated(float *c, int ldc,
                           const float *a, int lda, bool ta,
                           const float *b, int ldb, bool tb,
                           int m, int n, int k, float beta, void *work);
-/* Plain loops: bf16-rounded operands, double sums. */
-void matmul_bf16_ref(float *c, int ldc,
-                     const float *a, int lda, bool ta,
-                     const float *b, int ldb, bool tb,
-                     int m, int n, int k, float beta);
+/* matmul_ref (plain loops, double sums) on the bf16-rounded operands;
+ * -ENOMEM when their copies cannot be made. */
+int matmul_bf16_ref(float *c, int ldc,
+                    const float *a, int lda, bool ta,
+                    const float *b, int ldb, bool tb,
+                    int m, int n, int k, float beta);
 
 #endif
