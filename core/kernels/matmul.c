@@ -35,29 +35,39 @@ typedef struct split_job {
     float *c;
     const float *a, *b;
     int ldc, lda, ldb, m, n, k, parts;
-    bool ta, tb;
+    bool ta, tb, by_cols;
     float beta;
     struct thread_pool *pool; /* bf16 products: the workers' scratch */
 } split_job;
 
-/* Part t of C's rows, its bounds on multiples of 16 (sgemm's row blocking). */
+/* Part t of C: a band of rows, or of columns (by_cols), its bounds on
+ * multiples of 16 (sgemm's blocking).  Each part packs the whole of the
+ * other operand, so the split goes along the dimension that leaves the
+ * smaller one to repeat. */
 static void split_task(void *arg, int t, int worker)
 {
     const split_job *j = arg;
-    int m0 = (int)((long)j->m * t / j->parts) / 16 * 16;
-    int m1 = t + 1 == j->parts ? j->m : (int)((long)j->m * (t + 1) / j->parts) / 16 * 16;
-    const float *a = j->ta ? j->a + m0 : j->a + (size_t)m0 * j->lda;
-    float *c = j->c + (size_t)m0 * j->ldc;
-    if (!j->pool) {
-        matmul(c, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0, j->n, j->k, j->beta);
-        return;
+    int len = j->by_cols ? j->n : j->m;
+    int x0 = (int)((long)len * t / j->parts) / 16 * 16;
+    int x1 = t + 1 == j->parts ? len : (int)((long)len * (t + 1) / j->parts) / 16 * 16;
+    const float *a = j->a, *b = j->b;
+    float *c = j->c;
+    int m = j->m, n = j->n;
+    if (j->by_cols) {
+        b += j->tb ? (size_t)x0 * j->ldb : (size_t)x0;
+        c += x0;
+        n = x1 - x0;
+    } else {
+        a += j->ta ? (size_t)x0 : (size_t)x0 * j->lda;
+        c += (size_t)x0 * j->ldc;
+        m = x1 - x0;
     }
-    void *work = pool_scratch(j->pool, worker, matmul_bf16_work_bytes(m1 - m0, j->n, j->k));
+    void *work = j->pool ? pool_scratch(j->pool, worker, matmul_bf16_work_bytes(m, n, j->k))
+                         : NULL;
     if (work)
-        matmul_bf16(c, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0, j->n, j->k,
-                    j->beta, work);
-    else /* out of memory for packing: the same product in fp32 */
-        matmul(c, j->ldc, a, j->lda, j->ta, j->b, j->ldb, j->tb, m1 - m0, j->n, j->k, j->beta);
+        matmul_bf16(c, j->ldc, a, j->lda, j->ta, b, j->ldb, j->tb, m, n, j->k, j->beta, work);
+    else /* fp32, or out of memory for the bf16 packing: the same product in fp32 */
+        matmul(c, j->ldc, a, j->lda, j->ta, b, j->ldb, j->tb, m, n, j->k, j->beta);
 }
 
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
@@ -66,11 +76,14 @@ void matmul_pool(struct thread_pool *p, float *c, int ldc,
                  int m, int n, int k, float beta)
 {
     int parts = pool_threads(p);
-    /* below a million multiply-adds, or 32 rows a thread, one call is faster */
-    if (parts > 1 && ((double)m * n * k < 1e6 || m < 32 * parts))
+    /* split C's columns when A (m x k) is the smaller operand to repeat */
+    bool by_cols = n > m;
+    /* below a million multiply-adds, or 32 rows (columns) a thread, one
+     * call is faster */
+    if (parts > 1 && ((double)m * n * k < 1e6 || (by_cols ? n : m) < 32 * parts))
         parts = 1;
     split_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
-                    .k = k, .parts = parts, .ta = ta, .tb = tb, .beta = beta,
+                    .k = k, .parts = parts, .ta = ta, .tb = tb, .by_cols = by_cols, .beta = beta,
                     .pool = pool_bf16(p) ? p : NULL };
     if (parts == 1 && !j.pool) {
         matmul(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);

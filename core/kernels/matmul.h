@@ -22,9 +22,9 @@ void matmul(float *c, int ldc,
  * large products among the pool's threads instead. */
 void matmul_set_threads(int threads);
 
-/* matmul() with the rows of C split among the pool's threads (each part one
- * single-threaded sgemm); small products, and a NULL pool, run as one call.
- * Must not be called from inside a pool task. */
+/* matmul() with C split among the pool's threads, in bands of rows or of
+ * columns (each part one single-threaded sgemm, or bf16 product when the
+ * pool says so); small products, and a NULL pool, run as one call. */
 struct thread_pool;
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
                  const float *a, int lda, bool ta,
