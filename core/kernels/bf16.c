@@ -178,9 +178,24 @@ typedef struct tile_config {
     uint8_t rows[16];
 } __attribute__((packed)) tile_config;
 
-/* acc[mp][np] = op(A) op(B) on the tiles, K in chunks of K_CHUNK so that
- * the chunk of B stays in L2 while every block of rows passes over it;
- * then C = beta C + acc. */
+/* C[rows][cols] = beta C + t (beta 0 overwrites, NaN included). */
+static void add_block(float *c, int ldc, const float *t, int ldt, int rows, int cols, float beta)
+{
+    for (int r = 0; r < rows; r++) {
+        float *cr = c + (size_t)r * ldc;
+        const float *tr = t + (size_t)r * ldt;
+        if (beta == 0.0f)
+            memcpy(cr, tr, (size_t)cols * sizeof(float));
+        else
+            for (int q = 0; q < cols; q++)
+                cr[q] = beta * cr[q] + tr[q];
+    }
+}
+
+/* C = beta C + op(A) op(B) on the tiles.  When K fits one chunk of K_CHUNK,
+ * each 32 x 32 block goes through a small buffer straight into C; longer K
+ * runs in chunks, so that the chunk of B stays in L2 while every block of
+ * rows passes over it, summing in acc[mp][np], then into C. */
 __attribute__((target("amx-tile,amx-bf16")))
 static void amx_product(float *c, int ldc, const uint16_t *pa, const uint16_t *pb, int m, int n,
                         int mp, int np, int kp, float beta, float *acc)
@@ -193,7 +208,9 @@ static void amx_product(float *c, int ldc, const uint16_t *pa, const uint16_t *p
         cfg.colsb[i] = 64;
     }
     _tile_loadconfig(&cfg);
-    const size_t lacc = (size_t)np * sizeof(float);
+    bool one_chunk = kp <= K_CHUNK;
+    const int ldt = one_chunk ? BLOCK : np; /* floats */
+    const size_t bytes = (size_t)ldt * sizeof(float);
     for (int k0 = 0; k0 < kp; k0 += K_CHUNK) {
         int k1 = k0 + K_CHUNK < kp ? k0 + K_CHUNK : kp;
         for (int i = 0; i < mp; i += BLOCK) {
@@ -201,17 +218,17 @@ static void amx_product(float *c, int ldc, const uint16_t *pa, const uint16_t *p
             for (int j = 0; j < np; j += BLOCK) {
                 const uint16_t *b0 = pb + (size_t)(j / 16) * (kp / 2) * 32;
                 const uint16_t *b1 = b0 + (size_t)(kp / 2) * 32;
-                float *t = acc + (size_t)i * np + j;
+                float *t = one_chunk ? acc : acc + (size_t)i * np + j;
                 if (k0 == 0) {
                     _tile_zero(0);
                     _tile_zero(1);
                     _tile_zero(2);
                     _tile_zero(3);
                 } else {
-                    _tile_loadd(0, t, lacc);
-                    _tile_loadd(1, t + 16, lacc);
-                    _tile_loadd(2, t + 16 * (size_t)np, lacc);
-                    _tile_loadd(3, t + 16 * (size_t)np + 16, lacc);
+                    _tile_loadd(0, t, bytes);
+                    _tile_loadd(1, t + 16, bytes);
+                    _tile_loadd(2, t + 16 * (size_t)ldt, bytes);
+                    _tile_loadd(3, t + 16 * (size_t)ldt + 16, bytes);
                 }
                 for (int p = k0; p < k1; p += TILE_K) {
                     _tile_loadd(4, a0 + p, kp * 2);
@@ -223,23 +240,19 @@ static void amx_product(float *c, int ldc, const uint16_t *pa, const uint16_t *p
                     _tile_dpbf16ps(2, 5, 6);
                     _tile_dpbf16ps(3, 5, 7);
                 }
-                _tile_stored(0, t, lacc);
-                _tile_stored(1, t + 16, lacc);
-                _tile_stored(2, t + 16 * (size_t)np, lacc);
-                _tile_stored(3, t + 16 * (size_t)np + 16, lacc);
+                _tile_stored(0, t, bytes);
+                _tile_stored(1, t + 16, bytes);
+                _tile_stored(2, t + 16 * (size_t)ldt, bytes);
+                _tile_stored(3, t + 16 * (size_t)ldt + 16, bytes);
+                if (one_chunk)
+                    add_block(c + (size_t)i * ldc + j, ldc, t, BLOCK,
+                              m - i < BLOCK ? m - i : BLOCK, n - j < BLOCK ? n - j : BLOCK, beta);
             }
         }
     }
     _tile_release();
-    for (int r = 0; r < m; r++) {
-        float *cr = c + (size_t)r * ldc;
-        const float *ar = acc + (size_t)r * np;
-        if (beta == 0.0f)
-            memcpy(cr, ar, (size_t)n * sizeof(float));
-        else
-            for (int q = 0; q < n; q++)
-                cr[q] = beta * cr[q] + ar[q];
-    }
+    if (!one_chunk)
+        add_block(c, ldc, acc, np, m, n, beta);
 }
 #endif
 
