@@ -95,6 +95,43 @@ static int pad(pcg32 *rng)
     return pcg32_bounded(rng, 2) ? 0 : 1 + (int)pcg32_bounded(rng, 5);
 }
 
+/* One product's operands: combo picks the transpositions (bits 0, 1) and
+ * beta (0, 1, 0.5); about half of them are views into wider rows.  The
+ * operands' padding is NaN (reading it would poison C); C's padding holds
+ * PAD_SENTINEL, and with beta = 0 C itself is NaN (it must be overwritten). */
+typedef struct mm_case {
+    float *a, *b, *c;
+    int lda, ldb, ldc;
+    bool ta, tb;
+    float beta;
+} mm_case;
+
+static mm_case make_case(pcg32 *rng, int m, int n, int k, int combo)
+{
+    static const float betas[] = { 0.0f, 1.0f, 0.5f };
+    mm_case x = { .ta = combo & 1, .tb = (combo >> 1) & 1, .beta = betas[combo >> 2] };
+    /* stored shapes: A is [m][k] or [k][m], B is [k][n] or [n][k] */
+    int ar = x.ta ? k : m, ac = x.ta ? m : k, br = x.tb ? n : k, bc = x.tb ? k : n;
+    x.lda = ac + pad(rng);
+    x.ldb = bc + pad(rng);
+    x.ldc = n + pad(rng);
+    x.a = mat(rng, ar, ac, x.lda, NAN);
+    x.b = mat(rng, br, bc, x.ldb, NAN);
+    x.c = mat(rng, m, n, x.ldc, PAD_SENTINEL);
+    if (x.beta == 0.0f)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                x.c[(size_t)i * x.ldc + j] = NAN;
+    return x;
+}
+
+static void free_case(mm_case *x)
+{
+    free(x->a);
+    free(x->b);
+    free(x->c);
+}
+
 static void test_matmul_vs_ref(void **st)
 {
     (void)st;
@@ -103,7 +140,6 @@ static void test_matmul_vs_ref(void **st)
         { 1, 97, 97 },  { 97, 1, 97 }, { 97, 97, 1 }, { 2, 3, 5 },   { 7, 1, 13 },
         { 31, 17, 1 },  { 64, 64, 64 }, { 33, 65, 9 },
     };
-    static const float betas[] = { 0.0f, 1.0f, 0.5f };
     const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
     pcg32 rng;
     pcg32_seed(&rng, 20240611u, 1u);
@@ -119,27 +155,13 @@ static void test_matmul_vs_ref(void **st)
             k = 1 + (int)pcg32_bounded(&rng, MAXDIM);
         }
         for (int combo = 0; combo < 12; combo++) {
-            bool ta = combo & 1, tb = (combo >> 1) & 1;
-            float beta = betas[combo >> 2];
-            /* stored shapes: A is [m][k] or [k][m], B is [k][n] or [n][k] */
-            int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-            int lda = ac + pad(&rng), ldb = bc + pad(&rng), ldc = n + pad(&rng);
-            /* NaN in the operands' padding: reading it would poison C. */
-            float *a = mat(&rng, ar, ac, lda, NAN);
-            float *b = mat(&rng, br, bc, ldb, NAN);
-            float *c = mat(&rng, m, n, ldc, PAD_SENTINEL);
-            if (beta == 0.0f) /* beta = 0 must overwrite, even NaN */
-                for (int i = 0; i < m; i++)
-                    for (int j = 0; j < n; j++)
-                        c[(size_t)i * ldc + j] = NAN;
-            float *ref = copy(c, (size_t)m * ldc);
-            matmul(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
-            matmul_ref(ref, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
-            worst = fmax(worst, check_close("matmul", c, ref, m, n, ldc, k, true));
+            mm_case x = make_case(&rng, m, n, k, combo);
+            float *ref = copy(x.c, (size_t)m * x.ldc);
+            matmul(x.c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta);
+            matmul_ref(ref, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta);
+            worst = fmax(worst, check_close("matmul", x.c, ref, m, n, x.ldc, k, true));
             cases++;
-            free(a);
-            free(b);
-            free(c);
+            free_case(&x);
             free(ref);
         }
     }
@@ -266,7 +288,6 @@ static void test_bf16_vs_ref(void **st)
         { 33, 65, 9 }, { 64, 64, 64 }, { 70, 50, 600 }, { 97, 97, 97 },  { 5, 300, 257 },
         { 257, 31, 33 }, { 128, 704, 256 }, { 200, 48, 1000 },
     };
-    static const float betas[] = { 0.0f, 1.0f, 0.5f };
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     print_message("bf16 products on %s\n", bf16_amx_ready() ? "AMX" : "the emulated path only");
     pcg32 rng;
@@ -277,26 +298,16 @@ static void test_bf16_vs_ref(void **st)
         void *work = aligned_alloc(64, (matmul_bf16_work_bytes(m, n, k) + 63) / 64 * 64);
         assert_non_null(work);
         for (int combo = 0; combo < 12; combo++) {
-            bool ta = combo & 1, tb = (combo >> 1) & 1;
-            float beta = betas[combo >> 2];
-            int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-            int lda = ac + pad(&rng), ldb = bc + pad(&rng), ldc = n + pad(&rng);
-            float *a = mat(&rng, ar, ac, lda, NAN);
-            float *b = mat(&rng, br, bc, ldb, NAN);
-            float *c = mat(&rng, m, n, ldc, PAD_SENTINEL);
-            if (beta == 0.0f)
-                for (int i = 0; i < m; i++)
-                    for (int j = 0; j < n; j++)
-                        c[(size_t)i * ldc + j] = NAN;
-            float *ref = copy(c, (size_t)m * ldc), *emu = copy(c, (size_t)m * ldc);
-            assert_int_equal(matmul_bf16_ref(ref, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta), 0);
-            matmul_bf16(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
-            matmul_bf16_emulated(emu, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
-            worst[0] = fmax(worst[0], check_close("matmul_bf16", c, ref, m, n, ldc, k, true));
-            worst[1] = fmax(worst[1], check_close("bf16 emulated", emu, ref, m, n, ldc, k, true));
-            free(a);
-            free(b);
-            free(c);
+            mm_case x = make_case(&rng, m, n, k, combo);
+            float *ref = copy(x.c, (size_t)m * x.ldc), *emu = copy(x.c, (size_t)m * x.ldc);
+            assert_int_equal(matmul_bf16_ref(ref, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n,
+                                             k, x.beta), 0);
+            matmul_bf16(x.c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta, work);
+            matmul_bf16_emulated(emu, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta,
+                                 work);
+            worst[0] = fmax(worst[0], check_close("matmul_bf16", x.c, ref, m, n, x.ldc, k, true));
+            worst[1] = fmax(worst[1], check_close("bf16 emulated", emu, ref, m, n, x.ldc, k, true));
+            free_case(&x);
             free(ref);
             free(emu);
         }

@@ -154,8 +154,9 @@ typedef struct attn_job {
     long scratch_floats;
 } attn_job;
 
-/* Task t: sequence t / H, head t % H; its rows and its slice of probs. */
-static int attn_task_rows(const attn_job *j, int t, int *r0, size_t *probs_off)
+/* Task t: sequence t / H, head t % H.  Its rows' count (0: nothing to do),
+ * the offset of its first row in the d-wide buffers, and its probs[ns][ns]. */
+static int attn_task_rows(const attn_job *j, int t, size_t *o, float **probs)
 {
     int s = t / j->n_heads, h = t % j->n_heads;
     size_t off = 0;
@@ -163,9 +164,9 @@ static int attn_task_rows(const attn_job *j, int t, int *r0, size_t *probs_off)
         size_t ni = (size_t)(j->rs->seq_start[i + 1] - j->rs->seq_start[i]);
         off += (size_t)j->n_heads * ni * ni;
     }
-    *r0 = j->rs->seq_start[s];
-    int ns = j->rs->seq_start[s + 1] - *r0;
-    *probs_off = off + (size_t)h * ns * ns;
+    int r0 = j->rs->seq_start[s], ns = j->rs->seq_start[s + 1] - r0;
+    *o = (size_t)r0 * j->d;
+    *probs = j->c->probs + off + (size_t)h * ns * ns;
     return ns;
 }
 
@@ -173,30 +174,25 @@ static void attn_forward_task(void *arg, int t, int worker)
 {
     const attn_job *j = arg;
     const attn_cache *c = j->c;
-    int r0;
-    size_t po;
-    int ns = attn_task_rows(j, t, &r0, &po);
-    if (ns == 0)
-        return;
-    size_t o = (size_t)r0 * j->d;
-    attention_forward_head(c->att + o, c->probs + po, c->q + o, c->k + o, c->v + o, ns,
-                           t % j->n_heads, j->dh, j->d);
+    size_t o;
+    float *p;
+    int ns = attn_task_rows(j, t, &o, &p);
+    if (ns > 0)
+        attention_forward_head(c->att + o, p, c->q + o, c->k + o, c->v + o, ns, t % j->n_heads,
+                               j->dh, j->d);
 }
 
 static void attn_backward_task(void *arg, int t, int worker)
 {
     const attn_job *j = arg;
     const attn_cache *c = j->c;
-    int r0;
-    size_t po;
-    int ns = attn_task_rows(j, t, &r0, &po);
-    if (ns == 0)
-        return;
-    size_t o = (size_t)r0 * j->d;
-    attention_backward_head(j->dq + o, j->dk + o, j->dv + o,
-                            j->scratch + (size_t)worker * j->scratch_floats, j->datt + o,
-                            c->q + o, c->k + o, c->v + o, c->probs + po, ns, t % j->n_heads,
-                            j->dh, j->d);
+    size_t o;
+    float *p;
+    int ns = attn_task_rows(j, t, &o, &p);
+    if (ns > 0)
+        attention_backward_head(j->dq + o, j->dk + o, j->dv + o,
+                                j->scratch + (size_t)worker * j->scratch_floats, j->datt + o,
+                                c->q + o, c->k + o, c->v + o, p, ns, t % j->n_heads, j->dh, j->d);
 }
 
 long mlp_ws_floats(const model_dims *dims, int n, int f)
