@@ -47,8 +47,13 @@ bf16)
 	"$compare" b1/tiny/run.h5 b2/tiny/run.h5 0 || fail "bf16: 2 threads differ from 1"
 	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0.02 10 || fail "bf16 far from fp32"
 	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0 >/dev/null && fail "bf16 run equals fp32"
-	# evaluated as trained
+	# evaluated as trained, sampled (in fp32), and resumed bit for bit
 	"$exe" eval b1/tiny/ckpt.h5 --json >/dev/null || fail "eval of a bf16 checkpoint"
+	"$exe" sample b1/tiny/ckpt.h5 --prompt "ab" --tokens 4 >/dev/null || fail "sample bf16"
+	run bc 1 $wide 'model.layers=dense, mod, moe, integrated, staged' run.precision=bf16 \
+		--max-steps 10
+	run bc 1 $wide 'model.layers=dense, mod, moe, integrated, staged' run.precision=bf16 --resume
+	"$compare" b1/tiny/run.h5 bc/tiny/run.h5 0 || fail "resumed bf16 run differs"
 	;;
 resume)
 	# Stop after 10 steps, resume: bit for bit the uninterrupted run.
