@@ -1,7 +1,9 @@
 #include "moe/moe.h"
 
 #include "core/kernels/ops.h"
+#include "core/kernels/parallel.h"
 #include "core/model/block.h"
+#include "core/util/ctx.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -153,8 +155,10 @@ static int moe_forward(layer *l, const fwd_args *a, float *y, const float *x)
     row_set rs = { .n = n, .nseq = a->nseq, .seq_start = s->seq_start, .pos = s->pos };
     attn_weights aw = attn_weights_at(l->w);
     attn_forward(&s->attn, s->h, x, &rs, &aw, a);
-    rmsnorm_forward(s->m, s->rstd, s->h, l->w[T_MLP_NORM], n, d);
+    double t0 = mode_now();
+    rmsnorm_forward_pool(a->pool, s->m, s->rstd, s->h, l->w[T_MLP_NORM], n, d);
     memcpy(y, s->h, (size_t)n * d * sizeof(float));
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     s->nseq = a->nseq;
     if (a->flops_executed)
         *a->flops_executed += a->nseq * attn_flops_rows(dm, a->seq_len, (long)a->seq_len * a->seq_len);
@@ -175,7 +179,10 @@ static int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     int rc = experts_backward(s->x, a, dmm, dy, s->m, &rs, l->w + T_GATE, l->dw + T_GATE);
     if (rc)
         return rc;
-    rmsnorm_backward(dh, l->dw[T_MLP_NORM], dmm, s->h, l->w[T_MLP_NORM], s->rstd, n, d);
+    double t0 = mode_now();
+    rmsnorm_backward_pool(a->pool, dh, l->dw[T_MLP_NORM], dmm, s->h, l->w[T_MLP_NORM], s->rstd,
+                          n, d);
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     attn_weights aw = attn_weights_at(l->w), daw = attn_weights_at(l->dw);
     attn_backward(dx, &daw, dh, x, &s->attn, &rs, &aw, a, a->ws + 2 * nd);
     return 0;

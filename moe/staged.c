@@ -8,6 +8,7 @@
 #include "moe/staged.h"
 
 #include "core/kernels/ops.h"
+#include "core/kernels/parallel.h"
 #include "core/model/block.h"
 #include "core/util/ctx.h"
 #include "mod/router.h"
@@ -177,8 +178,10 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     attn_weights aw = attn_weights_at(l->w + s->t_attn);
     attn_forward(&s->attn, s->h, s->xs, &rs, &aw, a);
-    rmsnorm_forward(s->m, s->rstd, s->h, l->w[s->t_norm], rt->n_sel, d);
+    t0 = mode_now();
+    rmsnorm_forward_pool(a->pool, s->m, s->rstd, s->h, l->w[s->t_norm], rt->n_sel, d);
     memcpy(s->ys, s->h, (size_t)rt->n_sel * d * sizeof(float));
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     rc = experts_forward(s->x, a, s->ys, s->m, &rs, l->w + s->t_gate, nominal_capacity(s));
     if (rc)
         return rc;
@@ -204,7 +207,10 @@ static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *
     int rc = experts_backward(s->x, a, dmm, dys, s->m, &rs, l->w + s->t_gate, l->dw + s->t_gate);
     if (rc)
         return rc;
-    rmsnorm_backward(dh, l->dw[s->t_norm], dmm, s->h, l->w[s->t_norm], s->rstd, ns, d);
+    double t0 = mode_now();
+    rmsnorm_backward_pool(a->pool, dh, l->dw[s->t_norm], dmm, s->h, l->w[s->t_norm], s->rstd, ns,
+                          d);
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     attn_weights aw = attn_weights_at(l->w + s->t_attn), daw = attn_weights_at(l->dw + s->t_attn);
     memset(dxs, 0, nd * sizeof(float));
     attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);

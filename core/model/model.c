@@ -1,6 +1,7 @@
 #include "core/model/model.h"
 
 #include "core/kernels/matmul.h"
+#include "core/kernels/parallel.h"
 #include "core/rng/pcg32.h"
 
 #include <errno.h>
@@ -299,8 +300,8 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
             return rc;
     }
     t0 = mode_now();
-    rmsnorm_forward(m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
-                    m->final_norm, n, d);
+    rmsnorm_forward_pool(a.pool, m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
+                         m->final_norm, n, d);
     /* tied head: logits = u tok_emb^T */
     matmul_pool(a.pool, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
@@ -328,8 +329,8 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
     matmul_pool(a.pool, m->dtok_emb, d, m->logits, V, true, m->final_u, d, false, V, d, n, 1.0f);
     float *dx = m->dresid[0];
     memset(dx, 0, rd * sizeof(float));
-    rmsnorm_backward(dx, m->dfinal_norm, du, m->resid + (size_t)L * rd, m->final_norm,
-                     m->final_rstd, n, d);
+    rmsnorm_backward_pool(a.pool, dx, m->dfinal_norm, du, m->resid + (size_t)L * rd,
+                          m->final_norm, m->final_rstd, n, d);
     if (ctx)
         ctx->timers[PHASE_MATMUL] += mode_now() - t0;
     for (int l = L - 1; l >= 0; l--) {
