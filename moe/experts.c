@@ -388,6 +388,15 @@ static void add_time(const fwd_args *a, timer_phase p, double t0)
         a->ctx->timers[p] += mode_now() - t0;
 }
 
+/* Rows [o0, o0 + cnt) of src, in the experts' gathered order, to back in
+ * the order they were received. */
+static void to_received(experts *x, const float *src, int o0, int cnt)
+{
+    size_t d = (size_t)x->d;
+    for (int o = 0; o < cnt; o++)
+        memcpy(x->back + (size_t)x->perm[o0 + o] * d, src + (size_t)o * d, d * sizeof(float));
+}
+
 int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, const row_set *rs,
                     float *const *w, int capacity)
 {
@@ -462,11 +471,10 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
         if ((rc = ensure_cache(x, e, cnt)))
             break;
         ffn_weights fw = expert_w(x, w, e);
-        ffn_forward(a->pool, &x->cache[e], x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d, cnt, &fw, d,
-                    c->d_ff, 0.0f);
+        ffn_forward(a->pool, &x->cache[e], x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d,
+                    cnt, &fw, d, c->d_ff, 0.0f);
     }
-    for (int o = 0; o < x->n_recv; o++)
-        memcpy(x->back + (size_t)x->perm[o] * d, x->yout + (size_t)o * d, (size_t)d * sizeof(float));
+    to_received(x, x->yout, 0, x->n_recv);
     add_time(a, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
@@ -533,10 +541,10 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
     if (rc)
         return rc;
     t0 = mode_now();
-    /* expert side: gather dy by expert (yout is free now), backward */
+    /* expert side: gather dy by expert (yout is free now), backward; every
+     * received row belongs to one expert, so back is wholly rewritten */
     for (int o = 0; o < x->n_recv; o++)
         memcpy(x->yout + (size_t)o * d, x->back + (size_t)x->perm[o] * d, (size_t)d * sizeof(float));
-    memset(x->back, 0, (size_t)x->n_recv * d * sizeof(float));
     for (int e = 0; e < E && !rc; e++) {
         int r0 = x->exp_start[e], cnt = x->exp_start[e + 1] - r0;
         if (cnt == 0)
@@ -544,13 +552,10 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
         if ((rc = ensure_ws(x, 3L * cnt * c->d_ff + (long)cnt * d)))
             break;
         float *dxin = x->ws + 3L * cnt * c->d_ff;
-        memset(dxin, 0, (size_t)cnt * d * sizeof(float));
         ffn_weights fw = expert_w(x, w, e), dfw = expert_w(x, dw, e);
-        ffn_backward(a->pool, dxin, &dfw, x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d, &x->cache[e],
-                     cnt, &fw, d, c->d_ff, x->ws);
-        for (int o = 0; o < cnt; o++)
-            memcpy(x->back + (size_t)x->perm[r0 + o] * d, dxin + (size_t)o * d,
-                   (size_t)d * sizeof(float));
+        ffn_backward(a->pool, dxin, &dfw, x->yout + (size_t)r0 * d, x->xin + (size_t)r0 * d,
+                     &x->cache[e], cnt, &fw, d, c->d_ff, x->ws);
+        to_received(x, dxin, r0, cnt);
     }
     add_time(a, PHASE_EXPERTS, t0);
     if (rc)

@@ -276,7 +276,7 @@ void ffn_backward(thread_pool *p, float *dm, const ffn_weights *dw, const float 
     float *dg = ws, *da1 = ws + nf, *da3 = ws + 2 * nf;
     linear_backward(p, dg, dw->w2, dout, c->g, w->w2, n, f, d, 0.0f);
     swiglu_backward_pool(p, da1, da3, dg, c->a1, c->a3, (long)nf);
-    linear_backward(p, dm, dw->w1, da1, m, w->w1, n, d, f, 1.0f);
+    linear_backward(p, dm, dw->w1, da1, m, w->w1, n, d, f, 0.0f);
     linear_backward(p, dm, dw->w3, da3, m, w->w3, n, d, f, 1.0f);
 }
 
@@ -296,7 +296,6 @@ void mlp_backward(thread_pool *p, float *dh, float *dnorm, const ffn_weights *dw
     float *dm = ws;
     for (size_t i = 0; i < nd; i++)
         dh[i] += dy[i];
-    memset(dm, 0, nd * sizeof(float));
     ffn_backward(p, dm, dw, dy, c->m, &c->ffn, n, w, d, f, ws + nd);
     rmsnorm_backward_pool(p, dh, dnorm, dm, h, norm, c->rstd, n, d);
 }

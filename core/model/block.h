@@ -91,7 +91,8 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
  * element-wise loops split on (NULL: one thread). */
 void ffn_forward(struct thread_pool *p, ffn_cache *c, float *out, const float *m, int n,
                  const ffn_weights *w, int d, int f, float beta);
-/* dm[n][d] += ..., dw += ... given dout; ws holds 3 n f floats. */
+/* dm[n][d] = ... (written, not added: every caller wants the MLP's input
+ * gradient on its own), dw += ... given dout; ws holds 3 n f floats. */
 void ffn_backward(struct thread_pool *p, float *dm, const ffn_weights *dw, const float *dout,
                   const float *m, const ffn_cache *c, int n, const ffn_weights *w, int d, int f,
                   float *ws);
