@@ -231,17 +231,14 @@ static void mod_stat_columns(const layer *l, const double *sums, double *cols)
 static int mod_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     mod_state *s = l->state;
-    if (s->kv.cap < max_len) {
-        free_kv_cache(&s->kv);
+    if (s->kv.cap < max_len) { /* first use, or a longer sequence */
         free_mlp_cache(&s->mlp1);
         free(s->dec);
         s->dec = malloc(2 * (size_t)dims->d_model * sizeof(float));
-        if (!s->dec || build_kv_cache(&s->kv, dims, max_len) ||
-            build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
+        if (!s->dec || build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
             return -ENOMEM;
     }
-    s->kv.n = 0;
-    return 0;
+    return kv_cache_begin(&s->kv, dims, max_len);
 }
 
 static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)

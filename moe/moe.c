@@ -208,14 +208,8 @@ static double integrated_flops(const layer_spec *spec, const model_dims *dims)
 static int moe_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     moe_state *s = l->state;
-    if (s->kv.cap < max_len) {
-        free_kv_cache(&s->kv);
-        if (build_kv_cache(&s->kv, dims, max_len))
-            return -ENOMEM;
-    }
-    s->kv.n = 0;
     experts_decode_reset(s->x);
-    return 0;
+    return kv_cache_begin(&s->kv, dims, max_len);
 }
 
 static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)

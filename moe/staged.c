@@ -283,14 +283,8 @@ static void staged_stat_columns(const layer *l, const double *sums, double *cols
 static int staged_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     staged_state *s = l->state;
-    if (s->kv.cap < max_len) {
-        free_kv_cache(&s->kv);
-        if (build_kv_cache(&s->kv, dims, max_len))
-            return -ENOMEM;
-    }
-    s->kv.n = 0;
     experts_decode_reset(s->x);
-    return 0;
+    return kv_cache_begin(&s->kv, dims, max_len);
 }
 
 static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)

@@ -341,6 +341,17 @@ void free_kv_cache(kv_cache *c)
     memset(c, 0, sizeof(*c));
 }
 
+int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len)
+{
+    if (c->cap < max_len) {
+        free_kv_cache(c);
+        if (build_kv_cache(c, dims, max_len))
+            return -ENOMEM;
+    }
+    c->n = 0;
+    return 0;
+}
+
 int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_weights *w,
                 const fwd_args *a)
 {

@@ -116,6 +116,8 @@ typedef struct kv_cache {
 } kv_cache;
 int build_kv_cache(kv_cache *c, const model_dims *dims, int cap);
 void free_kv_cache(kv_cache *c);
+/* A new sequence of at most max_len rows: grow c when it is smaller, empty it. */
+int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len);
 /* h[d] = x + Attn(x) for one new row at position pos, attending to the cached
  * rows and itself; its k and v join the cache.  The same maths as
  * attn_forward on the rows in the cache plus this one. */

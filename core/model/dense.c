@@ -132,17 +132,14 @@ static double dense_flops(const layer_spec *spec, const model_dims *dims)
 static int dense_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     dense_state *s = l->state;
-    if (s->kv.cap < max_len) {
-        free_kv_cache(&s->kv);
+    if (s->kv.cap < max_len) { /* first use, or a longer sequence */
         free_mlp_cache(&s->mlp1);
         free(s->h1);
         s->h1 = malloc((size_t)dims->d_model * sizeof(float));
-        if (!s->h1 || build_kv_cache(&s->kv, dims, max_len) ||
-            build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
+        if (!s->h1 || build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
             return -ENOMEM;
     }
-    s->kv.n = 0;
-    return 0;
+    return kv_cache_begin(&s->kv, dims, max_len);
 }
 
 static int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
