@@ -42,6 +42,9 @@ int an_fail(const an_args *a, int code, const char *fmt, ...)
  * prints the message, frees what was opened and returns EXIT_BAD_INPUT. */
 int an_open_runs(const an_args *a, run_info **ris);
 void an_close_runs(const an_args *a, run_info **ris);
+/* Open the one run file of a routing figure: EXIT_BAD_INPUT, with the
+ * message saying why, when it cannot be read or holds no routing records. */
+int an_open_routed_run(const an_args *a, run_info **ri);
 /* Names that tell the runs apart: the config's [run] name, or the folder
  * holding the file where two runs share a name. */
 void an_unique_names(run_info **ris, int n);

@@ -76,16 +76,6 @@ static void capacity_text(const run_info *ri, char *buf, int len)
         snprintf(buf, (size_t)len, "-");
 }
 
-static double last_of(const run_info *ri, const char *col)
-{
-    double *v = NULL, x = (double)NAN;
-    long n = 0;
-    if (!run_read_column(ri, col, &v, &n) && n > 0)
-        x = v[n - 1];
-    free(v);
-    return x;
-}
-
 static int fill_row(const an_args *a, const run_info *ri, compare_row *row)
 {
     char err[512];
@@ -108,10 +98,11 @@ static int fill_row(const an_args *a, const run_info *ri, compare_row *row)
             row->params += m->tensors[t].numel;
     }
     free_model(&m);
-    double steps = last_of(ri, "metrics/step"), wall = last_of(ri, "metrics/wall_s");
+    double steps = run_last_value(ri, "metrics/step", NULL);
+    double wall = run_last_value(ri, "metrics/wall_s", NULL);
     row->steps_per_s = wall > 0 ? steps / wall : (double)NAN;
-    row->loss_topk = last_of(ri, "eval/loss_topk");
-    row->loss_causal = last_of(ri, "eval/loss_causal");
+    row->loss_topk = run_last_value(ri, "eval/loss_topk", NULL);
+    row->loss_causal = run_last_value(ri, "eval/loss_causal", NULL);
     for (int k = 0; k < RT_COUNT; k++) {
         double sum = 0.0;
         int n_layers = 0;

@@ -223,15 +223,9 @@ int cmd_heatmap(const an_args *a)
     run_info *ri = NULL;
     heatmap_fig h = { 0 };
     char err[RUN_PATH_LEN + 512], path[RUN_PATH_LEN + 64], name[96], kinds[256], cap[128];
-    if (an_open_runs(a, &ri))
+    if (an_open_routed_run(a, &ri))
         return EXIT_BAD_INPUT;
     int rc = EXIT_BAD_INPUT, L = ri->cfg.n_layers;
-    if (ri->n_steps == 0 || !ri->tokens) {
-        char why[1200];
-        run_no_routing_reason(ri, why, (int)sizeof(why));
-        an_fail(a, rc, "%s: no routing records: %s", ri->path, why);
-        goto done;
-    }
     h.step = a->step >= 0 ? a->step : ri->steps[ri->n_steps - 1];
     if (run_step_index(ri, h.step) < 0) {
         char list[512];

@@ -61,16 +61,6 @@ typedef struct iso_data {
     int legend_rows, width, height;
 } iso_data;
 
-static double last_of(const run_info *ri, const char *col)
-{
-    double *v = NULL, x = (double)NAN;
-    long n = 0;
-    if (!run_read_column(ri, col, &v, &n) && n > 0)
-        x = v[n - 1];
-    free(v);
-    return x;
-}
-
 /* "dense+mod": the shortest repeating group of the layer kinds. */
 static void pattern_kind(const run_config *c, char *out, int len)
 {
@@ -126,11 +116,11 @@ static int read_run(const an_args *a, const char *path, iso_run *r)
             r->params += (double)m->tensors[t].numel;
         r->flops = model_flops_per_seq(m, NULL);
         r->planned = config_planned_steps(&ri->cfg, 3.0 * r->flops * ri->cfg.batch);
-        double done = last_of(ri, "metrics/step");
+        double done = run_last_value(ri, "metrics/step", NULL);
         r->done = isfinite(done) ? (long)done : 0;
-        r->loss = last_of(ri, "eval/loss_topk");
-        r->loss_causal = last_of(ri, "eval/loss_causal");
-        double eval_step = last_of(ri, "eval/step");
+        r->loss = run_last_value(ri, "eval/loss_topk", NULL);
+        r->loss_causal = run_last_value(ri, "eval/loss_causal", NULL);
+        double eval_step = run_last_value(ri, "eval/step", NULL);
         r->dense = true;
         for (int l = 0; l < ri->cfg.n_layers; l++)
             r->dense &= !strcmp(ri->cfg.layers[l].kind, "dense");

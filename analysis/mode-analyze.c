@@ -198,6 +198,20 @@ int an_open_runs(const an_args *a, run_info **ris)
     return 0;
 }
 
+int an_open_routed_run(const an_args *a, run_info **ri)
+{
+    if (an_open_runs(a, ri))
+        return EXIT_BAD_INPUT;
+    if ((*ri)->n_steps == 0 || !(*ri)->tokens) {
+        char why[1200];
+        run_no_routing_reason(*ri, why, (int)sizeof(why));
+        an_fail(a, EXIT_BAD_INPUT, "%s: no routing records: %s", (*ri)->path, why);
+        free_run_info(ri);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
 void an_close_runs(const an_args *a, run_info **ris)
 {
     for (int i = 0; i < a->n_files; i++)

@@ -41,18 +41,6 @@ typedef struct report {
 
 /* ---- collecting ----------------------------------------------------------- */
 
-static double last_of(const run_info *ri, const char *col, long *count)
-{
-    double *v = NULL, x = (double)NAN;
-    long n = 0;
-    if (!run_read_column(ri, col, &v, &n) && n > 0)
-        x = v[n - 1];
-    if (count)
-        *count = n;
-    free(v);
-    return x;
-}
-
 static int read_report_run(const an_args *a, report_run *r)
 {
     run_info *ri = NULL;
@@ -73,9 +61,9 @@ static int read_report_run(const an_args *a, report_run *r)
     }
     kinds_summary(r->kinds, (int)sizeof(r->kinds), kind_names, ri->cfg.n_layers);
     r->planned = config_planned_steps(&ri->cfg, 3.0 * flops * ri->cfg.batch);
-    double done = last_of(ri, "metrics/step", NULL);
+    double done = run_last_value(ri, "metrics/step", NULL);
     r->done = isfinite(done) ? (long)done : 0;
-    last_of(ri, "eval/step", &r->evals);
+    run_last_value(ri, "eval/step", &r->evals);
     r->budget = ri->cfg.flops_budget;
     r->routed = ri->n_steps > 0 && ri->tokens;
     r->heat_step = r->routed ? ri->steps[ri->n_steps - 1] : 0;

@@ -5,6 +5,7 @@
 #include "experiments/kinds.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,18 @@ int run_read_column(const run_info *ri, const char *name, double **out, long *n)
     }
     *n = (long)dims[0];
     return 0;
+}
+
+double run_last_value(const run_info *ri, const char *name, long *count)
+{
+    double *v = NULL, x = (double)NAN;
+    long n = 0;
+    if (!run_read_column(ri, name, &v, &n) && n > 0)
+        x = v[n - 1];
+    if (count)
+        *count = n;
+    free(v);
+    return x;
 }
 
 static herr_t collect_step(hid_t g, const char *name, const H5L_info_t *info, void *op)

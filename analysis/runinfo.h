@@ -52,6 +52,9 @@ void run_steps_list(const run_info *ri, char *buf, int len);
 /* A 1-D column such as "metrics/wall_s" or "layer_stats/3/recall" as
  * doubles (malloc'd into *out).  -ENOENT when absent. */
 int run_read_column(const run_info *ri, const char *name, double **out, long *n);
+/* The last value of such a column (NaN when it is absent or empty); count,
+ * when not NULL, receives its length. */
+double run_last_value(const run_info *ri, const char *name, long *count);
 /* Whether the file holds a dataset at name. */
 bool run_has_dataset(const run_info *ri, const char *name);
 

@@ -264,15 +264,9 @@ int cmd_tokens(const an_args *a)
     tokens_report t = { 0 };
     an_text md = { 0 }, csv = { 0 };
     char path[RUN_PATH_LEN + 64], list[512];
-    if (an_open_runs(a, &ri))
+    if (an_open_routed_run(a, &ri))
         return EXIT_BAD_INPUT;
     int rc = EXIT_BAD_INPUT;
-    if (ri->n_steps == 0 || !ri->tokens) {
-        char why[1200];
-        run_no_routing_reason(ri, why, (int)sizeof(why));
-        an_fail(a, rc, "%s: no routing records: %s", ri->path, why);
-        goto done;
-    }
     if (!ri->labels || ri->n_classes == 0) {
         an_fail(a, rc, "%s: no token labels (data.source = %s: only brown and synthetic have "
                 "classes)", ri->path, ri->cfg.source);
