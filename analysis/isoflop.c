@@ -265,6 +265,15 @@ static double dense_opt(const iso_data *d, int b)
                : (double)NAN;
 }
 
+/* Runs of budget b and kind k. */
+static int group_runs(const iso_data *d, int b, int k)
+{
+    int total = 0;
+    for (int i = 0; i < d->n_runs; i++)
+        total += d->runs[i].b == b && d->runs[i].k == k;
+    return total;
+}
+
 static void write_frontier_md(FILE *f, const iso_data *d)
 {
     fprintf(f, "| budget | kind | runs | fit | N* (params) | loss* | loss* - dense | "
@@ -273,9 +282,7 @@ static void write_frontier_md(FILE *f, const iso_data *d)
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
-            int total = 0;
-            for (int i = 0; i < d->n_runs; i++)
-                total += d->runs[i].b == b && d->runs[i].k == k;
+            int total = group_runs(d, b, k);
             if (!total)
                 continue;
             char bl[32], np[32], s[4][40];
@@ -331,9 +338,7 @@ static void write_csv(FILE *f, const iso_data *d)
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
-            int total = 0;
-            for (int i = 0; i < d->n_runs; i++)
-                total += d->runs[i].b == b && d->runs[i].k == k;
+            int total = group_runs(d, b, k);
             if (!total)
                 continue;
             char s[10][40];
