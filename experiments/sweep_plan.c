@@ -72,16 +72,6 @@ static int fail(parser *P, int line, const char *fmt, ...)
     return -EINVAL;
 }
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
-}
-
 /* A comment starts a line with ';' or '#', or follows whitespace. */
 static void strip_comment(char *s)
 {
@@ -191,7 +181,7 @@ static int read_file(parser *P, FILE *f)
         if (len && buf[len - 1] != '\n' && !feof(f))
             return fail(P, line, "expected lines of at most %d characters", SWEEP_LINE_CHARS);
         strip_comment(buf);
-        char *s = trim(buf);
+        char *s = config_trim(buf);
         if (!*s)
             continue;
         if (*s == '[') {
@@ -199,7 +189,7 @@ static int read_file(parser *P, FILE *f)
             if (!end || end[1])
                 return fail(P, line, "%s: expected [section]", s);
             *end = '\0';
-            if ((rc = add_section(P, trim(s + 1), line)))
+            if ((rc = add_section(P, config_trim(s + 1), line)))
                 return rc;
             cur = &P->s[P->n_s - 1];
             continue;
@@ -208,7 +198,7 @@ static int read_file(parser *P, FILE *f)
         if (!eq)
             return fail(P, line, "%s: expected key = value", s);
         *eq = '\0';
-        char *key = trim(s), *value = trim(eq + 1);
+        char *key = config_trim(s), *value = config_trim(eq + 1);
         if (!cur)
             return fail(P, line, "%s = %s: expected a [section] first", key, value);
         if (!*key)
@@ -235,7 +225,7 @@ static int split_list(parser *P, const section *s, const entry *e, char sep, val
         char *end = strchr(p, sep);
         if (end)
             *end = '\0';
-        char *v = trim(p);
+        char *v = config_trim(p);
         if (!*v)
             return fail(P, e->line, "[%s] %s = %s: expected a list of values separated by "
                                     "'%c', found an empty one", s->title, e->key, e->value, sep);
@@ -744,14 +734,14 @@ int sweep_plan_load(sweep_plan *p, const char *path, int n_cli, char *const *cli
     for (int i = 0; !rc && i < n_cli; i++) {
         char key[KEY_LEN], *eq = strchr(cli[i], '=');
         snprintf(key, sizeof(key), "%.*s", eq ? (int)(eq - cli[i]) : 0, cli[i]);
-        const char *k = trim(key), *why = eq ? reserved_key(k, p->isoflop) : NULL;
+        const char *k = config_trim(key), *why = eq ? reserved_key(k, p->isoflop) : NULL;
         if (!eq || !key_syntax(k) || why) {
             snprintf(err, (size_t)err_len, "command line: %s: %s", cli[i],
                      why ? why : "expected section.key=value, such as run.steps=100");
             rc = -EINVAL;
         }
         for (int r = 0; !rc && r < p->n_runs; r++)
-            rc = add_over(&P, &p->runs[r], SWEEP_LINE_CLI, k, trim(eq + 1));
+            rc = add_over(&P, &p->runs[r], SWEEP_LINE_CLI, k, config_trim(eq + 1));
     }
     for (int r = 0; !rc && r < p->n_runs; r++) {
         const section *sw = find_section(&P, "sweep");

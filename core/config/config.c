@@ -610,7 +610,7 @@ static int set_value(loader *L, const char *section, const char *key, const char
     return 0;
 }
 
-static char *trim(char *s)
+char *config_trim(char *s)
 {
     while (isspace((unsigned char)*s))
         s++;
@@ -634,12 +634,12 @@ static int apply_override(loader *L, const char *arg)
     }
     if (dot)
         *dot = '\0';
-    char *sec = trim(s), *key = dot ? trim(dot + 1) : sec;
+    char *sec = config_trim(s), *key = dot ? config_trim(dot + 1) : sec;
     int rc;
     if (!eq || !dot || !*sec || !*key)
         rc = fail_line(L, 0, "%s: expected section.key=value, such as run.steps=1000", arg);
     else
-        rc = set_value(L, sec, key, trim(eq + 1), ORIGIN_CMDLINE);
+        rc = set_value(L, sec, key, config_trim(eq + 1), ORIGIN_CMDLINE);
     free(s);
     return rc;
 }

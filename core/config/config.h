@@ -64,6 +64,10 @@ int config_load_string(run_config *c, const char *text, const char *path, int n_
  * kind keys differ from its section's defaults.  Returns a malloc'd string. */
 char *config_to_ini(const run_config *c);
 
+/* s without its leading and trailing white space (cut in place): how the INI
+ * reader, overrides and sweep files read keys and values. */
+char *config_trim(char *s);
+
 /* The model sizes the config describes. */
 model_dims config_dims(const run_config *c);
 
