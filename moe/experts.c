@@ -397,6 +397,17 @@ static void to_received(experts *x, const float *src, int o0, int cnt)
         memcpy(x->back + (size_t)x->perm[o0 + o] * d, src + (size_t)o * d, d * sizeof(float));
 }
 
+/* The rows in back (received order) to the ranks they came from, into dst
+ * in the order they were sent: the combine's transfer and its gradient's. */
+static int return_rows(experts *x, const fwd_args *a, float *dst)
+{
+    double t0 = mode_now();
+    int rc = comm_alltoallv(a->ctx ? a->ctx->comm : NULL, x->back, x->recv_counts, dst,
+                            x->send_counts, NULL, (size_t)x->d * sizeof(float));
+    add_time(a, PHASE_COMM, t0);
+    return rc;
+}
+
 int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, const row_set *rs,
                     float *const *w, int capacity)
 {
@@ -478,11 +489,7 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
     add_time(a, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
-    t0 = mode_now();
-    rc = comm_alltoallv(cm, x->back, x->recv_counts, x->outs, x->send_counts, NULL,
-                        (size_t)d * sizeof(float));
-    add_time(a, PHASE_COMM, t0);
-    if (rc)
+    if ((rc = return_rows(x, a, x->outs)))
         return rc;
 
     /* combine: y += p_e out */
@@ -560,11 +567,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
     add_time(a, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
-    t0 = mode_now();
-    rc = comm_alltoallv(cm, x->back, x->recv_counts, x->grads, x->send_counts, NULL,
-                        (size_t)d * sizeof(float));
-    add_time(a, PHASE_COMM, t0);
-    if (rc)
+    if ((rc = return_rows(x, a, x->grads)))
         return rc;
     t0 = mode_now();
     for (int q = 0; q < x->n_assign; q++) {
