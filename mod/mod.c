@@ -17,11 +17,7 @@
 typedef struct mod_state {
     mod_router rt;
     int t_block;        /* first block tensor */
-    int cap_rows;
-    long cap_probs;
-    float *xs, *h, *ys; /* [cap_rows][d] gathered input, after attention, block output */
-    attn_cache attn;
-    mlp_cache mlp;
+    routed_rows rows;   /* the block on the selected rows */
     kv_cache kv;        /* decoding */
     mlp_cache mlp1;
     float *dec;         /* [2d] decoding scratch */
@@ -45,51 +41,12 @@ static int mod_tensors(const layer_spec *s, const model_dims *dims, tensor_desc 
     return n + BLOCK_TENSORS;
 }
 
-static void free_block_buffers(mod_state *s)
-{
-    free(s->xs);
-    free(s->h);
-    free(s->ys);
-    free_attn_cache(&s->attn);
-    free_mlp_cache(&s->mlp);
-    s->xs = s->h = s->ys = NULL;
-    s->cap_rows = 0;
-    s->cap_probs = 0;
-}
-
-/* The block's buffers grow to what a batch needs: k rows a sequence in
- * training, whatever the causal rule takes in evaluation. */
-static int ensure_rows(mod_state *s, const model_dims *dims, int rows, long probs)
-{
-    if (rows <= s->cap_rows && probs <= s->cap_probs)
-        return 0;
-    if (rows < s->cap_rows)
-        rows = s->cap_rows;
-    if (probs < s->cap_probs)
-        probs = s->cap_probs;
-    free_block_buffers(s);
-    rows = rows ? rows : 1;
-    probs = probs ? probs : 1;
-    size_t rd = (size_t)rows * dims->d_model;
-    s->xs = malloc(rd * sizeof(float));
-    s->h = malloc(rd * sizeof(float));
-    s->ys = malloc(rd * sizeof(float));
-    if (!s->xs || !s->h || !s->ys || build_attn_cache(&s->attn, dims, rows, probs) ||
-        build_mlp_cache(&s->mlp, dims, rows, dims->d_ff)) {
-        free_block_buffers(s);
-        return -ENOMEM;
-    }
-    s->cap_rows = rows;
-    s->cap_probs = probs;
-    return 0;
-}
-
 static void mod_free(layer *l)
 {
     mod_state *s = l->state;
     if (!s)
         return;
-    free_block_buffers(s);
+    free_routed_rows(&s->rows);
     free_mod_router(&s->rt);
     free_kv_cache(&s->kv);
     free_mlp_cache(&s->mlp1);
@@ -107,7 +64,8 @@ static int mod_build(layer *l, const model_dims *dims, int max_seq)
     int rc = build_mod_router(&s->rt, &l->spec, dims, max_seq);
     s->t_block = s->rt.cfg.n_tensors;
     int k = s->rt.cfg.k;
-    if (rc || ensure_rows(s, dims, max_seq * k, (long)max_seq * dims->n_heads * k * k)) {
+    if (rc || routed_rows_ensure(&s->rows, dims, dims->d_ff, max_seq * k,
+                                 (long)max_seq * dims->n_heads * k * k)) {
         mod_free(l);
         return -ENOMEM;
     }
@@ -142,24 +100,24 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
     mod_router_forward(rt, l->w, l->index, a, x);
-    int rc = ensure_rows(s, dm, rt->n_sel, rt->sum_sq * dm->n_heads);
+    int rc = routed_rows_ensure(&s->rows, dm, dm->d_ff, rt->n_sel, rt->sum_sq * dm->n_heads);
     if (rc)
         return rc;
-    mod_router_gather(rt, s->xs, x, d);
+    mod_router_gather(rt, s->rows.xs, x, d);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
 
     row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     attn_weights aw = attn_weights_at(l->w + s->t_block);
     ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
-    attn_forward(&s->attn, s->h, s->xs, &rs, &aw, a);
+    attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);
     t0 = mode_now();
-    mlp_forward(a->pool, &s->mlp, s->ys, s->h, rt->n_sel, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
-                dm->d_ff);
+    mlp_forward(a->pool, &s->rows.mlp, s->rows.ys, s->rows.h, rt->n_sel,
+                l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
 
     t0 = mode_now();
-    mod_router_scatter(rt, y, x, s->ys, s->xs, n, d);
+    mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
     if (a->flops_executed)
         *a->flops_executed += block_flops(dm, rt->n_sel, rt->sum_sq);
     if (a->ctx)
@@ -176,7 +134,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     size_t nd = (size_t)ns * d;
     float *dys = a->ws, *dxs = dys + nd, *dh = dxs + nd, *dgate = dh + nd, *sub = dgate + ns;
     double t0 = mode_now();
-    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->ys, s->xs, n, d);
+    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
 
@@ -187,11 +145,11 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     ffn_weights dfw = ffn_weights_at(l->dw + s->t_block + BLOCK_ATTN_TENSORS + 1);
     t0 = mode_now();
     memset(dh, 0, nd * sizeof(float));
-    mlp_backward(a->pool, dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->h, &s->mlp, ns,
-                 l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff, sub);
+    mlp_backward(a->pool, dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->rows.h,
+                 &s->rows.mlp, ns, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff, sub);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     memset(dxs, 0, nd * sizeof(float));
-    attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);
+    attn_backward(dxs, &daw, dh, s->rows.xs, &s->rows.attn, &rs, &aw, a, sub);
 
     t0 = mode_now();
     mod_router_gather_backward(rt, dx, dxs, dys, d);
@@ -257,7 +215,8 @@ static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     int rc = attn_decode(&s->kv, h, x, pos, &aw, a);
     if (rc)
         return rc;
-    mlp_forward(a->pool, &s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff);
+    mlp_forward(a->pool, &s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
+                dm->d_ff);
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
     return 1;

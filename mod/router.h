@@ -6,6 +6,7 @@
 #ifndef MODE_MOD_ROUTER_H
 #define MODE_MOD_ROUTER_H
 
+#include "core/model/block.h"
 #include "core/model/kind.h"
 
 #include <stdint.h>
@@ -97,5 +98,20 @@ int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink
 int mod_router_stat_count(int *n_sums);
 void mod_router_stat_name(int col, char *buf, int len);
 void mod_router_stat_columns(const double *sums, double *cols);
+
+/* A routed block's buffers on its selected rows (mod, staged), grown to
+ * what a batch needs and never shrunk: k rows a sequence in training,
+ * whatever the causal rule takes in evaluation.  f is the MLP's hidden
+ * width; 0 for staged, whose MLP is the experts, so that mlp holds the
+ * norm's m and rstd only. */
+typedef struct routed_rows {
+    int cap_rows;
+    long cap_probs;
+    float *xs, *h, *ys; /* [cap_rows][d] gathered input, after attention, block output */
+    attn_cache attn;
+    mlp_cache mlp;
+} routed_rows;
+int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows, long probs);
+void free_routed_rows(routed_rows *r);
 
 #endif

@@ -551,7 +551,8 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
     /* expert side: gather dy by expert (yout is free now), backward; every
      * received row belongs to one expert, so back is wholly rewritten */
     for (int o = 0; o < x->n_recv; o++)
-        memcpy(x->yout + (size_t)o * d, x->back + (size_t)x->perm[o] * d, (size_t)d * sizeof(float));
+        memcpy(x->yout + (size_t)o * d, x->back + (size_t)x->perm[o] * d,
+               (size_t)d * sizeof(float));
     for (int e = 0; e < E && !rc; e++) {
         int r0 = x->exp_start[e], cnt = x->exp_start[e + 1] - r0;
         if (cnt == 0)

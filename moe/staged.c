@@ -24,10 +24,7 @@ typedef struct staged_state {
     experts_cfg ec;
     experts *x;
     int t_attn, t_norm, t_gate; /* tensor indices */
-    int cap_rows;
-    long cap_probs;
-    float *xs, *h, *m, *rstd, *ys; /* [cap_rows][d] (rstd [cap_rows]) */
-    attn_cache attn;
+    routed_rows rows; /* the block on the selected rows; mlp: the experts' norm */
     int32_t *rec_experts;  /* [rows][top_k] record buffers */
     float *rec_weights;
     kv_cache kv;           /* decoding */
@@ -61,50 +58,12 @@ static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_de
     return n;
 }
 
-static void free_rows(staged_state *s)
-{
-    free(s->xs);
-    free(s->h);
-    free(s->m);
-    free(s->rstd);
-    free(s->ys);
-    free_attn_cache(&s->attn);
-    s->xs = s->h = s->m = s->rstd = s->ys = NULL;
-    s->cap_rows = 0;
-    s->cap_probs = 0;
-}
-
-static int ensure_rows(staged_state *s, const model_dims *dims, int rows, long probs)
-{
-    if (rows <= s->cap_rows && probs <= s->cap_probs)
-        return 0;
-    rows = rows > s->cap_rows ? rows : s->cap_rows;
-    probs = probs > s->cap_probs ? probs : s->cap_probs;
-    free_rows(s);
-    rows = rows ? rows : 1;
-    probs = probs ? probs : 1;
-    size_t rd = (size_t)rows * dims->d_model;
-    s->xs = malloc(rd * sizeof(float));
-    s->h = malloc(rd * sizeof(float));
-    s->m = malloc(rd * sizeof(float));
-    s->ys = malloc(rd * sizeof(float));
-    s->rstd = malloc((size_t)rows * sizeof(float));
-    if (!s->xs || !s->h || !s->m || !s->ys || !s->rstd ||
-        build_attn_cache(&s->attn, dims, rows, probs)) {
-        free_rows(s);
-        return -ENOMEM;
-    }
-    s->cap_rows = rows;
-    s->cap_probs = probs;
-    return 0;
-}
-
 static void staged_free(layer *l)
 {
     staged_state *s = l->state;
     if (!s)
         return;
-    free_rows(s);
+    free_routed_rows(&s->rows);
     free_mod_router(&s->rt);
     free_experts(&s->x);
     free(s->rec_experts);
@@ -133,7 +92,7 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     s->dec = malloc(3 * (size_t)dims->d_model * sizeof(float));
     if (rc || !s->rec_experts || !s->rec_weights || !s->dec ||
         build_experts(&s->x, &s->ec, dims) ||
-        ensure_rows(s, dims, max_seq * k, (long)max_seq * dims->n_heads * k * k)) {
+        routed_rows_ensure(&s->rows, dims, 0, max_seq * k, (long)max_seq * dims->n_heads * k * k)) {
         staged_free(l);
         return -ENOMEM;
     }
@@ -169,23 +128,25 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
     mod_router_forward(rt, l->w, l->index, a, x);
-    int rc = ensure_rows(s, dm, rt->n_sel, rt->sum_sq * dm->n_heads);
+    int rc = routed_rows_ensure(&s->rows, dm, 0, rt->n_sel, rt->sum_sq * dm->n_heads);
     if (rc)
         return rc;
-    mod_router_gather(rt, s->xs, x, d);
+    mod_router_gather(rt, s->rows.xs, x, d);
     if (a->ctx)
         a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
     row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     attn_weights aw = attn_weights_at(l->w + s->t_attn);
-    attn_forward(&s->attn, s->h, s->xs, &rs, &aw, a);
+    attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);
     t0 = mode_now();
-    rmsnorm_forward_pool(a->pool, s->m, s->rstd, s->h, l->w[s->t_norm], rt->n_sel, d);
-    memcpy(s->ys, s->h, (size_t)rt->n_sel * d * sizeof(float));
+    rmsnorm_forward_pool(a->pool, s->rows.mlp.m, s->rows.mlp.rstd, s->rows.h, l->w[s->t_norm],
+                         rt->n_sel, d);
+    memcpy(s->rows.ys, s->rows.h, (size_t)rt->n_sel * d * sizeof(float));
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
-    rc = experts_forward(s->x, a, s->ys, s->m, &rs, l->w + s->t_gate, nominal_capacity(s));
+    rc = experts_forward(s->x, a, s->rows.ys, s->rows.mlp.m, &rs, l->w + s->t_gate,
+                         nominal_capacity(s));
     if (rc)
         return rc;
-    mod_router_scatter(rt, y, x, s->ys, s->xs, n, d);
+    mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
     if (a->flops_executed)
         *a->flops_executed += attn_flops_rows(dm, rt->n_sel, rt->sum_sq);
     return 0;
@@ -200,20 +161,21 @@ static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *
     size_t nd = (size_t)ns * d;
     float *dys = a->ws, *dh = dys + nd, *dmm = dh + nd, *dxs = dmm + nd, *dgate = dxs + nd;
     float *sub = dgate + ns;
-    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->ys, s->xs, n, d);
+    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
     row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     memcpy(dh, dys, nd * sizeof(float)); /* Y = h + experts: the residual path */
     memset(dmm, 0, nd * sizeof(float));
-    int rc = experts_backward(s->x, a, dmm, dys, s->m, &rs, l->w + s->t_gate, l->dw + s->t_gate);
+    int rc = experts_backward(s->x, a, dmm, dys, s->rows.mlp.m, &rs, l->w + s->t_gate,
+                              l->dw + s->t_gate);
     if (rc)
         return rc;
     double t0 = mode_now();
-    rmsnorm_backward_pool(a->pool, dh, l->dw[s->t_norm], dmm, s->h, l->w[s->t_norm], s->rstd, ns,
-                          d);
+    rmsnorm_backward_pool(a->pool, dh, l->dw[s->t_norm], dmm, s->rows.h, l->w[s->t_norm],
+                          s->rows.mlp.rstd, ns, d);
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     attn_weights aw = attn_weights_at(l->w + s->t_attn), daw = attn_weights_at(l->dw + s->t_attn);
     memset(dxs, 0, nd * sizeof(float));
-    attn_backward(dxs, &daw, dh, s->xs, &s->attn, &rs, &aw, a, sub);
+    attn_backward(dxs, &daw, dh, s->rows.xs, &s->rows.attn, &rs, &aw, a, sub);
     mod_router_gather_backward(rt, dx, dxs, dys, d);
     mod_router_backward(rt, l->w, l->dw, a, dx, x, dgate);
     return 0;

@@ -64,10 +64,12 @@ static void round_operands(float *ar, float *br, const float *a, int lda, bool t
 {
     for (int i = 0; i < m; i++)
         for (int p = 0; p < k; p++)
-            ar[(size_t)i * k + p] = bf16_round(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
+            ar[(size_t)i * k + p] =
+                bf16_round(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
     for (int p = 0; p < k; p++)
         for (int j = 0; j < n; j++)
-            br[(size_t)p * n + j] = bf16_round(tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+            br[(size_t)p * n + j] =
+                bf16_round(tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
 }
 
 void matmul_bf16_emulated(float *c, int ldc,

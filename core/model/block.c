@@ -64,6 +64,8 @@ int build_ffn_cache(ffn_cache *c, int cap_rows, int f)
     size_t rf = (size_t)cap_rows * f;
     c->cap_rows = cap_rows;
     c->f = f;
+    if (rf == 0) /* no SwiGLU: an mlp_cache that holds the norm only */
+        return 0;
     c->a1 = malloc(rf * sizeof(float));
     c->a3 = malloc(rf * sizeof(float));
     c->g = malloc(rf * sizeof(float));
