@@ -153,9 +153,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     ctx->seed = cfg.seed;
     model_init(m, cfg.seed);
     bool bf16 = !strcmp(cfg.precision, "bf16");
-    if (bf16)
-        bf16_amx_ready();
-    pool_set_bf16(ctx->pool, bf16);
+    matmul_use_bf16(ctx->pool, bf16);
     bench_result br = { 0 };
     int rows = cfg.batch / ctx->size * cfg.seq_len;
     /* every rank measures at once: the machine's aggregate yardstick */

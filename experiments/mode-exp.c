@@ -8,6 +8,7 @@
 #include "core/config/config.h"
 #include "core/io/checkpoint.h"
 #include "core/kernels/bf16.h"
+#include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
 #include "core/train/trainer.h"
 #include "core/util/pool.h"
@@ -161,10 +162,8 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     dataset *d = NULL;
     run_config cfg;
     int rc = load_checkpoint_model(c.config, &cfg, &m, 16, err, sizeof(err));
-    if (!rc && !strcmp(cfg.precision, "bf16")) { /* evaluated as it was trained */
-        bf16_amx_ready();
-        pool_set_bf16(ctx->pool, true);
-    }
+    if (!rc) /* evaluated as it was trained */
+        matmul_use_bf16(ctx->pool, !strcmp(cfg.precision, "bf16"));
     if (!rc) {
         bool file = c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic");
         const char *src = c.data ? c.data : cfg.source;

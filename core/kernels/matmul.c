@@ -70,6 +70,13 @@ static void split_task(void *arg, int t, int worker)
         matmul(c, j->ldc, a, j->lda, j->ta, b, j->ldb, j->tb, m, n, j->k, j->beta);
 }
 
+void matmul_use_bf16(struct thread_pool *p, bool on)
+{
+    if (on)
+        bf16_amx_ready();
+    pool_set_bf16(p, on);
+}
+
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
                  const float *a, int lda, bool ta,
                  const float *b, int ldb, bool tb,

@@ -26,6 +26,9 @@ void matmul_set_threads(int threads);
  * columns (each part one single-threaded sgemm, or bf16 product when the
  * pool says so); small products, and a NULL pool, run as one call. */
 struct thread_pool;
+/* [run] precision on the pool: bf16 products from now on when on (asking
+ * the kernel for the AMX tile state first, once), fp32 when off. */
+void matmul_use_bf16(struct thread_pool *p, bool on);
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
                  const float *a, int lda, bool ta,
                  const float *b, int ldb, bool tb,

@@ -3,7 +3,7 @@
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
-#include "core/kernels/bf16.h"
+#include "core/kernels/matmul.h"
 #include "core/train/optim.h"
 #include "core/train/shard.h"
 #include "core/util/pool.h"
@@ -605,10 +605,7 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         return -ENOMEM;
     if (own_pool)
         ctx->pool = own_pool;
-    bool bf16 = !strcmp(cfg->precision, "bf16");
-    pool_set_bf16(ctx->pool, bf16);
-    if (bf16)
-        bf16_amx_ready(); /* asks for the tile state before any worker uses it */
+    matmul_use_bf16(ctx->pool, !strcmp(cfg->precision, "bf16"));
     run_paths(cfg, t.dir, t.run_h5, t.ckpt_h5, sizeof(t.dir));
     t.ini = config_to_ini(cfg);
     if (!t.ini)
@@ -667,7 +664,7 @@ fail:
     free_model(&t.m);
     free_dataset(&t.d);
     free(t.ini);
-    pool_set_bf16(ctx->pool, false);
+    matmul_use_bf16(ctx->pool, false);
     ctx->pool = caller_pool;
     free_thread_pool(&own_pool);
     return rc;
