@@ -7,6 +7,7 @@
 #include "core/comm/comm.h"
 #include "core/config/config.h"
 #include "core/io/checkpoint.h"
+#include "core/io/runfile.h"
 #include "core/kernels/bf16.h"
 #include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
@@ -32,6 +33,7 @@ static const char usage_main[] =
     "       mode-exp sample CKPT --prompt TEXT --tokens N [options]   generate text\n"
     "       mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json]\n"
     "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
+    "       mode-exp --version                                        build, libraries, kernels\n"
     "\n"
     "Training options:\n"
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
@@ -232,6 +234,21 @@ static int cmd_flops(int argc, char **argv)
     return 0;
 }
 
+/* What a run's provenance records about the build and the machine: the
+ * kernel sets (OpenBLAS's, chosen at run time from the CPU and
+ * OPENBLAS_CORETYPE) are what the bits of a run depend on (README, "What is
+ * reproducible"). */
+static int cmd_version(void)
+{
+    provenance p;
+    provenance_collect(&p, 1, 1, 0, NULL);
+    printf("mode-exp %s (%s)\n", p.version, p.commit);
+    printf("openblas: %s\n", p.openblas);
+    printf("openblas kernels: %s\n", openblas_get_corename());
+    printf("mpi: %s\nhdf5: %s\ncpu: %s\n", p.mpi, p.hdf5, p.cpu);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
@@ -241,6 +258,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "flops"))
         return cmd_flops(argc, argv);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))
+        return cmd_version();
     /* Oversubscribed ranks must yield the core while they wait, or they steal
      * it from the BLAS threads doing the work (unless the user chose). */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);

@@ -34,6 +34,18 @@ void tl_max_diff(const float *a, const float *b, size_t n, double *abs_out, doub
     *rel_out = diff / fmax(mx, 1e-30);
 }
 
+double tl_rows_shift(const float *a, const float *b, int rows, int V)
+{
+    double worst = 0.0;
+    for (int r = 0; r < rows; r++) {
+        double diff, rel;
+        tl_max_diff(a + (size_t)r * V, b + (size_t)r * V, (size_t)V, &diff, &rel);
+        if (!(rel <= worst))
+            worst = rel;
+    }
+    return worst;
+}
+
 void tl_assert_below(double x, double bound, bool or_equal, const char *x_expr,
                      const char *bound_expr, const char *file, int line)
 {
@@ -386,6 +398,7 @@ void tl_check_causal(tl_fixture *f, fwd_mode mode, int l, unsigned need, unsigne
     pcg32 r;
     pcg32_seed(&r, seed, 3);
     int checks = 0, later_changed = 0;
+    double worst = 0.0;
     for (int t = 0; t < S - 1; t++) {
         for (int trial = 0; trial < 3; trial++) {
             tl_redraw_after(f, keep, sq, t, &r);
@@ -394,11 +407,11 @@ void tl_check_causal(tl_fixture *f, fwd_mode mode, int l, unsigned need, unsigne
             for (int s = 0; s < nseq; s++) {
                 int upto = s == sq ? t + 1 : S; /* rows that must not move */
                 size_t o = (size_t)s * S * V;
-                if (memcmp(m->logits + o, l0 + o, (size_t)upto * V * sizeof(float))) {
-                    double diff, rel;
-                    tl_max_diff(m->logits + o, l0 + o, (size_t)upto * V, &diff, &rel);
-                    print_message("[%s] seq %d changed below t = %d by %.2e\n", label, s, t,
-                                  diff);
+                double shift = tl_rows_shift(m->logits + o, l0 + o, upto, V);
+                worst = fmax(worst, shift);
+                if (!(shift <= TL_CAUSAL_TOL)) {
+                    print_message("[%s] seq %d moved below t = %d by %.2e of its largest "
+                                  "logit\n", label, s, t, shift);
                     fail();
                 }
                 if (hold & TL_CAUSAL)
@@ -414,9 +427,9 @@ void tl_check_causal(tl_fixture *f, fwd_mode mode, int l, unsigned need, unsigne
             checks++;
         }
     }
-    print_message("[%s] %s: %d changes of later tokens, earlier logits and routing "
-                  "bit-identical; later routing of layer %d changed in %d of them\n",
-                  label, what, checks, l, later_changed);
+    print_message("[%s] %s: %d changes of later tokens, earlier logits within %.1e (moved "
+                  "%.1e at most) and routing the same; later routing of layer %d changed in "
+                  "%d of them\n", label, what, checks, TL_CAUSAL_TOL, worst, l, later_changed);
     assert_true(later_changed > checks / 2);
     memcpy(f->tokens, keep, nt * sizeof(uint16_t));
     free(l0);

@@ -31,25 +31,46 @@ void matmul(float *c, int ldc,
                 m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
-typedef struct split_job {
+/* The bands of a product.  C is cut along its rows, or along its columns
+ * when A is the smaller operand to repeat (each band packs the whole of the
+ * other operand), into bands whose bounds depend on the shape alone, never
+ * on the thread count; each band is one call of the same shape whichever
+ * thread runs it.  OpenBLAS may sum a row of C in another order for another
+ * row count (its Haswell kernels do, ../shared/FACTS.md), so this is what
+ * makes a product the same bits at any thread count, on every kernel set.
+ * Bands of at most BAND rows (columns), bounds on multiples of 16 (sgemm's
+ * blocking); at least two bands when the product is worth splitting, so
+ * that two threads share the weight gradients (d x d with a long K). */
+enum { BAND = 256, BAND_MIN = 64 };
+#define BAND_MIN_MACS 1e6 /* below a million multiply-adds, one call */
+
+static int band_count(int len, double macs)
+{
+    if (macs < BAND_MIN_MACS || len < 2 * BAND_MIN)
+        return 1;
+    int bands = (len + BAND - 1) / BAND;
+    return bands < 2 ? 2 : bands;
+}
+
+static int band_bound(int len, int bands, int t)
+{
+    return t >= bands ? len : (int)((long)len * t / bands) / 16 * 16;
+}
+
+typedef struct band_job {
     float *c;
     const float *a, *b;
-    int ldc, lda, ldb, m, n, k, parts;
+    int ldc, lda, ldb, m, n, k, bands;
     bool ta, tb, by_cols;
     float beta;
     struct thread_pool *pool; /* bf16 products: the workers' scratch */
-} split_job;
+} band_job;
 
-/* Part t of C: a band of rows, or of columns (by_cols), its bounds on
- * multiples of 16 (sgemm's blocking).  Each part packs the whole of the
- * other operand, so the split goes along the dimension that leaves the
- * smaller one to repeat. */
-static void split_task(void *arg, int t, int worker)
+static void band_task(void *arg, int t, int worker)
 {
-    const split_job *j = arg;
+    const band_job *j = arg;
     int len = j->by_cols ? j->n : j->m;
-    int x0 = (int)((long)len * t / j->parts) / 16 * 16;
-    int x1 = t + 1 == j->parts ? len : (int)((long)len * (t + 1) / j->parts) / 16 * 16;
+    int x0 = band_bound(len, j->bands, t), x1 = band_bound(len, j->bands, t + 1);
     const float *a = j->a, *b = j->b;
     float *c = j->c;
     int m = j->m, n = j->n;
@@ -77,26 +98,25 @@ void matmul_use_bf16(struct thread_pool *p, bool on)
     pool_set_bf16(p, on);
 }
 
+int matmul_bands(int m, int n, int k, bool *by_cols)
+{
+    bool cols = n > m;
+    if (by_cols)
+        *by_cols = cols;
+    return band_count(cols ? n : m, (double)m * n * k);
+}
+
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
                  const float *a, int lda, bool ta,
                  const float *b, int ldb, bool tb,
                  int m, int n, int k, float beta)
 {
-    int parts = pool_threads(p);
-    /* split C's columns when A (m x k) is the smaller operand to repeat */
-    bool by_cols = n > m;
-    /* below a million multiply-adds, or 32 rows (columns) a thread, one
-     * call is faster */
-    if (parts > 1 && ((double)m * n * k < 1e6 || (by_cols ? n : m) < 32 * parts))
-        parts = 1;
-    split_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
-                    .k = k, .parts = parts, .ta = ta, .tb = tb, .by_cols = by_cols, .beta = beta,
-                    .pool = pool_bf16(p) ? p : NULL };
-    if (parts == 1 && !j.pool) {
-        matmul(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
+    if (m <= 0 || n <= 0)
         return;
-    }
-    pool_run(p, parts, split_task, &j);
+    band_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
+                   .k = k, .ta = ta, .tb = tb, .beta = beta, .pool = pool_bf16(p) ? p : NULL };
+    j.bands = matmul_bands(m, n, k, &j.by_cols);
+    pool_run(p, j.bands, band_task, &j);
 }
 
 void matmul_ref(float *c, int ldc,

@@ -22,13 +22,18 @@ void matmul(float *c, int ldc,
  * large products among the pool's threads instead. */
 void matmul_set_threads(int threads);
 
-/* matmul() with C split among the pool's threads, in bands of rows or of
- * columns (each part one single-threaded sgemm, or bf16 product when the
- * pool says so); small products, and a NULL pool, run as one call. */
+/* matmul() with C cut into bands of rows or of columns whose bounds depend
+ * on (m, n, k) alone (matmul_bands), each band one single-threaded sgemm
+ * (or bf16 product when the pool says so) of the same shape whichever
+ * thread runs it: the pool's threads share the bands, and the result is
+ * the same bits for any thread count and for a NULL pool (one thread). */
 struct thread_pool;
 /* [run] precision on the pool: bf16 products from now on when on (asking
  * the kernel for the AMX tile state first, once), fp32 when off. */
 void matmul_use_bf16(struct thread_pool *p, bool on);
+/* The number of bands of an m x n x k product; *by_cols (when not NULL)
+ * says whether they cut C's columns rather than its rows. */
+int matmul_bands(int m, int n, int k, bool *by_cols);
 void matmul_pool(struct thread_pool *p, float *c, int ldc,
                  const float *a, int lda, bool ta,
                  const float *b, int ldb, bool tb,

@@ -174,10 +174,7 @@ void pool_for(thread_pool *p, long count, long chunk, pool_range_fn fn, void *ar
 {
     if (count <= 0)
         return;
-    if (!p || p->threads == 1) {
-        fn(arg, 0, count);
-        return;
-    }
+    /* the same chunks at any thread count, one thread included */
     range_job j = { fn, arg, count, chunk };
     pool_run(p, (int)((count + chunk - 1) / chunk), range_task, &j);
 }

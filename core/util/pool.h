@@ -7,9 +7,10 @@
  * take the core from a worker.  With one thread a pool runs its tasks in the
  * caller, in order.  A pool_run from inside a task runs serially.
  *
- * Results never depend on the thread count: tasks write disjoint outputs,
- * and any reduction is split into fixed chunks (pool_chunks) summed in
- * order by the caller. */
+ * Results never depend on the thread count: every split of work (the bands
+ * of a product, the chunks of a loop) has bounds that depend on the problem
+ * alone, tasks write disjoint outputs, and a task computes its part the same
+ * way whichever thread runs it. */
 #ifndef MODE_CORE_UTIL_POOL_H
 #define MODE_CORE_UTIL_POOL_H
 
@@ -42,7 +43,8 @@ bool pool_bf16(const thread_pool *p);
 void *pool_scratch(thread_pool *p, int worker, size_t bytes);
 
 /* Element-wise loops: fn(arg, begin, end) over [0, count) in chunks of
- * chunk elements (the last may be shorter). */
+ * chunk elements (the last may be shorter), the same chunks at any thread
+ * count. */
 typedef void (*pool_range_fn)(void *arg, long begin, long end);
 void pool_for(thread_pool *p, long count, long chunk, pool_range_fn fn, void *arg);
 

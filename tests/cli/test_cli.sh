@@ -23,30 +23,46 @@ ranks)
 	"$compare" r1/tiny/run.h5 r4/tiny/run.h5 1e-4 || fail "-n 1 and -n 4 differ"
 	;;
 threads)
-	# One rank with 1, 2 and 3 threads: the pool splits products by rows,
-	# attention by (sequence, head) and element-wise loops by fixed chunks,
-	# every part computed as the serial code does, so not one bit changes.
-	# Wide enough that the products are split; every kind once.
-	for t in 1 2 3; do
-		run "t$t" 1 model.d_model=64 model.d_ff=256 data.batch=16 \
-			'model.layers=dense, mod, moe, integrated, staged' --threads "$t"
+	# One rank with 1, 2 and 3 threads: products are cut into bands whose
+	# bounds depend on the shape alone (each band one call of the same shape
+	# on whichever thread), attention into (sequence, head) tasks and loops
+	# into fixed chunks, so the run files and the checkpoints (parameters
+	# and Adam moments) are the same bits, in fp32 and in bf16, on every
+	# OpenBLAS kernel set.  Wide enough that the products are cut; every
+	# kind once.
+	wide='model.d_model=64 model.d_ff=256 data.batch=16'
+	for p in fp32 bf16; do
+		for t in 1 2 3; do
+			run "$p$t" 1 $wide 'model.layers=dense, mod, moe, integrated, staged' \
+				run.precision=$p --threads "$t"
+		done
+		for t in 2 3; do
+			"$compare" "${p}1/tiny/run.h5" "$p$t/tiny/run.h5" 0 ||
+				fail "$p: $t threads differ from 1"
+			"$compare" --tensors "${p}1/tiny/ckpt.h5" "$p$t/tiny/ckpt.h5" 0 ||
+				fail "$p: checkpoint of $t threads differs from 1"
+		done
 	done
-	"$compare" t1/tiny/run.h5 t2/tiny/run.h5 0 || fail "2 threads differ from 1"
-	"$compare" t1/tiny/run.h5 t3/tiny/run.h5 0 || fail "3 threads differ from 1"
 	;;
 bf16)
 	# [run] precision = bf16: the products in bf16 (AMX here, or emulated),
-	# fp32 everything else.  The same bits on 1 and 2 threads; losses within
-	# 2% of fp32's, and not equal to them (the switch does something).
+	# fp32 everything else (the same bits at any thread count: cli-threads).
+	# bf16 rounds each operand to 8 bits of mantissa (relative error 2^-9).
+	# On a dense model that moves 24 steps' losses by 1e-4 and gradient
+	# norms by 1% (6e-5 and 0.7% seen): allowed 1e-3 and 5%.  With routed
+	# layers a near-tie in a routing decision can flip, which moves one
+	# step's gradient norm by half (seen) but the losses by 0.5% at most:
+	# losses within 2%, gradient norms not compared.  An fp32 product where
+	# a bf16 one was meant would move nothing at all.
 	wide='model.d_model=64 model.d_ff=256 data.batch=16'
-	for t in 1 2; do
-		run "b$t" 1 $wide 'model.layers=dense, mod, moe, integrated, staged' \
-			run.precision=bf16 --threads "$t"
-	done
+	run bd 1 $wide run.precision=bf16
+	run fd 1 $wide
+	"$compare" fd/tiny/run.h5 bd/tiny/run.h5 1e-3 0.05 || fail "dense bf16 far from fp32"
+	"$compare" fd/tiny/run.h5 bd/tiny/run.h5 0 >/dev/null && fail "bf16 run equals fp32"
+	run b1 1 $wide 'model.layers=dense, mod, moe, integrated, staged' run.precision=bf16
 	run f1 1 $wide 'model.layers=dense, mod, moe, integrated, staged'
-	"$compare" b1/tiny/run.h5 b2/tiny/run.h5 0 || fail "bf16: 2 threads differ from 1"
-	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0.02 10 || fail "bf16 far from fp32"
-	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0 >/dev/null && fail "bf16 run equals fp32"
+	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0.02 none || fail "bf16 far from fp32"
+	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0 >/dev/null && fail "routed bf16 run equals fp32"
 	# evaluated as trained, sampled (in fp32), and resumed bit for bit
 	"$exe" eval b1/tiny/ckpt.h5 --json >/dev/null || fail "eval of a bf16 checkpoint"
 	"$exe" sample b1/tiny/ckpt.h5 --prompt "ab" --tokens 4 >/dev/null || fail "sample bf16"
