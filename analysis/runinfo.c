@@ -13,64 +13,24 @@
 
 /* Read a whole dataset of up to 4 dimensions as mem_type into a malloc'd
  * array; -ENOENT when it is absent. */
-static int read_array(hid_t f, const char *name, hid_t mem_type, size_t elem, void **out,
-                      int *ndim, hsize_t *dims)
+static int read_array(const run_info *ri, const char *name, hid_t mem_type, size_t elem,
+                      void **out, int *ndim, hsize_t *dims)
 {
-    int rc = -EIO;
-    *out = NULL;
-    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
-    if (ds < 0)
-        return -ENOENT;
-    hid_t space = H5Dget_space(ds);
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd < 1 || nd > 4)
-        goto fail;
-    H5Sget_simple_extent_dims(space, dims, NULL);
-    size_t n = 1;
-    for (int i = 0; i < nd; i++)
-        n *= (size_t)dims[i];
-    *out = malloc(n * elem + 1);
-    if (!*out) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0) {
-        free(*out);
-        *out = NULL;
-        goto fail;
-    }
-    *ndim = nd;
-    rc = 0;
-fail:
-    H5Sclose(space);
-    H5Dclose(ds);
+    unsigned long long d[4];
+    int rc = run_reader_array(ri->rd, name, mem_type, elem, out, ndim, d, NULL);
+    for (int i = 0; !rc && i < *ndim; i++)
+        dims[i] = d[i];
     return rc;
 }
 
 bool run_has_dataset(const run_info *ri, const char *name)
 {
-    hid_t ds = H5Dopen2(ri->file, name, H5P_DEFAULT);
-    if (ds < 0)
-        return false;
-    H5Dclose(ds);
-    return true;
+    return run_reader_has(ri->rd, name);
 }
 
 int run_read_column(const run_info *ri, const char *name, double **out, long *n)
 {
-    hsize_t dims[4];
-    int nd = 0;
-    int rc = read_array(ri->file, name, H5T_NATIVE_DOUBLE, sizeof(double), (void **)out, &nd,
-                        dims);
-    if (rc)
-        return rc;
-    if (nd != 1) {
-        free(*out);
-        *out = NULL;
-        return -EINVAL;
-    }
-    *n = (long)dims[0];
-    return 0;
+    return run_reader_column(ri->rd, name, out, n);
 }
 
 double run_last_value(const run_info *ri, const char *name, long *count)
@@ -85,21 +45,6 @@ double run_last_value(const run_info *ri, const char *name, long *count)
     return x;
 }
 
-static herr_t collect_step(hid_t g, const char *name, const H5L_info_t *info, void *op)
-{
-    run_info *ri = op;
-    long step;
-    char tail;
-    if (sscanf(name, "step_%ld%c", &step, &tail) != 1)
-        return 0;
-    long *p = realloc(ri->steps, (size_t)(ri->n_steps + 1) * sizeof(long));
-    if (!p)
-        return -1;
-    ri->steps = p;
-    ri->steps[ri->n_steps++] = step;
-    return 0;
-}
-
 static int cmp_long(const void *a, const void *b)
 {
     long x = *(const long *)a, y = *(const long *)b;
@@ -109,19 +54,32 @@ static int cmp_long(const void *a, const void *b)
 /* The recorded windows (tokens, labels) and steps under /routing. */
 static int read_routing(run_info *ri, char *err, int err_len)
 {
-    hid_t g = H5Gopen2(ri->file, "routing", H5P_DEFAULT);
-    if (g < 0)
-        return 0;
-    hsize_t idx = 0;
-    herr_t h = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_step, ri);
-    H5Gclose(g);
-    if (h < 0)
-        return -ENOMEM;
+    char **names = NULL;
+    int n = 0;
+    int rc = run_reader_children(ri->rd, "routing", &names, &n);
+    for (int i = 0; !rc && i < n; i++) {
+        long step;
+        char tail;
+        if (sscanf(names[i], "step_%ld%c", &step, &tail) != 1)
+            continue;
+        long *p = realloc(ri->steps, (size_t)(ri->n_steps + 1) * sizeof(long));
+        if (!p) {
+            rc = -ENOMEM;
+            break;
+        }
+        ri->steps = p;
+        ri->steps[ri->n_steps++] = step;
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (rc)
+        return rc;
     if (ri->n_steps > 1)
         qsort(ri->steps, (size_t)ri->n_steps, sizeof(long), cmp_long);
     hsize_t dims[4];
     int nd = 0;
-    int rc = read_array(ri->file, "routing/tokens", H5T_NATIVE_INT32, sizeof(int32_t),
+    rc = read_array(ri, "routing/tokens", H5T_NATIVE_INT32, sizeof(int32_t),
                         (void **)&ri->tokens, &nd, dims);
     if (rc == -ENOENT)
         return 0;
@@ -132,7 +90,7 @@ static int read_routing(run_info *ri, char *err, int err_len)
     ri->R = (int)dims[0];
     ri->S = (int)dims[1] - 1;
     hsize_t ldims[4];
-    rc = read_array(ri->file, "routing/labels", H5T_NATIVE_UINT8, 1, (void **)&ri->labels, &nd,
+    rc = read_array(ri, "routing/labels", H5T_NATIVE_UINT8, 1, (void **)&ri->labels, &nd,
                     ldims);
     if (rc == -ENOENT)
         return 0;
@@ -172,7 +130,6 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
     run_info *ri = calloc(1, sizeof(*ri));
     if (!ri)
         return -ENOMEM;
-    ri->file = -1;
     snprintf(ri->path, sizeof(ri->path), "%s", path);
     h5_quiet();
     struct stat st;
@@ -184,28 +141,20 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
         snprintf(err, (size_t)err_len, "%s: not an HDF5 file", path);
         goto fail;
     }
-    ri->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (ri->file < 0) {
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it (truncated?)", path);
+    if (open_run_reader(&ri->rd, path, err, err_len))
         goto fail;
-    }
-    config = h5_attr_read_string(ri->file, "config");
-    if (!config) {
-        snprintf(err, (size_t)err_len,
-                 "%s: an HDF5 file without the 'config' attribute: not a mode run file", path);
+    if (!run_reader_has(ri->rd, "metrics/step")) {
+        snprintf(err, (size_t)err_len, "%s: %s", path,
+                 run_reader_has(ri->rd, "tok_emb")
+                     ? "a checkpoint, not a run file (give the run.h5 beside it)"
+                     : "no /metrics/step dataset: not a mode run file (or no step recorded "
+                       "yet)");
         goto fail;
     }
     char cerr[CFG_ERR_LEN];
-    if (config_load_string(&ri->cfg, config, path, 0, NULL, mode_kinds, 0, cerr,
-                           (int)sizeof(cerr))) {
+    if (config_load_string(&ri->cfg, run_reader_config(ri->rd), path, 0, NULL, mode_kinds, 0,
+                           cerr, (int)sizeof(cerr))) {
         snprintf(err, (size_t)err_len, "%s: its config attribute does not load: %s", path, cerr);
-        goto fail;
-    }
-    if (!run_has_dataset(ri, "metrics/step")) {
-        snprintf(err, (size_t)err_len, "%s: %s", path,
-                 run_has_dataset(ri, "tok_emb")
-                     ? "a checkpoint, not a run file (give the run.h5 beside it)"
-                     : "no /metrics/step dataset: not a mode run file");
         goto fail;
     }
     set_names(ri);
@@ -225,8 +174,7 @@ void free_run_info(run_info **pri)
     run_info *ri = *pri;
     if (!ri)
         return;
-    if (ri->file >= 0)
-        H5Fclose(ri->file);
+    close_run_reader(&ri->rd);
     free(ri->steps);
     free(ri->tokens);
     free(ri->labels);
@@ -298,7 +246,7 @@ static int read_part(const run_info *ri, const char *group, const char *what, hi
     snprintf(name, sizeof(name), "%s/%s", group, what);
     hsize_t dims[4];
     int nd = 0;
-    int rc = read_array(ri->file, name, type, elem, out, &nd, dims);
+    int rc = read_array(ri, name, type, elem, out, &nd, dims);
     if (rc == -ENOENT)
         return 0;
     bool ok = !rc && nd == (k_out ? 3 : 2) && (int)dims[0] == ri->R && (int)dims[1] == ri->S;

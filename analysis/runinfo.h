@@ -7,6 +7,7 @@
 #define MODE_ANALYSIS_RUNINFO_H
 
 #include "core/config/config.h"
+#include "core/io/runfile.h"
 
 #include <hdf5.h>
 #include <stdbool.h>
@@ -19,7 +20,7 @@ typedef struct run_info {
     char dir[RUN_PATH_LEN];      /* the folder holding the file */
     char name[128];              /* [run] name, else the folder's name */
     run_config cfg;
-    hid_t file;
+    run_reader *rd;              /* run.h5 and its pieces (a run in progress) */
     int n_steps;
     long *steps;                 /* [n_steps] recorded routing steps, ascending */
     int R, S;                    /* recorded windows, positions (0, 0 without) */

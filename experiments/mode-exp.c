@@ -54,8 +54,10 @@ static const char usage_eval[] =
     "                 brown or synthetic: the held-out split (default: the run's source)\n"
     "  --mode M       topk (routing over the whole sequence, as in training) or causal\n"
     "                 (the causal rule of MODEL.md; default)\n"
-    "  --windows N    use the first N windows (default: all)\n"
-    "  --json         print one JSON object {\"loss\", \"windows\", \"mode\"}\n";
+    "  --windows N    use N windows spread evenly over the data (default: all)\n"
+    "  --json         print one JSON object {\"loss\", \"se\", \"windows\", \"mode\"}\n"
+    "  The loss is the mean over windows of each window's mean loss, with its standard\n"
+    "  error over windows.\n";
 
 static const char usage_flops[] =
     "usage: mode-exp flops CONFIG.ini [section.key=value ...]\n"
@@ -74,6 +76,7 @@ static void fmt_time(char *buf, size_t n, double s)
 
 typedef struct log_opts {
     bool quiet, jsonl;
+    mode_ctx *ctx;
 } log_opts;
 
 static void print_log(const train_log *l, void *user)
@@ -88,7 +91,9 @@ static void print_log(const train_log *l, void *user)
                l->step, l->total, l->loss, l->ce, l->aux, l->lr, l->grad_norm, l->tokens_per_s,
                l->gflops, l->eta_s, l->wall_s);
         if (l->has_eval)
-            printf(",\"eval_topk\":%.6g,\"eval_causal\":%.6g", l->eval_topk, l->eval_causal);
+            printf(",\"eval_topk\":%.6g,\"eval_causal\":%.6g,\"eval_se\":%.4g,"
+                   "\"eval_windows\":%ld", l->eval_topk, l->eval_causal, l->eval_se,
+                   l->eval_windows);
         printf("}\n");
     } else {
         char eta[32];
@@ -96,10 +101,20 @@ static void print_log(const train_log *l, void *user)
         printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  ETA %s\n",
                l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s, l->gflops, eta);
         if (l->has_eval)
-            printf("eval   %6ld  held-out loss: topk %.4f  causal %.4f\n", l->step, l->eval_topk,
-                   l->eval_causal);
+            printf("eval   %6ld  held-out loss: topk %.4f  causal %.4f  (+- %.4f, %ld windows)\n",
+                   l->step, l->eval_topk, l->eval_causal, l->eval_se, l->eval_windows);
     }
     fflush(stdout);
+}
+
+/* A failure inside a training step on one rank of several: one line, then
+ * every rank ends (docs/robustness.md). */
+static void fatal_stop(const char *msg, void *user)
+{
+    mode_ctx *ctx = user ? ((log_opts *)user)->ctx : NULL;
+    fprintf(stderr, "mode-exp: %s\n", msg);
+    fflush(stderr);
+    comm_abort(ctx ? ctx->comm : NULL, 1);
 }
 
 static int cmd_train(mode_ctx *ctx, int argc, char **argv)
@@ -118,7 +133,6 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         return 2;
     }
     int threads = choose_threads(&c, ctx);
-    ctx->seed = cfg.seed;
     if (ctx->rank == 0 && !c.quiet && !c.jsonl) {
         char *ini = config_to_ini(&cfg);
         printf("# mode-exp %s: %d rank(s) x %d thread(s)%s\n# resolved config:\n%s\n",
@@ -129,10 +143,10 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
                ini ? ini : "");
         free(ini);
     }
-    log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl };
+    log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl, .ctx = ctx };
     trainer_opts o = { .resume = c.resume, .log = print_log, .log_user = &lo, .argc = argc,
                        .argv = argv, .blas_threads = threads,
-                       .max_steps = c.max_steps };
+                       .max_steps = c.max_steps, .fatal = fatal_stop };
     rc = train(&cfg, mode_kinds, ctx, &o, err, sizeof(err));
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp: %s\n", err[0] ? err : strerror(-rc));
@@ -174,10 +188,10 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
                   : load_dataset(&d, src, cfg.vocab, cfg.val_fraction, cfg.seq_len, NULL, err,
                                  sizeof(err));
     }
-    double loss = 0.0;
-    long used = 0;
+    eval_result ev = { 0 };
     if (!rc) {
-        rc = evaluate(m, ctx, d, c.windows, mode, &loss, &used);
+        ctx->seed = cfg.init_seed; /* a random router draws as in training */
+        rc = evaluate(m, ctx, d, c.windows, mode, &ev);
         if (rc)
             snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
     }
@@ -186,10 +200,11 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     if (!rc && ctx->rank == 0) {
         const char *mn = mode == FWD_EVAL_TOPK ? "topk" : "causal";
         if (c.json)
-            printf("{\"loss\": %.9g, \"windows\": %ld, \"mode\": \"%s\"}\n", loss, used, mn);
+            printf("{\"loss\": %.9g, \"se\": %.6g, \"windows\": %ld, \"mode\": \"%s\"}\n",
+                   ev.loss, ev.se, ev.windows, mn);
         else
-            printf("%s: loss %.6f over %ld windows of %d tokens (%s)\n", c.config, loss, used,
-                   cfg.seq_len, mn);
+            printf("%s: loss %.6f +- %.6f (standard error over windows) over %ld windows of %d "
+                   "tokens (%s)\n", c.config, ev.loss, ev.se, ev.windows, cfg.seq_len, mn);
     }
     free_model(&m);
     free_dataset(&d);

@@ -7,6 +7,7 @@
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/h5util.h"
+#include "core/io/runfile.h"
 #include "core/train/trainer.h"
 #include "experiments/kinds.h"
 #include "experiments/sweep.h"
@@ -101,11 +102,11 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
     return 0;
 }
 
-static double last_double(hid_t f, const char *name)
+static double last_value(run_reader *rd, const char *name)
 {
     double *v = NULL, x = (double)NAN;
-    hsize_t n = 0;
-    if (!h5_read_doubles_1d(f, name, &v, &n) && n > 0)
+    long n = 0;
+    if (!run_reader_column(rd, name, &v, &n) && n > 0)
         x = v[n - 1];
     free(v);
     return x;
@@ -137,22 +138,17 @@ static int inspect_run(const char *dir, const char *ini, run_state *s, char *err
     }
     if (stat(path, &st))
         return 0;
-    hid_t f = h5_open_checked(path, err, err_len);
-    if (f < 0)
+    run_reader *rd = NULL;
+    if (open_run_reader(&rd, path, err, err_len))
         return -EIO;
-    char *config = h5_attr_read_string(f, "config");
-    bool same = config && !strcmp(config, ini);
-    free(config);
-    long *steps = NULL;
-    hsize_t n = 0;
-    if (same && !h5_read_longs_1d(f, "metrics/step", &steps, &n) && n > 0)
-        s->done = steps[n - 1];
-    free(steps);
+    bool same = !strcmp(run_reader_config(rd), ini);
+    double done = same ? last_value(rd, "metrics/step") : (double)NAN;
+    s->done = isfinite(done) ? (long)done : 0;
     s->has_run = true;
-    s->loss = last_double(f, "metrics/loss");
-    s->eval_topk = last_double(f, "eval/loss_topk");
-    s->eval_causal = last_double(f, "eval/loss_causal");
-    H5Fclose(f);
+    s->loss = last_value(rd, "metrics/loss");
+    s->eval_topk = last_value(rd, "eval/loss_topk");
+    s->eval_causal = last_value(rd, "eval/loss_causal");
+    close_run_reader(&rd);
     if (!same) {
         snprintf(err, (size_t)err_len, "%s: a run of another config (the sweep file or its "
                  "base changed?): move the folder away or set [sweep] out elsewhere", path);

@@ -84,14 +84,18 @@ static const char *const precisions[] = { "fp32", "bf16", NULL };
 static const cfg_key config_keys[] = {
     { SEC_RUN, "name", K_STR, RC(name), 0, 0, 0, NULL },
     { SEC_RUN, "seed", K_U64, RC(seed), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "init_seed", K_U64, RC(init_seed), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "data_seed", K_U64, RC(data_seed), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "steps", K_LONG, RC(steps), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "flops_budget", K_DOUBLE, RC(flops_budget), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "out", K_STR, RC(out), 0, 0, 0, NULL },
     { SEC_RUN, "log_every", K_LONG, RC(log_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "eval_every", K_LONG, RC(eval_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "eval_windows", K_LONG, RC(eval_windows), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "final_eval_windows", K_LONG, RC(final_eval_windows), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "ckpt_every", K_LONG, RC(ckpt_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "routing_every", K_LONG, RC(routing_every), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "routing_windows", K_LONG, RC(routing_windows), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "nonfinite", K_ENUM, RC(nonfinite), 0, 0, 0, nonfinite_policies },
     { SEC_RUN, "precision", K_ENUM, RC(precision), 0, 0, 0, precisions },
     { SEC_DATA, "source", K_SOURCE, RC(source), 0, 0, 0, NULL },
@@ -904,11 +908,22 @@ static int check_expert_ranks(loader *L, int ranks)
     return 0;
 }
 
+/* init_seed and data_seed follow run.seed unless set: one key for a
+ * replicate, two to vary initialisation and data order apart. */
+static void resolve_seeds(loader *L)
+{
+    if (L->origin[key_index(SEC_RUN, "init_seed")] == ORIGIN_DEFAULT)
+        L->c->init_seed = L->c->seed;
+    if (L->origin[key_index(SEC_RUN, "data_seed")] == ORIGIN_DEFAULT)
+        L->c->data_seed = L->c->seed;
+}
+
 static int resolve(loader *L, int ranks)
 {
     if (check_source(L) || check_steps(L) || check_heads(L) || check_ranks(L, ranks) ||
         check_top_k(L, -1) || resolve_layers(L) || check_expert_ranks(L, ranks))
         return -EINVAL;
+    resolve_seeds(L);
     L->c->optim.total_steps = L->c->steps;
     return 0;
 }
@@ -925,6 +940,8 @@ void config_defaults(run_config *c)
     c->log_every = 10;
     c->eval_every = 100;
     c->eval_windows = 16;
+    c->final_eval_windows = 2048;
+    c->routing_windows = 32;
     c->ckpt_every = 100;
     c->routing_every = 100;
     snprintf(c->nonfinite, sizeof(c->nonfinite), "stop");

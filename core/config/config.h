@@ -17,11 +17,15 @@
 typedef struct run_config {
     /* [run] */
     char name[128];
-    uint64_t seed;
+    uint64_t seed;        /* a replicate's seed: init_seed and data_seed follow it unless set */
+    uint64_t init_seed;   /* initialisation and the random router's scores */
+    uint64_t data_seed;   /* the training samples' offsets */
     long steps;           /* 0 with flops_budget set: derived from the budget */
     double flops_budget;  /* training FLOPs (nominal); 0 = unset */
     char out[CFG_PATH_LEN];
     long log_every, eval_every, eval_windows, ckpt_every, routing_every;
+    long final_eval_windows; /* the last evaluation's windows (0: all of the held-out split) */
+    long routing_windows;    /* held-out windows in the routing records */
     char nonfinite[16];   /* stop | skip: what a non-finite loss or gradient does */
     char precision[8];    /* fp32 | bf16: the model's matrix products (kernels/bf16.h) */
     /* [data] */

@@ -7,21 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int write_tensors(hid_t f, const model *m, const char *prefix, const float *buf)
-{
-    for (int t = 0; t < m->n_tensors; t++) {
-        const model_tensor *mt = &m->tensors[t];
-        hsize_t dims[3];
-        for (int i = 0; i < mt->desc.ndim; i++)
-            dims[i] = (hsize_t)mt->desc.shape[i];
-        char name[MODE_TENSOR_PATH + 16];
-        snprintf(name, sizeof(name), "%s%s", prefix, mt->path);
-        if (h5_write_floats(f, name, buf + mt->offset, mt->desc.ndim, dims))
-            return -EIO;
-    }
-    return 0;
-}
-
 static int write_layer_attrs(hid_t f, const model *m)
 {
     for (int l = 0; l < m->dims.n_layers; l++) {
@@ -47,46 +32,78 @@ static int write_layer_attrs(hid_t f, const model *m)
     return 0;
 }
 
-typedef struct ckpt_write {
-    const model *m;
-    const char *config_text;
-    long step;
-    uint64_t seed;
-} ckpt_write;
-
-static int write_checkpoint(hid_t f, const void *ctx)
+static int write_root_attrs(hid_t f, const model *m, const char *config_text, long step,
+                            uint64_t seed)
 {
-    const ckpt_write *w = ctx;
-    const model_dims *d = &w->m->dims;
+    const model_dims *d = &m->dims;
     int rc = 0;
-    rc |= h5_attr_string(f, "config", w->config_text);
+    rc |= h5_attr_string(f, "config", config_text);
     rc |= h5_attr_long(f, "d_model", d->d_model);
     rc |= h5_attr_long(f, "n_heads", d->n_heads);
     rc |= h5_attr_long(f, "d_ff", d->d_ff);
     rc |= h5_attr_long(f, "vocab", d->vocab);
     rc |= h5_attr_long(f, "seq_len", d->seq_len);
     rc |= h5_attr_long(f, "n_layers", d->n_layers);
-    rc |= h5_attr_long(f, "step", w->step);
+    rc |= h5_attr_long(f, "step", step);
     rc |= h5_attr_string(f, "rng", "pcg32 keyed by (seed, step, ...): seed and step are the state");
     char seed_s[32];
-    snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)w->seed);
+    snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)seed);
     rc |= h5_attr_string(f, "seed", seed_s);
-    if (!rc)
-        rc = write_tensors(f, w->m, "", w->m->params);
-    if (!rc)
-        rc = write_layer_attrs(f, w->m);
-    if (!rc)
-        rc = write_tensors(f, w->m, "optim/m/", w->m->adam_m);
-    if (!rc)
-        rc = write_tensors(f, w->m, "optim/v/", w->m->adam_v);
-    return rc;
+    return rc ? -EIO : 0;
 }
+
+/* The parameters, then the Adam moments under optim/m/ and optim/v/, each
+ * tensor under its MODEL.md path. */
+static const char *const ckpt_prefix[3] = { "", "optim/m/", "optim/v/" };
 
 int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
                     uint64_t seed, char *err, int err_len)
 {
-    ckpt_write w = { .m = m, .config_text = config_text, .step = step, .seed = seed };
-    return h5_save_atomic(path, write_checkpoint, &w, "checkpoint", err, err_len);
+    h5_out *o = NULL;
+    const float *bufs[3] = { m->params, m->adam_m, m->adam_v };
+    long *ds = malloc((size_t)(3 * m->n_tensors + 1) * sizeof(long));
+    if (!ds)
+        return -ENOMEM;
+    int rc = h5_out_create(&o, path, 3 * (uint64_t)m->n_params * sizeof(float), err, err_len);
+    if (rc)
+        goto out;
+    rc = write_root_attrs(h5_out_file(o), m, config_text, step, seed);
+    for (int b = 0; !rc && b < 3; b++) {
+        for (int t = 0; !rc && t < m->n_tensors; t++) {
+            const model_tensor *mt = &m->tensors[t];
+            hsize_t dims[3];
+            for (int i = 0; i < mt->desc.ndim; i++)
+                dims[i] = (hsize_t)mt->desc.shape[i];
+            char name[MODE_TENSOR_PATH + 16];
+            snprintf(name, sizeof(name), "%s%s", ckpt_prefix[b], mt->path);
+            ds[b * m->n_tensors + t] = h5_out_dataset(o, name, H5T_IEEE_F32LE, mt->desc.ndim,
+                                                      dims);
+            if (ds[b * m->n_tensors + t] < 0)
+                rc = -EIO;
+        }
+        if (!rc && b == 0)
+            rc = write_layer_attrs(h5_out_file(o), m);
+    }
+    if (rc) {
+        snprintf(err, (size_t)err_len, "%s: writing the checkpoint failed", path);
+        goto out;
+    }
+    if ((rc = h5_out_layout(o, err, err_len)))
+        goto out;
+    for (int b = 0; !rc && b < 3; b++)
+        for (int t = 0; !rc && t < m->n_tensors; t++)
+            rc = h5_out_write(o, ds[b * m->n_tensors + t], 0, bufs[b] + m->tensors[t].offset,
+                              (uint64_t)m->tensors[t].numel * sizeof(float));
+    if (rc) {
+        snprintf(err, (size_t)err_len, "%s: writing the checkpoint failed: %s", path,
+                 strerror(-rc));
+        goto out;
+    }
+    rc = h5_out_finish(&o, NULL, 0, err, err_len);
+out:
+    h5_out_abandon(&o);
+    free(ds);
+    return rc;
 }
 
 static hid_t open_h5(const char *path, char *err, int err_len)

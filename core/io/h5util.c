@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void h5_quiet(void)
@@ -230,29 +232,81 @@ hid_t h5_create(const char *path)
     return f;
 }
 
+/* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), a byte at a time
+ * through a table built on first use (I/O runs on the main thread). */
+static uint32_t crc_table[256];
+static bool crc_table_ready;
+
+static void build_crc_table(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1u ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+    crc_table_ready = true;
+}
+
 uint32_t h5_crc32(uint32_t crc, const void *data, size_t n)
 {
-    /* CRC-32 (IEEE 802.3, reflected 0xEDB88320), bit by bit per byte is slow;
-     * a nibble table keeps it short and fast enough for checkpoints */
-    static const uint32_t t[16] = {
-        0x00000000, 0x1db71064, 0x3b6e20c8, 0x26d930ac, 0x76dc4190, 0x6b6b51f4,
-        0x4db26158, 0x5005713c, 0xedb88320, 0xf00f9344, 0xd6d6a3e8, 0xcb61b38c,
-        0x9b64c2b0, 0x86d3d2d4, 0xa00ae278, 0xbdbdf21c,
-    };
+    if (!crc_table_ready)
+        build_crc_table();
     const uint8_t *p = data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= p[i];
-        crc = (crc >> 4) ^ t[crc & 15];
-        crc = (crc >> 4) ^ t[crc & 15];
-    }
+    for (size_t i = 0; i < n; i++)
+        crc = crc_table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
     return ~crc;
+}
+
+/* The CRC register is linear over GF(2): appending len zero bytes to A is a
+ * 32 x 32 bit matrix applied to crc(A), and crc(A B) = that of crc(A) xor
+ * crc(B).  The matrix for len bytes is built by squaring the one-bit shift
+ * (binary powers of len), so combining costs O(log len). */
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    for (; vec; vec >>= 1, mat++)
+        if (vec & 1u)
+            sum ^= *mat;
+    return sum;
+}
+
+static void gf2_square(uint32_t *sq, const uint32_t *mat)
+{
+    for (int i = 0; i < 32; i++)
+        sq[i] = gf2_times(mat, mat[i]);
+}
+
+uint32_t h5_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    if (len_b == 0)
+        return crc_a;
+    uint32_t odd[32], even[32]; /* operators for an odd and an even power of two zero bits */
+    odd[0] = 0xedb88320u;       /* one zero bit */
+    for (int i = 1; i < 32; i++)
+        odd[i] = 1u << (i - 1);
+    gf2_square(even, odd); /* two zero bits */
+    gf2_square(odd, even); /* four */
+    for (;;) {             /* then len_b bytes: 8, 16, 32, ... bits per square */
+        gf2_square(even, odd);
+        if (len_b & 1u)
+            crc_a = gf2_times(even, crc_a);
+        if (!(len_b >>= 1))
+            break;
+        gf2_square(odd, even);
+        if (len_b & 1u)
+            crc_a = gf2_times(odd, crc_a);
+        if (!(len_b >>= 1))
+            break;
+    }
+    return crc_a ^ crc_b;
 }
 
 /* CRC-32 and length of the bytes after the user block. */
 static int body_crc(FILE *f, uint32_t *crc, uint64_t *len)
 {
-    uint8_t buf[1 << 16];
+    static uint8_t buf[1 << 16];
     size_t n;
     *crc = 0;
     *len = 0;
@@ -279,32 +333,12 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-int h5_seal(const char *path)
+int h5_check_seal(const char *path, char *err, int err_len)
 {
-    FILE *f = fopen(path, "r+b");
-    if (!f)
-        return -errno;
-    uint32_t crc;
-    uint64_t len;
-    int rc = body_crc(f, &crc, &len);
-    uint8_t head[32] = { 0 };
-    memcpy(head, H5_MAGIC, 8);
-    put_u64(head + 8, len);
-    put_u64(head + 16, crc);
-    if (!rc && (fseek(f, 0, SEEK_SET) || fwrite(head, 1, sizeof(head), f) != sizeof(head)))
-        rc = -EIO;
-    if (fclose(f) && !rc)
-        rc = -EIO;
-    return rc;
-}
-
-hid_t h5_open_checked(const char *path, char *err, int err_len)
-{
-    h5_quiet();
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, (size_t)err_len, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
+        return -ENOENT;
     }
     uint8_t head[32];
     uint32_t crc = 0;
@@ -317,19 +351,27 @@ hid_t h5_open_checked(const char *path, char *err, int err_len)
         snprintf(err, (size_t)err_len, "%s: %s", path,
                  hdf5 ? "an HDF5 file, but not one mode wrote (no checksum block)"
                       : "not an HDF5 file written by mode");
-        return -1;
+        return -EINVAL;
     }
     if (len != get_u64(head + 8)) {
         snprintf(err, (size_t)err_len, "%s: truncated or extended: %llu bytes after the header, "
                  "%llu written", path, (unsigned long long)len,
                  (unsigned long long)get_u64(head + 8));
-        return -1;
+        return -EINVAL;
     }
     if (crc != (uint32_t)get_u64(head + 16)) {
         snprintf(err, (size_t)err_len, "%s: corrupted (CRC-32 %08x, %08x written)", path,
                  (unsigned)crc, (unsigned)get_u64(head + 16));
-        return -1;
+        return -EINVAL;
     }
+    return 0;
+}
+
+hid_t h5_open_checked(const char *path, char *err, int err_len)
+{
+    h5_quiet();
+    if (h5_check_seal(path, err, err_len))
+        return -1;
     hid_t h = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (h < 0)
         snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
@@ -365,33 +407,332 @@ int h5_commit_tmp(const char *tmp, const char *path)
     return 0;
 }
 
-int h5_save_atomic(const char *path, h5_writer write, const void *ctx, const char *what,
-                   char *err, int err_len)
+/* ---- h5_out: HDF5 lays a file out, mode fills it (h5util.h) ---------- */
+
+struct h5_out {
+    char path[4096], tmp[4096];
+    hid_t f;
+    long n, cap;
+    hid_t *ids;             /* open datasets, until h5_out_layout */
+    uint64_t *off, *bytes;  /* [n] where each dataset's data lies */
+    uint64_t size;          /* of the whole file */
+    int fd;
+    h5_piece *pieces;
+    int n_pieces, cap_pieces;
+};
+
+static const char *human_bytes(char *buf, size_t len, double b)
 {
-    char tmp[4096];
-    if (h5_tmp_path(tmp, sizeof(tmp), path)) {
+    const char *unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB" };
+    int u = 0;
+    while (b >= 1024.0 && u < 4) {
+        b /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+int h5_out_create(h5_out **out, const char *path, uint64_t data_bytes, char *err, int err_len)
+{
+    *out = NULL;
+    h5_out *o = calloc(1, sizeof(*o));
+    if (!o)
+        return -ENOMEM;
+    o->f = -1;
+    o->fd = -1;
+    snprintf(o->path, sizeof(o->path), "%s", path);
+    if (h5_tmp_path(o->tmp, sizeof(o->tmp), path)) {
         snprintf(err, (size_t)err_len, "%s: path too long", path);
+        free(o);
         return -ENAMETOOLONG;
     }
+    /* room for the data and the metadata (a few kilobytes per dataset,
+     * bounded generously), so that HDF5's own metadata writes cannot meet
+     * a full disk */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    struct statvfs vfs;
+    uint64_t need = data_bytes + data_bytes / 64 + (1u << 20);
+    if (!statvfs(dirname(dir), &vfs) && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+        char a[32], b[32];
+        snprintf(err, (size_t)err_len, "%s: no room to write it: it needs about %s, the disk has %s free "
+                 "(disk full?)", path, human_bytes(a, sizeof(a), (double)need),
+                 human_bytes(b, sizeof(b), (double)vfs.f_bavail * (double)vfs.f_frsize));
+        free(o);
+        return -ENOSPC;
+    }
     h5_quiet();
-    hid_t f = h5_create(tmp);
-    if (f < 0) {
-        snprintf(err, (size_t)err_len,
-                 "%s: cannot create it (is the folder writable, the disk full?)", tmp);
+    /* a temporary already there is what a crash left: never written into
+     * (nor followed, were it a link) */
+    unlink(o->tmp);
+    o->f = h5_create(o->tmp);
+    if (o->f < 0) {
+        snprintf(err, (size_t)err_len, "%s: cannot create it (is the folder writable?)", o->tmp);
+        free(o);
         return -EIO;
     }
-    int rc = write(f, ctx);
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
-        rc = -EIO;
-    if (H5Fclose(f) < 0)
-        rc = -EIO;
-    if (!rc)
-        rc = h5_seal(tmp);
-    if (!rc)
-        rc = h5_commit_tmp(tmp, path);
-    if (rc) {
-        remove(tmp);
-        snprintf(err, (size_t)err_len, "%s: writing the %s failed (disk full?)", path, what);
+    *out = o;
+    return 0;
+}
+
+hid_t h5_out_file(const h5_out *o)
+{
+    return o->f;
+}
+
+long h5_out_dataset(h5_out *o, const char *name, hid_t file_type, int ndim, const hsize_t *dims)
+{
+    if (o->n == o->cap) {
+        long cap = o->cap ? 2 * o->cap : 64;
+        hid_t *ids = realloc(o->ids, (size_t)cap * sizeof(hid_t));
+        if (ids)
+            o->ids = ids;
+        uint64_t *off = realloc(o->off, (size_t)cap * sizeof(uint64_t));
+        if (off)
+            o->off = off;
+        uint64_t *bytes = realloc(o->bytes, (size_t)cap * sizeof(uint64_t));
+        if (bytes)
+            o->bytes = bytes;
+        if (!ids || !off || !bytes)
+            return -ENOMEM;
+        o->cap = cap;
     }
+    hid_t space = H5Screate_simple(ndim, dims, NULL);
+    hid_t lcpl = h5_lcpl(), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    /* space now, so that its offset is known; never filled by HDF5 */
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    hid_t ds = H5Dcreate2(o->f, name, file_type, space, lcpl, dcpl, H5P_DEFAULT);
+    hssize_t points = H5Sget_simple_extent_npoints(space);
+    H5Pclose(dcpl);
+    H5Pclose(lcpl);
+    H5Sclose(space);
+    if (ds < 0 || points < 0)
+        return -EIO;
+    o->ids[o->n] = ds;
+    o->bytes[o->n] = (uint64_t)points * H5Tget_size(file_type);
+    o->off[o->n] = 0;
+    return o->n++;
+}
+
+hid_t h5_out_dataset_id(const h5_out *o, long i)
+{
+    return i >= 0 && i < o->n ? o->ids[i] : -1;
+}
+
+int h5_out_layout(h5_out *o, char *err, int err_len)
+{
+    int rc = 0;
+    for (long i = 0; i < o->n; i++) {
+        haddr_t a = o->bytes[i] ? H5Dget_offset(o->ids[i]) : 0;
+        if (a == HADDR_UNDEF)
+            rc = -EIO;
+        o->off[i] = (uint64_t)a;
+        H5Dclose(o->ids[i]);
+    }
+    if (H5Fclose(o->f) < 0)
+        rc = -EIO;
+    o->f = -1;
+    struct stat st;
+    if (!rc && stat(o->tmp, &st))
+        rc = -errno;
+    o->size = rc ? 0 : (uint64_t)st.st_size;
+    for (long i = 0; !rc && i < o->n; i++)
+        if (o->bytes[i] && (o->off[i] < H5_USERBLOCK || o->off[i] + o->bytes[i] > o->size))
+            rc = -EIO; /* not the layout this writer relies on */
+    if (rc) {
+        snprintf(err, (size_t)err_len, "%s: HDF5 could not lay the file out", o->tmp);
+        return rc;
+    }
+    o->fd = open(o->tmp, O_RDWR);
+    if (o->fd < 0) {
+        snprintf(err, (size_t)err_len, "%s: cannot open: %s", o->tmp, strerror(errno));
+        return -EIO;
+    }
+    /* every block of the file now, so that a full disk is an error here */
+    rc = posix_fallocate(o->fd, 0, (off_t)o->size);
+    if (rc) {
+        char a[32];
+        snprintf(err, (size_t)err_len, "%s: cannot reserve its %s: %s", o->path,
+                 human_bytes(a, sizeof(a), (double)o->size), strerror(rc));
+        return -rc;
+    }
+    return 0;
+}
+
+uint64_t h5_out_offset(const h5_out *o, long i)
+{
+    return o->off[i];
+}
+
+uint64_t h5_out_bytes(const h5_out *o, long i)
+{
+    return o->bytes[i];
+}
+
+uint64_t h5_out_size(const h5_out *o)
+{
+    return o->size;
+}
+
+const char *h5_out_tmp_path(const h5_out *o)
+{
+    return o->tmp;
+}
+
+int h5_write_piece(int fd, uint64_t off, const void *data, uint64_t bytes, h5_piece *piece)
+{
+    const uint8_t *p = data;
+    piece->off = off;
+    piece->len = bytes;
+    piece->crc = h5_crc32(0, data, (size_t)bytes);
+    while (bytes > 0) {
+        ssize_t w = pwrite(fd, p, bytes > (1u << 30) ? (1u << 30) : (size_t)bytes, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        off += (uint64_t)w;
+        bytes -= (uint64_t)w;
+    }
+    return 0;
+}
+
+int h5_out_write(h5_out *o, long i, uint64_t at, const void *data, uint64_t bytes)
+{
+    if (i < 0 || i >= o->n || at + bytes > o->bytes[i] || o->fd < 0)
+        return -EINVAL;
+    if (bytes == 0)
+        return 0;
+    if (o->n_pieces == o->cap_pieces) {
+        int cap = o->cap_pieces ? 2 * o->cap_pieces : 64;
+        h5_piece *p = realloc(o->pieces, (size_t)cap * sizeof(h5_piece));
+        if (!p)
+            return -ENOMEM;
+        o->pieces = p;
+        o->cap_pieces = cap;
+    }
+    int rc = h5_write_piece(o->fd, o->off[i] + at, data, bytes, &o->pieces[o->n_pieces]);
+    if (!rc)
+        o->n_pieces++;
     return rc;
+}
+
+int h5_out_pieces(const h5_out *o, const h5_piece **pieces)
+{
+    *pieces = o->pieces;
+    return o->n_pieces;
+}
+
+static int cmp_piece(const void *a, const void *b)
+{
+    uint64_t x = ((const h5_piece *)a)->off, y = ((const h5_piece *)b)->off;
+    return (x > y) - (x < y);
+}
+
+/* CRC-32 of bytes [from, to) of the file, read back. */
+static int crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc)
+{
+    static uint8_t buf[1 << 16];
+    *crc = 0;
+    while (from < to) {
+        size_t want = to - from < sizeof(buf) ? (size_t)(to - from) : sizeof(buf);
+        ssize_t got = pread(fd, buf, want, (off_t)from);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return -EIO;
+        *crc = h5_crc32(*crc, buf, (size_t)got);
+        from += (uint64_t)got;
+    }
+    return 0;
+}
+
+int h5_out_finish(h5_out **po, const h5_piece *more, int n_more, char *err, int err_len)
+{
+    h5_out *o = *po;
+    int n = o->n_pieces + n_more, rc = 0;
+    h5_piece *all = malloc((size_t)(n ? n : 1) * sizeof(h5_piece));
+    if (!all) {
+        snprintf(err, (size_t)err_len, "%s: out of memory", o->path);
+        h5_out_abandon(po);
+        return -ENOMEM;
+    }
+    if (o->n_pieces)
+        memcpy(all, o->pieces, (size_t)o->n_pieces * sizeof(h5_piece));
+    if (n_more)
+        memcpy(all + o->n_pieces, more, (size_t)n_more * sizeof(h5_piece));
+    qsort(all, (size_t)n, sizeof(h5_piece), cmp_piece);
+    /* the body's CRC in file order: the pieces as written, the metadata
+     * between them read back */
+    uint32_t crc = 0, part;
+    uint64_t at = H5_USERBLOCK;
+    for (int i = 0; !rc && i <= n; i++) {
+        uint64_t next = i < n ? all[i].off : o->size;
+        if (next < at || (i < n && all[i].off + all[i].len > o->size)) {
+            rc = -EIO; /* overlapping or outside the file */
+            break;
+        }
+        if (next > at) {
+            rc = crc_range(o->fd, at, next, &part);
+            crc = h5_crc32_combine(crc, part, next - at);
+        }
+        if (i < n) {
+            crc = h5_crc32_combine(crc, all[i].crc, all[i].len);
+            at = all[i].off + all[i].len;
+        }
+    }
+    free(all);
+    uint8_t head[32] = { 0 };
+    memcpy(head, H5_MAGIC, 8);
+    put_u64(head + 8, o->size - H5_USERBLOCK);
+    put_u64(head + 16, crc);
+    h5_piece hp;
+    if (!rc)
+        rc = h5_write_piece(o->fd, 0, head, sizeof(head), &hp);
+    if (!rc && fsync(o->fd))
+        rc = -errno;
+    if (close(o->fd) && !rc)
+        rc = -EIO;
+    o->fd = -1;
+    if (!rc)
+        rc = h5_commit_tmp(o->tmp, o->path);
+    if (rc) {
+        snprintf(err, (size_t)err_len, "%s: finishing the file failed: %s", o->path,
+                 strerror(-rc));
+        h5_out_abandon(po);
+        return rc;
+    }
+    free(o->ids);
+    free(o->off);
+    free(o->bytes);
+    free(o->pieces);
+    free(o);
+    *po = NULL;
+    return 0;
+}
+
+void h5_out_abandon(h5_out **po)
+{
+    h5_out *o = *po;
+    if (!o)
+        return;
+    if (o->f >= 0) {
+        for (long i = 0; i < o->n; i++)
+            if (o->ids[i] >= 0)
+                H5Dclose(o->ids[i]);
+        H5Fclose(o->f);
+    }
+    if (o->fd >= 0)
+        close(o->fd);
+    remove(o->tmp);
+    free(o->ids);
+    free(o->off);
+    free(o->bytes);
+    free(o->pieces);
+    free(o);
+    *po = NULL;
 }

@@ -50,23 +50,75 @@ int h5_attr_read_double(hid_t loc, const char *name, double *value);
 /* A new file with the user block and checksummed metadata (HDF5 1.8
  * formats and later). */
 hid_t h5_create(const char *path);
-/* After H5Fclose: fill the user block of path (length and CRC-32). */
-int h5_seal(const char *path);
 /* Open a file mode wrote, read-only, after checking its seal.  On failure
  * returns a negative id and says what is wrong (missing, not HDF5, not
  * written by mode, truncated, corrupted) in err, naming path. */
 hid_t h5_open_checked(const char *path, char *err, int err_len);
+/* Check the seal of path without opening it in HDF5 (err as above). */
+int h5_check_seal(const char *path, char *err, int err_len);
 uint32_t h5_crc32(uint32_t crc, const void *data, size_t n);
+/* The CRC-32 of A followed by B, from crc(A), crc(B) and B's length. */
+uint32_t h5_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
-/* Write a file atomically: write(f, ctx) fills a new sealed file at
- * "<path>.tmp", which is flushed, closed, sealed, fsync'ed and renamed over
- * path.  On any failure the temporary is removed, path is untouched, and err
- * says what failed (what: "checkpoint", "run file"). */
-typedef int (*h5_writer)(hid_t f, const void *ctx);
-int h5_save_atomic(const char *path, h5_writer write, const void *ctx, const char *what,
-                   char *err, int err_len);
+/* Writing files: HDF5 lays them out, mode fills them.
+ *
+ * HDF5 1.10 does not survive a full disk: after a failed write its file
+ * close fails, and at exit the library tries again and crashes (seen:
+ * H5F__close_cb under MPI_Finalize).  So HDF5 never writes a file's data
+ * here.  h5_out creates "<path>.tmp" with every dataset contiguous and its
+ * space allocated but not filled, attributes written; closing it writes
+ * only the metadata (kilobytes) into a file checked beforehand to have room
+ * for the whole.  Then the file's full size is reserved (posix_fallocate:
+ * a full disk is an error code here, not a crash later), the data written
+ * with pwrite at each dataset's offset, by one process or by many (each
+ * its own bytes: sharded checkpoints), each piece's CRC-32 taken as it is
+ * written.  Sealing takes the CRC of the metadata between the pieces,
+ * combines everything in file order into the CRC-32 of the bytes after the
+ * user block, writes the user block, fsyncs, and the rename makes the file.
+ * A crash at any moment leaves the previous file whole.  Files must be
+ * little-endian (x86-64): data bytes are written as they are in memory. */
+typedef struct h5_piece {
+    uint64_t off, len; /* bytes [off, off + len) of the file */
+    uint32_t crc;
+} h5_piece;
 
-/* Atomic file replacement: write to "<path>.tmp", fsync, rename over path. */
+typedef struct h5_out h5_out;
+
+/* Start path: checks that its folder has room for about data_bytes (plus
+ * the metadata), creates "<path>.tmp" in HDF5.  err says what failed. */
+int h5_out_create(h5_out **out, const char *path, uint64_t data_bytes, char *err, int err_len);
+/* The open HDF5 file, for groups and attributes (until h5_out_layout). */
+hid_t h5_out_file(const h5_out *o);
+/* A contiguous dataset of file_type (one of the little-endian H5T_IEEE_*LE
+ * and H5T_STD_*LE types) and shape dims; returns its index (>= 0) for the
+ * writes, or a negative code.  attrs of a dataset: h5_out_dataset_id(). */
+long h5_out_dataset(h5_out *o, const char *name, hid_t file_type, int ndim, const hsize_t *dims);
+/* An open id of dataset i, for its attributes (close it with H5Dclose). */
+hid_t h5_out_dataset_id(const h5_out *o, long i);
+/* Close the HDF5 side (metadata written), reserve the whole file. */
+int h5_out_layout(h5_out *o, char *err, int err_len);
+/* Where dataset i starts in the file and its bytes (after h5_out_layout). */
+uint64_t h5_out_offset(const h5_out *o, long i);
+uint64_t h5_out_bytes(const h5_out *o, long i);
+uint64_t h5_out_size(const h5_out *o);
+const char *h5_out_tmp_path(const h5_out *o);
+/* bytes of data into dataset i from byte at of it (pieces may be written
+ * in any order; each is recorded with its CRC). */
+int h5_out_write(h5_out *o, long i, uint64_t at, const void *data, uint64_t bytes);
+/* The pieces this process wrote (for the writer that seals). */
+int h5_out_pieces(const h5_out *o, const h5_piece **pieces);
+/* Writing into a file another process laid out: pwrite at offset, the
+ * piece's CRC into piece (fd open on the .tmp file). */
+int h5_write_piece(int fd, uint64_t off, const void *data, uint64_t bytes, h5_piece *piece);
+/* Seal: the CRC of every byte after the user block from the pieces written
+ * here and the n_more written elsewhere (read back only where no piece
+ * covers: the metadata), the user block, fsync; then the rename.  Any
+ * failure removes the temporary. */
+int h5_out_finish(h5_out **o, const h5_piece *more, int n_more, char *err, int err_len);
+/* Give up: remove the temporary, free. */
+void h5_out_abandon(h5_out **o);
+
+/* Atomic file replacement: fsync tmp, rename over path, fsync the folder. */
 int h5_tmp_path(char *buf, size_t len, const char *path);
 int h5_commit_tmp(const char *tmp, const char *path);
 

@@ -306,8 +306,17 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     matmul_pool(a.pool, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
     int counted = b->n_counted > 0 && b->n_counted < b->nseq ? b->n_counted * S : n;
-    r->ce_sum = cross_entropy(mode == FWD_TRAIN ? m->logits : NULL, m->logits, m->targets,
-                              counted, V, scale);
+    if (b->seq_ce) { /* evaluation: each sequence's loss, for their spread */
+        r->ce_sum = 0.0;
+        for (int s = 0; s < counted / S; s++) {
+            size_t o = (size_t)s * S;
+            b->seq_ce[s] = cross_entropy(NULL, m->logits + o * V, m->targets + o, S, V, scale);
+            r->ce_sum += b->seq_ce[s];
+        }
+    } else {
+        r->ce_sum = cross_entropy(mode == FWD_TRAIN ? m->logits : NULL, m->logits, m->targets,
+                                  counted, V, scale);
+    }
     r->n_positions = counted;
     r->flops_executed += b->nseq * model_head_flops_per_seq(dm);
     if (ctx)

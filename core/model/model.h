@@ -57,6 +57,7 @@ typedef struct batch {
     int n_counted;    /* > 0: only the first n_counted sequences count in the loss
                          (the rest pad a rank's batch so every rank runs the same
                          forwards, as expert parallelism needs) */
+    double *seq_ce;   /* not NULL (evaluation): the CE sum of each counted sequence */
 } batch;
 
 typedef struct fwd_result {

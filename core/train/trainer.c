@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,52 +32,66 @@ void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size
     snprintf(ckpt_h5, len, "%s/%s/ckpt.h5", c->out, c->name);
 }
 
+long eval_window_index(long i, long n, long avail)
+{
+    return n >= avail ? i : (long)((double)i * (double)avail / (double)n);
+}
+
 int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
-             double *loss, long *windows_used)
+             eval_result *out)
 {
     int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
     long avail = dataset_eval_windows(d, S);
     long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
     uint16_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(uint16_t));
-    if (!tok)
-        return -ENOMEM;
-    double sums[2] = { 0.0, 0.0 }; /* ce, positions */
-    int rc = 0;
-    /* rank r takes windows r, r+P, ...; in chunks of the model's batch.  Every
-     * rank runs the same number of forwards of the same size (layers may talk
-     * to other ranks), padding with window 0 that does not count. */
+    double *seq_ce = malloc((size_t)m->max_seq * sizeof(double));
+    int rc = tok && seq_ce ? 0 : -ENOMEM;
+    /* sums over windows of the mean loss and of its square: the mean and
+     * the spread of the per-window losses */
+    double sums[2] = { 0.0, 0.0 };
+    /* rank r takes the list's entries r, r+P, ...; in chunks of the model's
+     * batch.  Every rank runs the same number of forwards of the same size
+     * (layers may talk to other ranks), padding with window 0 that does not
+     * count. */
     long per_rank = (n + P - 1) / P;
     for (long i0 = 0; i0 < per_rank && !rc; i0 += m->max_seq) {
         int cnt = (int)(per_rank - i0 < m->max_seq ? per_rank - i0 : m->max_seq), real = 0;
         for (int i = 0; i < cnt; i++) {
-            long w = rank + (i0 + i) * P;
-            real += w < n;
-            dataset_eval_window(d, tok + (size_t)i * (S + 1), S, w < n ? w : 0);
+            long k = rank + (i0 + i) * P;
+            real += k < n;
+            dataset_eval_window(d, tok + (size_t)i * (S + 1), S,
+                                k < n ? eval_window_index(k, n, avail) : 0);
         }
         batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
-                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1 };
+                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
+                    .seq_ce = seq_ce };
         fwd_result r;
         rc = model_forward(m, ctx, &b, mode, &r);
-        if (real > 0) {
-            sums[0] += r.ce_sum;
-            sums[1] += (double)r.n_positions;
+        for (int i = 0; !rc && i < real; i++) {
+            double l = seq_ce[i] / S;
+            sums[0] += l;
+            sums[1] += l * l;
         }
     }
     free(tok);
-    int bad = rc != 0;
-    comm_allreduce_max_int(ctx ? ctx->comm : NULL, &bad);
-    if (bad)
-        return rc ? rc : -EIO;
-    comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
-    *loss = sums[1] > 0 ? sums[0] / sums[1] : (double)NAN;
-    if (windows_used)
-        *windows_used = n;
+    free(seq_ce);
+    if (rc)
+        return rc;
+    rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
+    if (rc)
+        return rc;
+    double mean = n > 0 ? sums[0] / (double)n : (double)NAN;
+    double var = n > 1 ? (sums[1] - (double)n * mean * mean) / (double)(n - 1) : (double)NAN;
+    out->loss = mean;
+    out->se = n > 1 ? sqrt(var > 0.0 ? var : 0.0) / sqrt((double)n) : (double)NAN;
+    out->windows = n;
     return 0;
 }
 
 /* Every rank learns whether any rank failed, and every rank ends with the
  * message of the lowest failing rank (prefixed "rank N: " when that is not
- * rank 0), so the program prints one line from rank 0 and nobody hangs. */
+ * rank 0), so the program prints one line from rank 0 and nobody hangs.
+ * Every rank must call it at the same point (docs/robustness.md). */
 static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len)
 {
     int first = rc ? ctx->rank : ctx->size;
@@ -85,7 +100,7 @@ static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len)
     if (first == ctx->size)
         return 0;
     if (err && ctx->size > 1) {
-        char buf[1024];
+        char buf[1024] = "";
         if (ctx->rank == first && first == 0)
             snprintf(buf, sizeof(buf), "%.1000s", err);
         else if (ctx->rank == first)
@@ -95,7 +110,6 @@ static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len)
     }
     return rc ? rc : -ECANCELED;
 }
-#define agree(ctx, rc) agree_msg((ctx), (rc), err, err_len)
 
 static int make_dirs(const char *dir)
 {
@@ -134,182 +148,270 @@ static int check_writable(const char *dir, char *err, int err_len)
     return 0;
 }
 
+/* Per-step statistics of the layers whose kind has them: one table each. */
+typedef struct layer_stats {
+    int n_sums;       /* raw sums of all layers, concatenated */
+    int *sums;        /* [n_layers] the raw sums of each layer */
+    int *cols;        /* [n_layers] its columns (0: no statistics) */
+    int *table;       /* [n_layers] its table in rec->extra (rank 0), -1 without */
+    int max_cols;
+} layer_stats;
+
+/* The held-out windows whose routing decisions are recorded. */
+typedef struct routing_windows {
+    int n;            /* windows (0: no routing records) */
+    long *index;      /* [n] their indices in the held-out split */
+    uint16_t *tokens; /* [n][S+1] */
+} routing_windows;
+
 typedef struct trainer {
     const run_config *cfg;
     mode_ctx *ctx;
     model *m;
     shard_plan *shard; /* which gradients are summed and updated where */
     dataset *d;
-    run_record *rec; /* rank 0 only */
+    run_record *rec;   /* rank 0: the rows and records not yet written */
     char *ini;
     char dir[4096], run_h5[4096], ckpt_h5[4096];
     long total, start;
     double flops_per_seq;
-    int n_sums;              /* stat sums of all layers, concatenated */
-    int *stat_sums;          /* [n_layers] sums of each layer */
-    int *stat_table;         /* [n_layers] index into rec->extra, -1 without */
-    char (*stat_group)[32];  /* [n_layers] "layer_stats/<l>" */
-    const char ***stat_cols; /* [n_layers] "step" + the kind's stat names */
-    int n_record;            /* held-out sequences whose routing is recorded */
-    uint16_t *record_tokens; /* [n_record][S+1] */
+    layer_stats st;
+    routing_windows rw;
+    double wall0, skipped; /* the run's clock (continued over resumes) and skipped steps */
 } trainer;
 
-/* Tables of per-step layer statistics, one per layer whose kind has them. */
 static int setup_stat_tables(trainer *t)
 {
     int L = t->m->dims.n_layers;
-    t->stat_table = malloc((size_t)L * sizeof(int));
-    t->stat_group = calloc((size_t)L, sizeof(*t->stat_group));
-    t->stat_cols = calloc((size_t)L, sizeof(*t->stat_cols));
-    t->stat_sums = calloc((size_t)L, sizeof(int));
-    if (!t->stat_table || !t->stat_group || !t->stat_cols || !t->stat_sums)
+    layer_stats *st = &t->st;
+    st->sums = calloc((size_t)L, sizeof(int));
+    st->cols = calloc((size_t)L, sizeof(int));
+    st->table = malloc((size_t)L * sizeof(int));
+    if (!st->sums || !st->cols || !st->table)
         return -ENOMEM;
     for (int l = 0; l < L; l++) {
         const layer *ly = &t->m->layers[l];
-        t->stat_table[l] = -1;
+        st->table[l] = -1;
         if (!ly->kind->stat_count)
             continue;
-        int nc = ly->kind->stat_count(ly, &t->stat_sums[l]);
-        t->n_sums += t->stat_sums[l];
-        /* "step" then the kind's names, in one allocation */
-        char **cols = malloc((size_t)(nc + 1) * (sizeof(char *) + 48));
-        if (!cols)
-            return -ENOMEM;
-        char *names = (char *)(cols + nc + 1);
-        for (int c = 0; c <= nc; c++) {
-            cols[c] = names + (size_t)c * 48;
+        int nc = ly->kind->stat_count(ly, &st->sums[l]);
+        st->cols[l] = nc;
+        st->n_sums += st->sums[l];
+        st->max_cols = nc > st->max_cols ? nc : st->max_cols;
+        if (!t->rec)
+            continue;
+        /* "step" then the kind's names */
+        char (*names)[RUN_COL_LEN] = malloc((size_t)(nc + 1) * sizeof(*names));
+        const char **cols = malloc((size_t)(nc + 1) * sizeof(char *));
+        int rc = names && cols ? 0 : -ENOMEM;
+        for (int c = 0; !rc && c <= nc; c++) {
             if (c == 0)
-                snprintf(cols[c], 48, "step");
+                snprintf(names[c], RUN_COL_LEN, "step");
             else
-                ly->kind->stat_name(ly, c - 1, cols[c], 48);
+                ly->kind->stat_name(ly, c - 1, names[c], RUN_COL_LEN);
+            cols[c] = names[c];
         }
-        t->stat_cols[l] = (const char **)cols;
-        snprintf(t->stat_group[l], sizeof(t->stat_group[l]), "layer_stats/%d", l);
-        if (t->rec) {
-            int idx = run_record_add_table(t->rec, t->stat_group[l], t->stat_cols[l], nc + 1);
-            if (idx < 0)
-                return idx;
-            t->stat_table[l] = idx;
-        }
+        char group[32];
+        snprintf(group, sizeof(group), "layer_stats/%d", l);
+        if (!rc)
+            rc = st->table[l] = run_record_add_table(t->rec, group, cols, nc + 1);
+        free(names);
+        free(cols);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
 
+static void free_layer_stats(layer_stats *st)
+{
+    free(st->sums);
+    free(st->cols);
+    free(st->table);
+    memset(st, 0, sizeof(*st));
+}
+
 /* After a training step: sum every layer's statistics over the ranks and
- * append one row per layer (rank 0). */
+ * append one row per layer (rank 0).  Collective. */
 static int record_stats(trainer *t, long done)
 {
-    if (!t->n_sums)
+    layer_stats *st = &t->st;
+    if (!st->n_sums)
         return 0;
-    int L = t->m->dims.n_layers, off = 0, maxc = 0;
-    for (int l = 0; l < L; l++) {
-        int ns;
-        if (t->m->layers[l].kind->stat_count) {
-            int nc = t->m->layers[l].kind->stat_count(&t->m->layers[l], &ns);
-            maxc = nc > maxc ? nc : maxc;
-        }
-    }
-    double *all = malloc((size_t)(t->n_sums + maxc + 1) * sizeof(double));
+    int L = t->m->dims.n_layers, off = 0;
+    double *all = malloc((size_t)(st->n_sums + st->max_cols + 1) * sizeof(double));
     if (!all)
         return -ENOMEM;
-    double *row = all + t->n_sums;
+    double *row = all + st->n_sums;
     for (int l = 0; l < L; l++) {
         const layer *ly = &t->m->layers[l];
-        if (ly->kind->stat_count) {
+        if (st->cols[l]) {
             ly->kind->stat_sums(ly, all + off);
-            off += t->stat_sums[l];
+            off += st->sums[l];
         }
     }
-    int rc = comm_allreduce_sum_double(t->ctx->comm, all, t->n_sums);
+    int rc = comm_allreduce_sum_double(t->ctx->comm, all, st->n_sums);
     off = 0;
     for (int l = 0; !rc && l < L; l++) {
         const layer *ly = &t->m->layers[l];
-        if (!ly->kind->stat_count)
+        if (!st->cols[l])
             continue;
         if (t->rec) {
             row[0] = (double)done;
             ly->kind->stat_columns(ly, all + off, row + 1);
-            rc = run_table_append(&t->rec->extra[t->stat_table[l]], row);
+            rc = run_table_append(&t->rec->extra[st->table[l]], row);
         }
-        off += t->stat_sums[l];
+        off += st->sums[l];
     }
     free(all);
     return rc;
 }
 
-typedef struct blob_sink {
-    record_sink sink;
-    run_record *rec;
-    char prefix[96];
-    long step;
-} blob_sink;
-
-static int blob_put(record_sink *s, const char *name, int type, int ndim,
-                    const unsigned long long *dims, const void *data)
-{
-    blob_sink *b = (blob_sink *)s;
+/* A record sink that concatenates each array over the chunks of windows
+ * that go through the model one batch at a time (dimension 0 is the
+ * window), keyed by the layer's prefix and the array's name. */
+typedef struct concat_part {
     char path[160];
-    snprintf(path, sizeof(path), "%s/%s", b->prefix, name);
-    return b->rec ? run_record_add_blob(b->rec, path, type, ndim, dims, data, b->step) : 0;
+    int type, ndim;
+    unsigned long long dims[4];
+    size_t row_bytes;
+    char *data;
+} concat_part;
+
+typedef struct concat_sink {
+    record_sink sink;
+    char prefix[96];
+    int n, cap;
+    concat_part *part;
+    int rc;
+} concat_sink;
+
+static size_t record_elem(int type)
+{
+    return type == RECORD_UINT8 ? 1 : 4;
 }
 
-/* Routing records: the first held-out windows through a top-k forward; each
- * routed layer describes its decisions (every rank runs the forward, so
- * kinds that talk across ranks work; rank 0 keeps the arrays). */
+static int concat_put(record_sink *s, const char *name, int type, int ndim,
+                      const unsigned long long *dims, const void *data)
+{
+    concat_sink *c = (concat_sink *)s;
+    char path[160];
+    snprintf(path, sizeof(path), "%s/%s", c->prefix, name);
+    size_t row = record_elem(type);
+    for (int i = 1; i < ndim; i++)
+        row *= (size_t)dims[i];
+    concat_part *p = NULL;
+    for (int i = 0; i < c->n && !p; i++)
+        if (!strcmp(c->part[i].path, path))
+            p = &c->part[i];
+    if (!p) {
+        if (c->n == c->cap) {
+            int cap = c->cap ? 2 * c->cap : 16;
+            concat_part *q = realloc(c->part, (size_t)cap * sizeof(concat_part));
+            if (!q)
+                return c->rc = -ENOMEM;
+            c->part = q;
+            c->cap = cap;
+        }
+        p = &c->part[c->n++];
+        memset(p, 0, sizeof(*p));
+        snprintf(p->path, sizeof(p->path), "%s", path);
+        p->type = type;
+        p->ndim = ndim;
+        memcpy(p->dims, dims, (size_t)ndim * sizeof(dims[0]));
+        p->dims[0] = 0;
+        p->row_bytes = row;
+    }
+    char *grown = realloc(p->data, (size_t)(p->dims[0] + dims[0]) * row + 1);
+    if (!grown)
+        return c->rc = -ENOMEM;
+    p->data = grown;
+    memcpy(p->data + (size_t)p->dims[0] * row, data, (size_t)dims[0] * row);
+    p->dims[0] += dims[0];
+    return 0;
+}
+
+static void free_concat_sink(concat_sink *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free(c->part[i].data);
+    free(c->part);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Routing records: the recorded held-out windows through top-k forwards,
+ * a batch at a time; each routed layer describes its decisions.  Every
+ * rank runs the same forwards (kinds that talk across ranks work); rank 0
+ * keeps the arrays.  Collective. */
 static int record_routing(trainer *t, long done)
+{
+    int S = t->cfg->seq_len, L = t->m->dims.n_layers, rc = 0;
+    concat_sink cs = { .sink = { .put = concat_put } };
+    uint16_t *tok = t->rw.tokens;
+    for (int i0 = 0; !rc && i0 < t->rw.n; i0 += t->m->max_seq) {
+        int cnt = t->rw.n - i0 < t->m->max_seq ? t->rw.n - i0 : t->m->max_seq;
+        /* keyed by the step, so a random router's records change over
+         * training; by the window's place in the list, not the rank */
+        batch b = { .tokens = tok + (size_t)i0 * (S + 1), .nseq = cnt, .step = done,
+                    .seq0 = i0, .global_seqs = t->rw.n };
+        fwd_result r;
+        rc = model_forward(t->m, t->ctx, &b, FWD_EVAL_TOPK, &r);
+        fwd_args a = { .ctx = t->ctx, .dims = &t->m->dims, .nseq = cnt, .seq_len = S,
+                       .mode = FWD_EVAL_TOPK };
+        for (int l = 0; !rc && l < L; l++) {
+            const layer *ly = &t->m->layers[l];
+            if (!ly->kind->record)
+                continue;
+            snprintf(cs.prefix, sizeof(cs.prefix), "routing/step_%06ld/layer_%d", done, l);
+            rc = ly->kind->record(ly, &a, &cs.sink);
+            rc = rc ? rc : cs.rc;
+        }
+    }
+    for (int i = 0; !rc && t->rec && i < cs.n; i++) {
+        const concat_part *p = &cs.part[i];
+        rc = run_record_add_blob(t->rec, p->path, p->type, p->ndim, p->dims, p->data, done);
+    }
+    free_concat_sink(&cs);
+    return rc;
+}
+
+/* The recorded held-out windows: run.routing_windows of them spread evenly
+ * over the held-out split (the same whatever the rank count), with their
+ * tokens, labels (where the source has them) and indices stored once in
+ * the run file's fixed part. */
+static int setup_routing_windows(trainer *t)
 {
     int S = t->cfg->seq_len, L = t->m->dims.n_layers;
     bool any = false;
     for (int l = 0; l < L; l++)
         any |= t->m->layers[l].kind->record != NULL;
-    if (!any || t->n_record == 0)
-        return 0;
-    /* keyed by the step, so a random router's records change over training */
-    batch b = { .tokens = t->record_tokens, .nseq = t->n_record, .step = done, .seq0 = 0,
-                .global_seqs = t->n_record };
-    fwd_result r;
-    int rc = model_forward(t->m, t->ctx, &b, FWD_EVAL_TOPK, &r);
-    blob_sink bs = { .sink = { .put = blob_put }, .rec = t->rec, .step = done };
-    fwd_args a = { .ctx = t->ctx, .dims = &t->m->dims, .nseq = t->n_record, .seq_len = S,
-                   .mode = FWD_EVAL_TOPK };
-    for (int l = 0; !rc && l < L; l++) {
-        const layer *ly = &t->m->layers[l];
-        if (!ly->kind->record)
-            continue;
-        snprintf(bs.prefix, sizeof(bs.prefix), "routing/step_%06ld/layer_%d", done, l);
-        rc = ly->kind->record(ly, &a, &bs.sink);
-    }
-    return rc;
-}
-
-/* The fixed held-out sequences of the routing records, with their tokens
- * (and labels, where the source has them) stored once. */
-static int setup_records(trainer *t)
-{
-    int S = t->cfg->seq_len;
     long avail = dataset_eval_windows(t->d, S);
-    t->n_record = (int)(avail < 4 ? avail : 4);
-    if (t->n_record > t->m->max_seq)
-        t->n_record = t->m->max_seq;
-    if (t->cfg->routing_every <= 0)
-        t->n_record = 0;
-    if (t->n_record == 0)
+    long n = t->cfg->routing_windows < avail ? t->cfg->routing_windows : avail;
+    if (!any || t->cfg->routing_every <= 0 || n <= 0)
         return 0;
-    t->record_tokens = malloc((size_t)t->n_record * (S + 1) * sizeof(uint16_t));
-    int32_t *tok = malloc((size_t)t->n_record * (S + 1) * sizeof(int32_t));
-    uint8_t *lab = malloc((size_t)t->n_record * (S + 1));
-    int rc = t->record_tokens && tok && lab ? 0 : -ENOMEM;
+    routing_windows *rw = &t->rw;
+    rw->n = (int)n;
+    rw->index = malloc((size_t)n * sizeof(long));
+    rw->tokens = malloc((size_t)n * (S + 1) * sizeof(uint16_t));
+    int32_t *tok = malloc((size_t)n * (S + 1) * sizeof(int32_t));
+    uint8_t *lab = malloc((size_t)n * (S + 1));
+    int rc = rw->index && rw->tokens && tok && lab ? 0 : -ENOMEM;
     bool labels = t->d->labels != NULL;
-    for (int i = 0; !rc && i < t->n_record; i++) {
-        dataset_eval_window(t->d, t->record_tokens + (size_t)i * (S + 1), S, i);
+    for (long i = 0; !rc && i < n; i++) {
+        rw->index[i] = eval_window_index(i, n, avail);
+        dataset_eval_window(t->d, rw->tokens + (size_t)i * (S + 1), S, rw->index[i]);
         for (int j = 0; j <= S; j++)
-            tok[(size_t)i * (S + 1) + j] = t->record_tokens[(size_t)i * (S + 1) + j];
+            tok[(size_t)i * (S + 1) + j] = rw->tokens[(size_t)i * (S + 1) + j];
         if (labels)
-            memcpy(lab + (size_t)i * (S + 1), dataset_eval_labels(t->d, S, i), (size_t)S + 1);
+            memcpy(lab + (size_t)i * (S + 1), dataset_eval_labels(t->d, S, rw->index[i]),
+                   (size_t)S + 1);
     }
-    unsigned long long dims[2] = { (unsigned long long)t->n_record, (unsigned long long)S + 1 };
-    if (!rc && t->rec && t->rec->n_blobs == 0) { /* a resumed record has them already */
+    unsigned long long dims[2] = { (unsigned long long)n, (unsigned long long)S + 1 };
+    if (!rc && t->rec) {
         rc = run_record_add_blob(t->rec, "routing/tokens", RUN_BLOB_INT32, 2, dims, tok, 0);
+        if (!rc)
+            rc = run_record_add_blob(t->rec, "routing/windows", RUN_BLOB_INT64, 1, dims,
+                                     rw->index, 0);
         if (!rc && labels)
             rc = run_record_add_blob(t->rec, "routing/labels", RUN_BLOB_UINT8, 2, dims, lab, 0);
     }
@@ -318,18 +420,88 @@ static int setup_records(trainer *t)
     return rc;
 }
 
-static int save_all(trainer *t, long step, char *err, int err_len)
+static void free_routing_windows(routing_windows *rw)
+{
+    free(rw->index);
+    free(rw->tokens);
+    memset(rw, 0, sizeof(*rw));
+}
+
+/* A checkpoint: the run file's new rows first, so that a crash between the
+ * two leaves records newer than the checkpoint, never older, which resume
+ * drops; the last one also gathers the run file into one.  Collective:
+ * every rank reaches the agreement at the end. */
+static int save_all(trainer *t, long step, bool last, char *err, int err_len)
 {
     /* rank 0 writes every expert: each one's current copy comes from its rank */
     int rc = shard_sync(t->shard, t->ctx, t->m);
     if (!rc && t->ctx->rank == 0) {
-        /* run file first: a crash between the two leaves a run file newer
-         * than the checkpoint, which resume truncates */
-        rc = run_record_write(t->rec, t->run_h5, err, err_len);
+        rc = run_record_flush(t->rec, t->run_h5, step, err, err_len);
         if (!rc)
             rc = checkpoint_save(t->ckpt_h5, t->m, t->ini, step, t->cfg->seed, err, err_len);
+        if (!rc && last)
+            rc = run_record_finish(t->run_h5, err, err_len);
     }
-    return agree(t->ctx, rc);
+    return agree_msg(t->ctx, rc, err, err_len);
+}
+
+/* The keys whose values differ between two resolved configs (INI text as
+ * config_to_ini writes it), as "section.key (a -> b)" in buf. */
+static void config_differences(const char *a, const char *b, char *buf, size_t len)
+{
+    size_t w = 0;
+    buf[0] = '\0';
+    const char *texts[2] = { a, b };
+    /* every "key = value" line of a under its section, looked up in b, and
+     * the lines of b that a lacks */
+    for (int pass = 0; pass < 2; pass++) {
+        const char *x = texts[pass], *y = texts[1 - pass];
+        char sec[64] = "";
+        for (const char *p = x; *p;) {
+            const char *e = strchr(p, '\n');
+            size_t l = e ? (size_t)(e - p) : strlen(p);
+            char line[1200];
+            snprintf(line, sizeof(line), "%.*s", (int)(l < sizeof(line) - 1 ? l : sizeof(line) - 1),
+                     p);
+            p += l + (e ? 1 : 0);
+            if (line[0] == '[') {
+                snprintf(sec, sizeof(sec), "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+                continue;
+            }
+            char *eq = strstr(line, " = ");
+            if (!eq)
+                continue;
+            *eq = '\0';
+            const char *val = eq + 3;
+            /* the same key's value in y */
+            char ysec[64] = "", yval[1200] = "";
+            bool found = false;
+            for (const char *q = y; *q && !found;) {
+                const char *f = strchr(q, '\n');
+                size_t m = f ? (size_t)(f - q) : strlen(q);
+                char yl[1200];
+                snprintf(yl, sizeof(yl), "%.*s", (int)(m < sizeof(yl) - 1 ? m : sizeof(yl) - 1), q);
+                q += m + (f ? 1 : 0);
+                if (yl[0] == '[') {
+                    snprintf(ysec, sizeof(ysec), "%.*s", (int)strcspn(yl + 1, "]"), yl + 1);
+                    continue;
+                }
+                char *yeq = strstr(yl, " = ");
+                if (yeq && !strcmp(ysec, sec) && (size_t)(yeq - yl) == strlen(line) &&
+                    !strncmp(yl, line, strlen(line))) {
+                    found = true;
+                    snprintf(yval, sizeof(yval), "%s", yeq + 3);
+                }
+            }
+            if ((found && pass == 1) || (found && !strcmp(val, yval)))
+                continue;
+            int k = snprintf(buf + w, len - w, "%s%s.%s (%s -> %s)", w ? ", " : "", sec, line,
+                             pass == 0 ? val : "unset", pass == 0 ? (found ? yval : "unset") : val);
+            if (k < 0 || (size_t)k >= len - w)
+                return;
+            w += (size_t)k;
+        }
+    }
 }
 
 static int resume_from(trainer *t, char *err, int err_len)
@@ -339,9 +511,12 @@ static int resume_from(trainer *t, char *err, int err_len)
     if (rc)
         return rc;
     if (strcmp(meta.config, t->ini) != 0) {
+        char diff[700];
+        config_differences(meta.config, t->ini, diff, sizeof(diff));
         snprintf(err, (size_t)err_len,
                  "%s: its config does not match this run's (resume needs the same resolved "
-                 "config; compare with `h5dump -a config`)", t->ckpt_h5);
+                 "config); differing keys, checkpoint -> now: %s", t->ckpt_h5,
+                 diff[0] ? diff : "(none found: compare `h5dump -a config`)");
         ckpt_meta_clear(&meta);
         return -EINVAL;
     }
@@ -349,9 +524,21 @@ static int resume_from(trainer *t, char *err, int err_len)
     ckpt_meta_clear(&meta);
     rc = checkpoint_load(t->ckpt_h5, t->m, true, err, err_len);
     if (!rc && t->rec) {
-        rc = run_record_load(t->rec, t->run_h5, err, err_len);
-        if (!rc)
-            run_record_truncate(t->rec, t->start + 1);
+        /* drop what a crash or a stop left past the checkpoint; the clock
+         * and the skip count go on from the last row kept */
+        rc = run_record_rewind(t->run_h5, t->start, err, err_len);
+        run_reader *rd = NULL;
+        if (!rc && !(rc = open_run_reader(&rd, t->run_h5, err, err_len))) {
+            double *v = NULL;
+            long n = 0;
+            if (!run_reader_column(rd, "metrics/wall_s", &v, &n) && n > 0)
+                t->wall0 -= v[n - 1];
+            free(v);
+            if (!run_reader_column(rd, "metrics/skipped", &v, &n) && n > 0)
+                t->skipped = v[n - 1];
+            free(v);
+            close_run_reader(&rd);
+        }
     }
     return rc;
 }
@@ -360,7 +547,7 @@ static void sample_batch(const trainer *t, uint16_t *tok, int local, long step, 
 {
     int S = t->cfg->seq_len;
     for (int i = 0; i < local; i++)
-        dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->seed, step, seq0 + i);
+        dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->data_seed, step, seq0 + i);
 }
 
 /* SIGINT and SIGTERM ask for a checkpoint and a clean stop at the end of the
@@ -407,8 +594,8 @@ static int record_batch(trainer *t, long done, const char *group)
     uint16_t *row = malloc((size_t)(S + 1) * sizeof(uint16_t));
     int rc = tok && off && row ? 0 : -ENOMEM;
     for (int i = 0; !rc && i < B; i++) {
-        dataset_sample(t->d, row, S, t->cfg->seed, done - 1, i);
-        off[i] = (int32_t)dataset_sample_offset(t->d, S, t->cfg->seed, done - 1, i);
+        dataset_sample(t->d, row, S, t->cfg->data_seed, done - 1, i);
+        off[i] = (int32_t)dataset_sample_offset(t->d, S, t->cfg->data_seed, done - 1, i);
         for (int j = 0; j <= S; j++)
             tok[(size_t)i * (S + 1) + j] = row[j];
     }
@@ -427,7 +614,7 @@ static int record_batch(trainer *t, long done, const char *group)
 }
 
 /* Name what went non-finite first: a layer's output in the forward pass
- * (on any rank), else the first gradient tensor. */
+ * (on any rank), else the first gradient tensor.  Collective. */
 static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
 {
     int L = t->m->dims.n_layers, first = model_first_nonfinite_activation(t->m, local);
@@ -449,6 +636,44 @@ static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
         snprintf(buf, len, "the loss");
 }
 
+/* Both held-out evaluations (collective); their row in the record. */
+static int evaluate_both(trainer *t, long done, long windows, train_log *lg)
+{
+    eval_result topk, causal;
+    int rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_TOPK, &topk);
+    if (!rc)
+        rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_CAUSAL, &causal);
+    if (rc)
+        return rc;
+    lg->has_eval = true;
+    lg->eval_topk = topk.loss;
+    lg->eval_causal = causal.loss;
+    lg->eval_se = topk.se;
+    lg->eval_windows = topk.windows;
+    if (!t->rec)
+        return 0;
+    double row[] = { (double)done, topk.loss, causal.loss, topk.se, causal.se,
+                     (double)topk.windows };
+    return run_table_append(&t->rec->eval, row);
+}
+
+/* A failure where other ranks may wait in a collective this rank will not
+ * reach (inside forward and backward, statistics, routing records,
+ * evaluation: docs/robustness.md).  With one rank the error goes up as any
+ * other; with several, this rank ends the job through o->fatal. */
+static int fail_in_step(trainer *t, const trainer_opts *o, long done, int rc, const char *what,
+                        char *err, int err_len)
+{
+    snprintf(err, (size_t)err_len, "step %ld: %s failed (%s)", done, what, strerror(-rc));
+    if (t->ctx->size > 1 && o->fatal) {
+        char msg[2400];
+        snprintf(msg, sizeof(msg), "rank %d: %.1000s; stopping every rank (the checkpoint "
+                 "%.1000s is whole)", t->ctx->rank, err, t->ckpt_h5);
+        o->fatal(msg, o->log_user);
+    }
+    return rc;
+}
+
 static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len)
 {
     const run_config *c = t->cfg;
@@ -462,13 +687,8 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
     if (!tok)
         return -ENOMEM;
-    double wall0 = mode_now(), skipped = 0.0;
-    if (t->rec && t->rec->metrics.n_rows > 0) { /* resumed: wall time and skips go on */
-        const run_table *mt = &t->rec->metrics;
-        wall0 -= mt->rows[(mt->n_rows - 1) * mt->n_cols + 10];
-        skipped = mt->rows[(mt->n_rows - 1) * mt->n_cols + 14];
-    }
-    comm_bcast(ctx->comm, &skipped, sizeof(skipped), 0);
+    comm_bcast(ctx->comm, &t->skipped, sizeof(t->skipped), 0);
+    comm_bcast(ctx->comm, &t->wall0, sizeof(t->wall0), 0);
     double train_flops_step = 3.0 * t->flops_per_seq * c->batch;
     int rc = 0;
     for (long step = t->start; step < t->total && !rc; step++) {
@@ -483,12 +703,15 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         rc = model_forward(m, ctx, &b, FWD_TRAIN, &r);
         if (!rc)
             rc = model_backward(m, ctx, &b);
-        if (!rc)
-            rc = injected_fault(ctx, done, m);
-        if (rc)
+        if (rc) {
+            fail_in_step(t, o, done, rc, "forward/backward", err, err_len);
+            break;
+        }
+        /* a failure at a point every rank reaches: agreed */
+        if ((rc = injected_fault(ctx, done, m)))
             snprintf(err, (size_t)err_len, "step %ld: forward/backward failed (%s)", done,
                      strerror(-rc));
-        if ((rc = agree(ctx, rc)))
+        if ((rc = agree_msg(ctx, rc, err, err_len)))
             break;
         double tc = mode_now(), comm_layers = ctx->timers[PHASE_COMM] - comm0;
         double sums[4] = { r.ce_sum, r.aux_loss, r.side_loss, r.flops_executed };
@@ -518,67 +741,72 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             describe_nonfinite(t, local, what, sizeof(what));
             rc = record_batch(t, done, "nonfinite");
             if (!skip_bad || rc) {
+                char piece[4200];
+                run_record_piece_path(piece, sizeof(piece), t->run_h5, done);
                 snprintf(err, (size_t)err_len,
                          "step %ld: non-finite %s (loss %g, gradient norm %g), first in %s; the "
-                         "batch is in %s under /nonfinite, the last good checkpoint is kept",
-                         done, isfinite(loss) ? "gradient" : "loss", loss, norm, what, t->run_h5);
+                         "batch is in %.1000s under /nonfinite, the last good checkpoint is kept",
+                         done, isfinite(loss) ? "gradient" : "loss", loss, norm, what, piece);
                 if (t->rec)
-                    run_record_write(t->rec, t->run_h5, what, sizeof(what));
+                    run_record_flush(t->rec, t->run_h5, done, what, sizeof(what));
                 rc = -ERANGE;
                 break;
             }
-            skipped += 1.0; /* [run] nonfinite = skip: no update this step */
+            t->skipped += 1.0; /* [run] nonfinite = skip: no update this step */
         } else {
             double to = mode_now();
             clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
             shard_adamw(t->shard, ctx, m, &oc, step + 1, lr);
-            ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
+            mode_time_add(ctx, PHASE_OPTIMIZER, to);
         }
-        double dt = mode_now() - t0, wall = mode_now() - wall0;
+        double dt = mode_now() - t0, wall = mode_now() - t->wall0;
         train_log lg = {
             .step = done, .total = t->total, .loss = loss, .ce = ce, .aux = sums[1],
             .side = sums[2], .lr = lr, .grad_norm = norm,
             .tokens_per_s = (double)c->batch * S / dt, .gflops = train_flops_step / dt * 1e-9,
             .eta_s = dt * (double)(t->total - done), .wall_s = wall,
         };
-        if (ctx->rank == 0) {
+        /* From here every rank runs every collective of the step whatever
+         * failed locally (a rank-0 record, say): failures are agreed at its
+         * end, so no rank waits in a collective that another skipped. */
+        int local_rc = 0;
+        if (t->rec) {
             double row[] = { (double)done, loss, ce, sums[1], sums[2], lr, norm,
                              lg.tokens_per_s, train_flops_step * (double)done,
                              3.0 * sums[3], wall, (double)comm_bytes_sent(ctx->comm), comm_s,
-                             compute, skipped };
-            rc = run_table_append(&t->rec->metrics, row);
+                             compute, t->skipped };
+            local_rc = run_table_append(&t->rec->metrics, row);
         }
         int sig = stop_signal;
         comm_allreduce_max_int(ctx->comm, &sig); /* a signal on any rank stops all */
         bool stop = sig || (o->max_steps > 0 && done - t->start >= o->max_steps);
-        bool last = done == t->total || stop;
-        if (!rc && !bad)
-            rc = record_stats(t, done);
-        if (!rc && t->cfg->routing_every > 0 &&
-            (done % t->cfg->routing_every == 0 || done == t->total))
-            rc = record_routing(t, done);
-        if (rc && !err[0])
-            snprintf(err, (size_t)err_len, "step %ld: recording statistics failed", done);
-        if (!rc && c->eval_every > 0 && (done % c->eval_every == 0 || done == t->total)) {
-            rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_TOPK, &lg.eval_topk, NULL);
-            if (!rc)
-                rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_CAUSAL, &lg.eval_causal,
-                              NULL);
-            lg.has_eval = true;
-            if (!rc && ctx->rank == 0) {
-                double row[] = { (double)done, lg.eval_topk, lg.eval_causal };
-                rc = run_table_append(&t->rec->eval, row);
-            }
-            if (rc)
-                snprintf(err, (size_t)err_len, "step %ld: evaluation failed", done);
+        bool last = done == t->total;
+        if (!bad && (rc = record_stats(t, done))) {
+            fail_in_step(t, o, done, rc, "recording statistics", err, err_len);
+            break;
         }
-        if (!rc && o->log && ctx->rank == 0 &&
-            (lg.has_eval || last || (c->log_every > 0 && done % c->log_every == 0)))
+        if (t->rw.n > 0 && (done % c->routing_every == 0 || last) &&
+            (rc = record_routing(t, done))) {
+            fail_in_step(t, o, done, rc, "recording routing", err, err_len);
+            break;
+        }
+        if (c->eval_every > 0 && (done % c->eval_every == 0 || last) &&
+            (rc = evaluate_both(t, done, last ? c->final_eval_windows : c->eval_windows, &lg))) {
+            fail_in_step(t, o, done, rc, "evaluation", err, err_len);
+            break;
+        }
+        if (local_rc) {
+            rc = local_rc;
+            snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)", done,
+                     strerror(-rc));
+        }
+        if ((rc = agree_msg(ctx, rc, err, err_len)))
+            break;
+        if (o->log && ctx->rank == 0 &&
+            (lg.has_eval || last || stop || (c->log_every > 0 && done % c->log_every == 0)))
             o->log(&lg, o->log_user);
-        if (!rc && ((c->ckpt_every > 0 && done % c->ckpt_every == 0) || last))
-            rc = save_all(t, done, err, err_len);
-        /* a failure on rank 0 alone (the record) must stop every rank */
-        rc = agree(ctx, rc);
+        if ((c->ckpt_every > 0 && done % c->ckpt_every == 0) || last || stop)
+            rc = save_all(t, done, last, err, err_len);
         if (!rc && sig) {
             snprintf(err, (size_t)err_len,
                      "stopped by signal %d after step %ld; the checkpoint is written and "
@@ -595,7 +823,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
 int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
           const trainer_opts *o, char *err, int err_len)
 {
-    trainer t = { .cfg = cfg, .ctx = ctx };
+    trainer t = { .cfg = cfg, .ctx = ctx, .wall0 = mode_now() };
     model_dims dims = config_dims(cfg);
     int P = ctx->size;
     int rc = -ENOMEM;
@@ -606,6 +834,7 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     if (own_pool)
         ctx->pool = own_pool;
     matmul_use_bf16(ctx->pool, !strcmp(cfg->precision, "bf16"));
+    ctx->seed = cfg->init_seed; /* the random router's scores */
     run_paths(cfg, t.dir, t.run_h5, t.ckpt_h5, sizeof(t.dir));
     t.ini = config_to_ini(cfg);
     if (!t.ini)
@@ -618,9 +847,9 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         rc = build_shard_plan(&t.shard, t.m, ctx);
     if (!rc && ctx->rank == 0)
         rc = check_writable(t.dir, err, err_len);
-    if ((rc = agree(ctx, rc)))
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
-    model_init(t.m, cfg->seed);
+    model_init(t.m, cfg->init_seed);
     t.flops_per_seq = model_flops_per_seq(t.m, NULL);
     t.total = config_planned_steps(cfg, 3.0 * t.flops_per_seq * cfg->batch);
     if (t.total <= 0) {
@@ -629,36 +858,39 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         rc = -EINVAL;
         goto fail;
     }
-    if (ctx->rank == 0) {
-        if ((rc = build_run_record(&t.rec, t.ini)))
-            goto fail;
+    if (ctx->rank == 0 && (rc = build_run_record(&t.rec, t.ini)))
+        goto fail;
+    if ((rc = agree_msg(ctx, setup_stat_tables(&t), err, err_len)))
+        goto fail;
+    if (o->resume)
+        rc = resume_from(&t, err, err_len);
+    else if (ctx->rank == 0) /* a new run: no pieces of an earlier one */
+        rc = run_record_remove_pieces(t.run_h5);
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
+        goto fail;
+    if ((rc = agree_msg(ctx, setup_routing_windows(&t), err, err_len)))
+        goto fail;
+    if (ctx->rank == 0 && t.start < t.total) {
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
+        rc = run_record_write_header(t.rec, t.run_h5, err, err_len);
     }
-    if ((rc = agree(ctx, setup_stat_tables(&t))))
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
-    if (o->resume && (rc = agree(ctx, resume_from(&t, err, err_len))))
-        goto fail;
-    if ((rc = agree(ctx, setup_records(&t))))
-        goto fail;
-    if (ctx->rank == 0 && t.rec)
-        provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
     struct sigaction sa = { .sa_handler = on_stop_signal }, old_int, old_term;
     sigemptyset(&sa.sa_mask);
     stop_signal = 0;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     rc = train_steps(&t, o, err, err_len);
+    /* a run that was finished already (resumed at its last step): its
+     * record is gathered, if a crash came before */
+    if (!rc && ctx->rank == 0 && t.start == t.total)
+        rc = run_record_finish(t.run_h5, err, err_len);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
 fail:
-    if (t.stat_cols)
-        for (int l = 0; l < dims.n_layers; l++)
-            free(t.stat_cols[l]);
-    free(t.stat_cols);
-    free(t.stat_sums);
-    free(t.stat_group);
-    free(t.stat_table);
-    free(t.record_tokens);
+    free_routing_windows(&t.rw);
+    free_layer_stats(&t.st);
     free_run_record(&t.rec);
     free_shard_plan(&t.shard);
     free_model(&t.m);

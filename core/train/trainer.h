@@ -18,6 +18,8 @@ typedef struct train_log {
     double tokens_per_s, gflops, eta_s, wall_s;
     bool has_eval;          /* an evaluation ran at this step */
     double eval_topk, eval_causal;
+    double eval_se;         /* the standard error of eval_topk over its windows */
+    long eval_windows;
 } train_log;
 
 typedef void (*train_log_fn)(const train_log *l, void *user);
@@ -32,17 +34,33 @@ typedef struct trainer_opts {
     const char *data_dir; /* NULL: $MODE_DATA or ./data */
     long max_steps;       /* > 0: stop (with a checkpoint) after this many steps of this
                              invocation, as a time-sliced job would; --resume goes on */
+    /* A failure inside a step, where other ranks may wait in a collective
+     * this rank will not reach (docs/robustness.md): prints msg and ends
+     * every rank; not called with one rank, where the error comes back. */
+    void (*fatal)(const char *msg, void *user);
 } trainer_opts;
 
 /* Steps the config asks for: run.steps, or what run.flops_budget buys at the
  * nominal training FLOPs per step. */
 long config_planned_steps(const run_config *c, double train_flops_per_step);
 
-/* Mean next-token loss over the first n_windows evaluation windows (all of
- * them when n_windows <= 0 or more than there are), windows spread over the
- * ranks.  windows_used receives the count. */
+/* A held-out evaluation: the mean over windows of each window's mean
+ * next-token loss (every window has S positions), the standard error of
+ * that mean over windows (sd / sqrt(n), windows taken as independent), and
+ * the windows used. */
+typedef struct eval_result {
+    double loss, se;
+    long windows;
+} eval_result;
+
+/* Evaluation over n_windows windows spread evenly over the held-out split
+ * (window eval_window_index(i, n, avail) for i < n; all of them when
+ * n_windows <= 0 or more than there are), spread over the ranks.
+ * Collective. */
 int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
-             double *loss, long *windows_used);
+             eval_result *out);
+/* The i-th of n windows spread evenly over avail: floor(i avail / n). */
+long eval_window_index(long i, long n, long avail);
 
 /* Output paths of a run: <out>/<name>/run.h5 and ckpt.h5. */
 void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len);

@@ -191,12 +191,12 @@ errors)
 	echo "not hdf5" >text.h5
 	expect 1 "text.h5: not an HDF5 file" "$an" compare text.h5
 	h5copy -i m/tiny/ckpt.h5 -o foreign.h5 -s tok_emb -d tok_emb || fail "h5copy"
-	expect 1 "foreign.h5: an HDF5 file without the 'config' attribute" "$an" tokens foreign.h5
+	expect 1 "foreign.h5: an HDF5 file, but not one mode wrote" "$an" tokens foreign.h5
 	expect 1 "ckpt.h5: a checkpoint, not a run file" "$an" heatmap m/tiny/ckpt.h5
 	expect 1 "step 7 is not recorded (recorded steps: 12, 24)" "$an" heatmap m/tiny/run.h5 --step 7
 	expect 1 "step 5 is not recorded" "$an" tokens m/tiny/run.h5 --step 5
-	expect 1 "seq 9 is out of range: the file records 4 sequences (0 to 3)" \
-		"$an" heatmap m/tiny/run.h5 --seq 9
+	expect 1 "seq 99 is out of range: the file records 32 sequences (0 to 31)" \
+		"$an" heatmap m/tiny/run.h5 --seq 99
 	expect 1 "no routing records: the model has no routed layer (layers = dense x 2)" \
 		"$an" heatmap d/tiny/run.h5
 	expect 1 "no routing records" "$an" weights d/tiny/run.h5

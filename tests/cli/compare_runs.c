@@ -10,6 +10,9 @@
  * same shape and agree within TOL, as max |a - b| over the dataset divided
  * by its max |a| (0 = bit for bit).
  *
+ * compare_runs --values RUN.h5 DATASET: print a column (a run in progress
+ * included).
+ *
  * Prints the largest difference; exits 0 when they agree, 1 when not, 2 on
  * unreadable input. */
 #include "core/io/h5util.h"
@@ -146,8 +149,32 @@ static int compare_tensors(const char *pa, const char *pb, double tol)
     return ok ? 0 : 1;
 }
 
+/* compare_runs --values RUN.h5 DATASET: a column of a run file (its pieces
+ * included, as a run in progress has them), one value a line. */
+static int print_values(const char *path, const char *name)
+{
+    char err[512];
+    run_reader *rd = NULL;
+    if (open_run_reader(&rd, path, err, sizeof(err))) {
+        fprintf(stderr, "compare_runs: %s\n", err);
+        return 2;
+    }
+    double *v = NULL;
+    long n = 0;
+    int rc = run_reader_column(rd, name, &v, &n);
+    for (long i = 0; !rc && i < n; i++)
+        printf("%.17g\n", v[i]);
+    free(v);
+    close_run_reader(&rd);
+    if (rc)
+        fprintf(stderr, "compare_runs: %s: no column %s\n", path, name);
+    return rc ? 2 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[1], "--values"))
+        return print_values(argv[2], argv[3]);
     if (argc == 5 && !strcmp(argv[1], "--tensors"))
         return compare_tensors(argv[2], argv[3], atof(argv[4]));
     if (argc != 4 && argc != 5) {
@@ -157,8 +184,8 @@ int main(int argc, char **argv)
     }
     run_record *a = NULL, *b = NULL;
     char err[512];
-    if (run_record_read(&a, argv[1], err, sizeof(err)) ||
-        run_record_read(&b, argv[2], err, sizeof(err))) {
+    if (run_record_read(&a, argv[1], false, err, sizeof(err)) ||
+        run_record_read(&b, argv[2], false, err, sizeof(err))) {
         fprintf(stderr, "compare_runs: %s\n", err);
         return 2;
     }

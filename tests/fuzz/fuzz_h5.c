@@ -33,7 +33,7 @@ static int load(const char *path)
     ckpt_meta_clear(&meta);
 #else
     run_record *r = NULL;
-    if (run_record_read(&r, path, err, sizeof(err)) == 0)
+    if (run_record_read(&r, path, true, err, sizeof(err)) == 0)
         free_run_record(&r);
 #endif
     return 0;

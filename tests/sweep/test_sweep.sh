@@ -1,13 +1,13 @@
 #!/bin/sh
 # End-to-end tests of `mode-exp sweep` and of `mode-analyze isoflop` and
 # `report` on tiny sweeps of the tiny config.
-#   test_sweep.sh TEST MODE_EXP MODE_ANALYZE|none CONFIG
+#   test_sweep.sh TEST MODE_EXP MODE_ANALYZE|none CONFIG COMPARE_RUNS
 # TEST: grid | rerun | resume | errors | isoflop | report | examples
 set -u
 test_name=$1
 examples=$(cd "$(dirname "$0")/../../experiments" && pwd)
 abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
-exe=$(abspath "$2") config=$(abspath "$4")
+exe=$(abspath "$2") config=$(abspath "$4") compare=$(abspath "$5")
 an=none
 [ "$3" != none ] && an=$(abspath "$3")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -27,9 +27,8 @@ needs_analyze() {
 	export MODE_ANALYZE="$an"
 }
 # values FILE DATASET: the dataset's values, one a line, full precision
-values() {
-	h5dump -y -w 0 -m '%.17g' -d "$2" "$1" | sed -n '/^   DATA {/,/^   }/p' | sed '1d;$d' |
-		tr -d ' ' | tr ',' '\n' | grep -v '^$'
+values() { # RUN.h5 DATASET: a column, one value a line (a run in progress too)
+	"$compare" --values "$1" "$2"
 }
 # the runs of the grid sweep, in the order it makes them
 grid_runs="capacity-0.25 capacity-0.5 router-random dense"
