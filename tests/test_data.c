@@ -395,6 +395,113 @@ static void test_eval_windows(void **state)
     check_windows(t, 200, 0.1, 19, 20, 1);  /* exactly one window */
 }
 
+/* ---- pinned samples ----------------------------------------------------- */
+
+/* FNV-1a over token values, so the same tokens hash alike at any width. */
+static uint64_t token_hash(const uint16_t *t, int n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < n; i++)
+        h = (h ^ t[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+typedef struct pin {
+    long step, global_seq; /* the key of a training sample (eval: step = -1, window global_seq) */
+    long offset;           /* where the sample starts in its split */
+    uint64_t hash;         /* token_hash of its S+1 tokens */
+} pin;
+
+/* The samples and windows an existing config gets are part of its meaning
+ * (MODEL.md "Data"): these were recorded before the corpora were memory
+ * mapped and must never change. */
+static void check_pins(const dataset *d, int S, uint64_t seed, const pin *pins, int n_pins)
+{
+    uint16_t *out = malloc(((size_t)S + 1) * sizeof(uint16_t));
+    assert_non_null(out);
+    for (int i = 0; i < n_pins; i++) {
+        const pin *p = &pins[i];
+        long off;
+        if (p->step >= 0) {
+            off = dataset_sample_offset(d, S, seed, p->step, p->global_seq);
+            dataset_sample(d, out, S, seed, p->step, p->global_seq);
+        } else {
+            off = p->global_seq * S;
+            dataset_eval_window(d, out, S, p->global_seq);
+        }
+        uint64_t h = token_hash(out, S + 1);
+        if (off != p->offset || h != p->hash)
+            fail_msg("pin %d (step %ld, seq %ld): offset %ld hash %016llx, pinned %ld %016llx",
+                     i, p->step, p->global_seq, off, (unsigned long long)h, p->offset,
+                     (unsigned long long)p->hash);
+    }
+    free(out);
+}
+
+static void test_sample_pins(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    dataset *d = NULL;
+
+    /* a .bin of 100003 tokens below V = 50000 (both bytes vary) */
+    enum { NB = 100003 };
+    uint8_t *b = malloc(2 * NB);
+    assert_non_null(b);
+    for (long i = 0; i < NB; i++) {
+        uint32_t v = (uint32_t)(((uint64_t)i * 2654435761u) >> 7) % 50000u;
+        b[2 * i] = (uint8_t)(v & 0xff);
+        b[2 * i + 1] = (uint8_t)(v >> 8);
+    }
+    write_file(t, "pins.bin", b, 2 * NB, path, sizeof(path));
+    free(b);
+    assert_int_equal(load_dataset(&d, path, 50000, 0.1, 64, NULL, err, sizeof(err)), 0);
+    static const pin bin_pins[] = {
+        { 0, 0, 30558, 0xbfbb35fa92ef8bf6ULL },
+        { 0, 1, 19723, 0xafde4b58350ed0f5ULL },
+        { 1, 0, 33445, 0xaebd41599a961647ULL },
+        { 17, 5, 81082, 0x3cf903855d6fe063ULL },
+        { 99999, 31, 6675, 0xbedd2f962cf90a57ULL },
+        { -1, 0, 0, 0xc85f51936b066372ULL },
+        { -1, 100, 6400, 0x5d15617870ee3c20ULL },
+        { -1, 155, 9920, 0x53d3f0c39337b675ULL },
+    };
+    check_pins(d, 64, 7, bin_pins, (int)(sizeof(bin_pins) / sizeof(bin_pins[0])));
+    free_dataset(&d);
+
+    /* a text file of 20011 bytes */
+    enum { NT = 20011 };
+    uint8_t *txt = malloc(NT);
+    assert_non_null(txt);
+    for (long i = 0; i < NT; i++)
+        txt[i] = (uint8_t)((i * 131 + i / 7) & 0xff);
+    write_file(t, "pins.txt", txt, NT, path, sizeof(path));
+    free(txt);
+    assert_int_equal(load_dataset(&d, path, 0, 0.2, 32, NULL, err, sizeof(err)), 0);
+    static const pin txt_pins[] = {
+        { 0, 0, 4473, 0x4cafbfdfd6cea33dULL },
+        { 3, 2, 9569, 0xa45f6b43558dfa0dULL },
+        { 250, 7, 198, 0x00388b5d110625a9ULL },
+        { -1, 0, 0, 0xfaf4684ac88e195dULL },
+        { -1, 124, 3968, 0xfb94b784aea7b5cfULL },
+    };
+    check_pins(d, 32, 1, txt_pins, (int)(sizeof(txt_pins) / sizeof(txt_pins[0])));
+    free_dataset(&d);
+
+    /* the synthetic corpus, as the default config reads it */
+    assert_int_equal(load_dataset(&d, "synthetic", 0, 0.1, 128, NULL, err, sizeof(err)), 0);
+    static const pin synth_pins[] = {
+        { 0, 0, 527828, 0x5a1643ccf1cad035ULL },
+        { 0, 7, 370075, 0xee75553076bca59fULL },
+        { 199, 3, 413647, 0xf26699550bbdbf1bULL },
+        { 5000, 15, 115917, 0x85bf924d6294e29dULL },
+        { -1, 0, 0, 0xa55ca2d4dee8ae60ULL },
+        { -1, 780, 99840, 0x1ec9d9db5637d444ULL },
+    };
+    check_pins(d, 128, 1, synth_pins, (int)(sizeof(synth_pins) / sizeof(synth_pins[0])));
+    free_dataset(&d);
+}
+
 /* ---- the synthetic corpus ---------------------------------------------- */
 
 enum { EASY = SYNTH_EASY, MEDIUM = SYNTH_MEDIUM, HARD = SYNTH_HARD, FILLER = SYNTH_FILLER,
@@ -543,6 +650,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_brown_files, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_sampling, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_windows, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_sample_pins, setup_tmp, teardown_tmp),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_synthetic_dataset),
     };
