@@ -301,7 +301,7 @@ static void test_sampling(void **state)
 
     /* In range, every offset drawn, and the sample is the tokens there. */
     long hits[64] = { 0 };
-    uint16_t out[S + 1];
+    token_t out[S + 1];
     for (long step = 0; step < 400; step++) {
         for (long g = 0; g < 16; g++) {
             long off = dataset_sample_offset(d, S, 1234, step, g);
@@ -359,7 +359,7 @@ static void check_windows(const tmp_dir *t, long n, double val_fraction, int S, 
     assert_int_equal(nw, want_windows);
     assert_int_equal(nw, (n_val - 1) / S);
 
-    uint16_t *win = malloc(((size_t)S + 1) * sizeof(uint16_t));
+    token_t *win = malloc(((size_t)S + 1) * sizeof(token_t));
     int *predicted = calloc((size_t)n_val, sizeof(int));
     assert_non_null(win);
     assert_non_null(predicted);
@@ -398,7 +398,7 @@ static void test_eval_windows(void **state)
 /* ---- pinned samples ----------------------------------------------------- */
 
 /* FNV-1a over token values, so the same tokens hash alike at any width. */
-static uint64_t token_hash(const uint16_t *t, int n)
+static uint64_t token_hash(const token_t *t, int n)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (int i = 0; i < n; i++)
@@ -417,7 +417,7 @@ typedef struct pin {
  * mapped and must never change. */
 static void check_pins(const dataset *d, int S, uint64_t seed, const pin *pins, int n_pins)
 {
-    uint16_t *out = malloc(((size_t)S + 1) * sizeof(uint16_t));
+    token_t *out = malloc(((size_t)S + 1) * sizeof(token_t));
     assert_non_null(out);
     for (int i = 0; i < n_pins; i++) {
         const pin *p = &pins[i];

@@ -328,11 +328,12 @@ long dataset_sample_offset(const dataset *d, int seq_len, uint64_t seed, long st
     return (long)bounded64(&rng, (uint64_t)span);
 }
 
-void dataset_sample(const dataset *d, uint16_t *out, int seq_len, uint64_t seed, long step,
+void dataset_sample(const dataset *d, token_t *out, int seq_len, uint64_t seed, long step,
                     long global_seq)
 {
     long off = dataset_sample_offset(d, seq_len, seed, step, global_seq);
-    memcpy(out, d->tokens + off, ((size_t)seq_len + 1) * sizeof(uint16_t));
+    for (int i = 0; i <= seq_len; i++)
+        out[i] = d->tokens[off + i];
 }
 
 long dataset_eval_windows(const dataset *d, int seq_len)
@@ -344,11 +345,12 @@ long dataset_eval_windows(const dataset *d, int seq_len)
     return n_val < 1 ? 0 : (n_val - 1) / seq_len;
 }
 
-void dataset_eval_window(const dataset *d, uint16_t *out, int seq_len, long w)
+void dataset_eval_window(const dataset *d, token_t *out, int seq_len, long w)
 {
     assert(w >= 0 && w < dataset_eval_windows(d, seq_len));
-    memcpy(out, d->tokens + d->train_end + w * seq_len,
-           ((size_t)seq_len + 1) * sizeof(uint16_t));
+    const uint16_t *from = d->tokens + d->train_end + w * seq_len;
+    for (int i = 0; i <= seq_len; i++)
+        out[i] = from[i];
 }
 
 const uint8_t *dataset_eval_labels(const dataset *d, int seq_len, long w)

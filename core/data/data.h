@@ -5,6 +5,8 @@
 #ifndef MODE_CORE_DATA_DATA_H
 #define MODE_CORE_DATA_DATA_H
 
+#include "core/data/token.h"
+
 #include <stdint.h>
 
 /* Per-token label classes.  Brown: the POS class of the word a byte belongs
@@ -50,7 +52,7 @@ int load_eval_file(dataset **out, const char *path, int vocab, int seq_len, char
 /* Training sample: S+1 tokens from a uniformly random offset of the training
  * split, the offset drawn from pcg32_keyed(seed, DATA_KEY, step, global_seq). */
 #define DATA_KEY 0x44415441u
-void dataset_sample(const dataset *d, uint16_t *out, int seq_len, uint64_t seed, long step,
+void dataset_sample(const dataset *d, token_t *out, int seq_len, uint64_t seed, long step,
                     long global_seq);
 /* Offset the sample above starts at (for recording which batch was used). */
 long dataset_sample_offset(const dataset *d, int seq_len, uint64_t seed, long step,
@@ -59,7 +61,7 @@ long dataset_sample_offset(const dataset *d, int seq_len, uint64_t seed, long st
 /* Evaluation windows of the held-out split: window w is tokens
  * [w*S, w*S + S] of the split (neighbours share one boundary token). */
 long dataset_eval_windows(const dataset *d, int seq_len);
-void dataset_eval_window(const dataset *d, uint16_t *out, int seq_len, long w);
+void dataset_eval_window(const dataset *d, token_t *out, int seq_len, long w);
 /* Labels of the same window (S+1 values), or NULL when the source has none. */
 const uint8_t *dataset_eval_labels(const dataset *d, int seq_len, long w);
 

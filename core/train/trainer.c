@@ -37,7 +37,7 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
     long avail = dataset_eval_windows(d, S);
     long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
-    uint16_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(uint16_t));
+    token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
     if (!tok)
         return -ENOMEM;
     double sums[2] = { 0.0, 0.0 }; /* ce, positions */
@@ -151,7 +151,7 @@ typedef struct trainer {
     char (*stat_group)[32];  /* [n_layers] "layer_stats/<l>" */
     const char ***stat_cols; /* [n_layers] "step" + the kind's stat names */
     int n_record;            /* held-out sequences whose routing is recorded */
-    uint16_t *record_tokens; /* [n_record][S+1] */
+    token_t *record_tokens;  /* [n_record][S+1] */
 } trainer;
 
 /* Tables of per-step layer statistics, one per layer whose kind has them. */
@@ -295,7 +295,7 @@ static int setup_records(trainer *t)
         t->n_record = 0;
     if (t->n_record == 0)
         return 0;
-    t->record_tokens = malloc((size_t)t->n_record * (S + 1) * sizeof(uint16_t));
+    t->record_tokens = malloc((size_t)t->n_record * (S + 1) * sizeof(token_t));
     int32_t *tok = malloc((size_t)t->n_record * (S + 1) * sizeof(int32_t));
     uint8_t *lab = malloc((size_t)t->n_record * (S + 1));
     int rc = t->record_tokens && tok && lab ? 0 : -ENOMEM;
@@ -356,7 +356,7 @@ static int resume_from(trainer *t, char *err, int err_len)
     return rc;
 }
 
-static void sample_batch(const trainer *t, uint16_t *tok, int local, long step, long seq0)
+static void sample_batch(const trainer *t, token_t *tok, int local, long step, long seq0)
 {
     int S = t->cfg->seq_len;
     for (int i = 0; i < local; i++)
@@ -404,7 +404,7 @@ static int record_batch(trainer *t, long done, const char *group)
     int S = t->cfg->seq_len, B = t->cfg->batch;
     int32_t *tok = malloc((size_t)B * (S + 1) * sizeof(int32_t));
     int32_t *off = malloc((size_t)B * sizeof(int32_t));
-    uint16_t *row = malloc((size_t)(S + 1) * sizeof(uint16_t));
+    token_t *row = malloc((size_t)(S + 1) * sizeof(token_t));
     int rc = tok && off && row ? 0 : -ENOMEM;
     for (int i = 0; !rc && i < B; i++) {
         dataset_sample(t->d, row, S, t->cfg->seed, done - 1, i);
@@ -459,7 +459,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     bool skip_bad = !strcmp(c->nonfinite, "skip");
     optim_cfg oc = c->optim;
     oc.total_steps = t->total;
-    uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
+    token_t *tok = malloc((size_t)local * (S + 1) * sizeof(token_t));
     if (!tok)
         return -ENOMEM;
     double wall0 = mode_now(), skipped = 0.0;
