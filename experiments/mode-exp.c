@@ -177,8 +177,8 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     double loss = 0.0;
     long used = 0;
     if (!rc) {
-        rc = evaluate(m, ctx, d, c.windows, mode, &loss, &used);
-        if (rc)
+        rc = evaluate(m, ctx, d, c.windows, mode, &loss, &used, err, sizeof(err));
+        if (rc && !err[0])
             snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
     }
     if (rc && ctx->rank == 0)

@@ -10,6 +10,7 @@
 #include "core/data/data.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,23 @@ static void write_counting_bin(const tmp_dir *t, const char *name, long n, char 
     free(b);
 }
 
+/* Every token of d's corpus, training split then held-out split, through
+ * dataset_read (n_tokens of them into a malloc'd array). */
+static token_t *read_all(const dataset *d)
+{
+    char err[512];
+    token_t *all = malloc((size_t)d->source->n_tokens * sizeof(token_t) + 1);
+    assert_non_null(all);
+    assert_int_equal(d->train.first, 0);
+    assert_int_equal(d->eval.first, d->train.n_tokens);
+    assert_int_equal(d->train.n_tokens + d->eval.n_tokens, d->source->n_tokens);
+    if (dataset_read(d, &d->train, 0, d->train.n_tokens, all, err, sizeof(err)) ||
+        dataset_read(d, &d->eval, 0, d->eval.n_tokens, all + d->train.n_tokens, err,
+                     sizeof(err)))
+        fail_msg("%s", err);
+    return all;
+}
+
 /* ---- loading and the split -------------------------------------------- */
 
 static void test_txt_load(void **state)
@@ -111,13 +129,17 @@ static void test_txt_load(void **state)
     write_text(t, "a.txt", 1001, path, sizeof(path));
     dataset *d = NULL;
     assert_int_equal(load_dataset(&d, path, 0, 0.1, 16, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->n_tokens, 1001);
+    assert_int_equal(d->source->n_tokens, 1001);
+    assert_int_equal(d->source->width, 1);
     assert_int_equal(d->vocab, 256);
     /* Held out: the last floor(1001 * 0.1) = 100 tokens. */
-    assert_int_equal(d->train_end, 901);
-    assert_null(d->labels);
-    for (long i = 0; i < d->n_tokens; i++)
-        assert_int_equal(d->tokens[i], (uint8_t)(i * 7 + 3));
+    assert_int_equal(d->train.n_tokens, 901);
+    assert_int_equal(d->eval.n_tokens, 100);
+    assert_null(d->source->labels);
+    token_t *all = read_all(d);
+    for (long i = 0; i < 1001; i++)
+        assert_int_equal(all[i], (uint8_t)(i * 7 + 3));
+    free(all);
     free_dataset(&d);
     assert_null(d);
     free_dataset(&d); /* a second free is harmless */
@@ -128,10 +150,10 @@ static void test_bin_round_trip(void **state)
     tmp_dir *t = *state;
     char path[512], err[512];
     enum { N = 3000 };
-    uint16_t tok[N];
+    token_t tok[N];
     uint8_t b[2 * N];
     for (int i = 0; i < N; i++) {
-        tok[i] = (uint16_t)((i * 40503u) % 65536u); /* spans both bytes */
+        tok[i] = (token_t)((i * 40503u) % 65536u); /* spans both bytes */
         b[2 * i] = (uint8_t)(tok[i] & 0xff);
         b[2 * i + 1] = (uint8_t)(tok[i] >> 8);
     }
@@ -140,10 +162,13 @@ static void test_bin_round_trip(void **state)
     write_file(t, "t.bin", b, sizeof(b), path, sizeof(path));
     dataset *d = NULL;
     assert_int_equal(load_dataset(&d, path, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->n_tokens, N);
+    assert_int_equal(d->source->n_tokens, N);
+    assert_int_equal(d->source->width, 2);
     assert_int_equal(d->vocab, 65536);
-    assert_int_equal(d->train_end, N - N / 4);
-    assert_memory_equal(d->tokens, tok, sizeof(tok));
+    assert_int_equal(d->train.n_tokens, N - N / 4);
+    token_t *all = read_all(d);
+    assert_memory_equal(all, tok, sizeof(tok));
+    free(all);
     free_dataset(&d);
 }
 
@@ -179,15 +204,7 @@ static void test_bad_files(void **state)
     snprintf(want, sizeof(want), "%s: file is empty", path);
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
 
-    b[10] = 0x2c; /* token 5 = 0x012c = 300 */
-    b[11] = 0x01;
-    write_file(t, "big.bin", b, 2000, path, sizeof(path));
-    snprintf(want, sizeof(want), "%s: token 5 (byte offset 10) is 300, not below vocab 256", path);
-    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
-    dataset *d = NULL;
-    char err[512];
-    assert_int_equal(load_dataset(&d, path, 301, 0.1, 8, NULL, err, sizeof(err)), 0); /* fits 301 */
-    free_dataset(&d);
+    write_file(t, "zeros.bin", b, 2000, path, sizeof(path));
     snprintf(want, sizeof(want), "%s: vocab 70000 must be in [1, 65536]", path);
     expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
 
@@ -206,13 +223,15 @@ static void test_bad_files(void **state)
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
 
     /* Too few tokens: 40 tokens, S = 16 needs 17 on each side. */
+    dataset *d = NULL;
+    char err[512];
     write_text(t, "short.txt", 40, path, sizeof(path));
     expect_error(path, 0, 0.1, 16, NULL, path, "4 held out"); /* held-out side short */
     expect_error(path, 0, 0.6, 16, NULL, path, "16 for training"); /* training side short */
     expect_error(path, 0, 0.5, 20, NULL, path, "seq_len+1 = 21"); /* both */
     d = NULL;
     assert_int_equal(load_dataset(&d, path, 0, 0.5, 16, NULL, err, sizeof(err)), 0); /* 20 | 20 */
-    assert_int_equal(d->train_end, 20);
+    assert_int_equal(d->train.n_tokens, 20);
     free_dataset(&d);
     write_counting_bin(t, "short.bin", 40, path, sizeof(path));
     expect_error(path, 256, 0.1, 16, NULL, path, "4 held out");
@@ -222,6 +241,77 @@ static void test_bad_files(void **state)
     expect_error(path, 256, 1.0, 8, NULL, "val_fraction 1 must be in (0, 1)", NULL);
     expect_error(path, 256, 0.1, 0, NULL, "seq_len 0 must be at least 1", NULL);
     expect_error("corpus.csv", 256, 0.1, 8, NULL, "data source 'corpus.csv': expected brown", NULL);
+}
+
+/* Token values are checked as they are read, not at load (data.h): the load
+ * of a file with a token >= V succeeds, the read that meets it fails naming
+ * the file, the token's index and its byte offset, and nothing beyond V is
+ * handed out. */
+static void test_token_checks(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], want[640], err[1024];
+    uint8_t b[2000];
+    memset(b, 0, sizeof(b));
+    b[10] = 0x2c; /* token 5 = 0x012c = 300 */
+    b[11] = 0x01;
+    write_file(t, "big.bin", b, sizeof(b), path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_true(d->source->tokens_mem.mapped);
+    token_t out[16];
+    assert_int_equal(dataset_read(d, &d->train, 0, 5, out, err, sizeof(err)), 0);
+    assert_int_equal(dataset_read(d, &d->train, 3, 8, out, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want), "%s: token 5 (byte offset 10) is 300, not below vocab 256", path);
+    assert_string_equal(err, want);
+    free_dataset(&d);
+    assert_int_equal(load_dataset(&d, path, 301, 0.1, 8, NULL, err, sizeof(err)), 0); /* fits 301 */
+    assert_int_equal(dataset_read(d, &d->train, 0, 16, out, err, sizeof(err)), 0);
+    assert_int_equal(out[5], 300);
+    free_dataset(&d);
+
+    /* every token 300: each sample and each window fails where it starts */
+    for (size_t i = 0; i < sizeof(b); i += 2) {
+        b[i] = 0x2c;
+        b[i + 1] = 0x01;
+    }
+    write_file(t, "all.bin", b, sizeof(b), path, sizeof(path));
+    assert_int_equal(load_dataset(&d, path, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
+    long off = dataset_sample_offset(d, 8, 3, 4, 5);
+    assert_int_equal(dataset_sample(d, out, 8, 3, 4, 5, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want), "%s: token %ld (byte offset %ld) is 300, not below vocab 256",
+             path, off, 2 * off);
+    assert_string_equal(err, want);
+    assert_int_equal(dataset_eval_window(d, out, 8, 2, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want), "%s: token %ld (byte offset %ld) is 300", path, 900 + 2 * 8L,
+             2 * (900 + 2 * 8L));
+    assert_non_null(strstr(err, want));
+    free_dataset(&d);
+}
+
+/* A file given to eval: all of it held out, windows from its first token. */
+static void test_eval_file(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    write_counting_bin(t, "whole.bin", 100, path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_eval_file(&d, path, 1000, 8, err, sizeof(err)), 0);
+    assert_int_equal(d->train.n_tokens, 0);
+    assert_int_equal(d->eval.first, 0);
+    assert_int_equal(d->eval.n_tokens, 100);
+    assert_int_equal(dataset_eval_windows(d, 8), 12);
+    token_t win[9];
+    assert_int_equal(dataset_eval_window(d, win, 8, 11, err, sizeof(err)), 0);
+    assert_int_equal(win[0], 88);
+    assert_int_equal(win[8], 96);
+    free_dataset(&d);
+    /* fewer than S+1 tokens */
+    char err2[512];
+    d = (dataset *)&err; /* must come back NULL */
+    assert_int_not_equal(load_eval_file(&d, path, 1000, 100, err2, sizeof(err2)), 0);
+    assert_null(d);
+    assert_non_null(strstr(err2, "100 tokens, fewer than one window of seq_len+1 = 101"));
 }
 
 /* `brown` from a tiny fake in the temp folder, and the errors when it is
@@ -265,23 +355,26 @@ static void test_brown_files(void **state)
     }
     if (rc)
         fail_msg("%s", err);
-    assert_int_equal(d->n_tokens, N);
+    assert_int_equal(d->source->n_tokens, N);
     assert_int_equal(d->vocab, 256);
-    assert_int_equal(d->train_end, N - N / 5);
-    assert_int_equal(d->n_label_classes, 9);
+    assert_int_equal(d->train.n_tokens, N - N / 5);
+    assert_ptr_equal(d->eval.c, d->source);
+    assert_int_equal(d->source->n_label_classes, 9);
     const char *names[] = { "space", "punct", "function", "noun", "verb",
                             "adj", "adv", "number", "other" };
     for (int c = 0; c < 9; c++)
-        assert_string_equal(d->label_names[c], names[c]);
-    assert_memory_equal(d->labels, pos, N);
+        assert_string_equal(d->source->label_names[c], names[c]);
+    assert_memory_equal(d->source->labels, pos, N);
+    token_t *all = read_all(d);
     for (int i = 0; i < N; i++)
-        assert_int_equal(d->tokens[i], text[i]);
+        assert_int_equal(all[i], text[i]);
+    free(all);
     /* Evaluation labels follow their window. */
     long nw = dataset_eval_windows(d, 8);
     assert_int_equal(nw, (N / 5 - 1) / 8);
     for (long w = 0; w < nw; w++) {
         const uint8_t *l = dataset_eval_labels(d, 8, w);
-        assert_ptr_equal(l, d->labels + d->train_end + w * 8);
+        assert_ptr_equal(l, d->source->labels + d->train.n_tokens + w * 8);
     }
     free_dataset(&d);
 }
@@ -296,8 +389,8 @@ static void test_sampling(void **state)
     write_counting_bin(t, "count.bin", N, path, sizeof(path));
     dataset *d = NULL;
     assert_int_equal(load_dataset(&d, path, 1000, 0.25, S, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->train_end, 45);
-    const long last = d->train_end - (S + 1); /* largest offset: 36 */
+    assert_int_equal(d->train.n_tokens, 45);
+    const long last = d->train.n_tokens - (S + 1); /* largest offset: 36 */
 
     /* In range, every offset drawn, and the sample is the tokens there. */
     long hits[64] = { 0 };
@@ -307,7 +400,7 @@ static void test_sampling(void **state)
             long off = dataset_sample_offset(d, S, 1234, step, g);
             assert_true(off >= 0 && off <= last);
             hits[off]++;
-            dataset_sample(d, out, S, 1234, step, g);
+            assert_int_equal(dataset_sample(d, out, S, 1234, step, g, err, sizeof(err)), 0);
             for (int i = 0; i <= S; i++)
                 assert_int_equal(out[i], off + i); /* token i is i: never held out */
         }
@@ -353,7 +446,7 @@ static void check_windows(const tmp_dir *t, long n, double val_fraction, int S, 
     write_counting_bin(t, "eval.bin", n, path, sizeof(path));
     dataset *d = NULL;
     assert_int_equal(load_dataset(&d, path, 65536, val_fraction, S, NULL, err, sizeof(err)), 0);
-    long n_val = d->n_tokens - d->train_end;
+    long n_val = d->eval.n_tokens;
     assert_int_equal(n_val, want_val);
     long nw = dataset_eval_windows(d, S);
     assert_int_equal(nw, want_windows);
@@ -365,14 +458,14 @@ static void check_windows(const tmp_dir *t, long n, double val_fraction, int S, 
     assert_non_null(predicted);
     long prev_last = -1;
     for (long w = 0; w < nw; w++) {
-        dataset_eval_window(d, win, S, w);
+        assert_int_equal(dataset_eval_window(d, win, S, w, err, sizeof(err)), 0);
         for (int i = 0; i <= S; i++) /* split tokens [w*S, w*S + S] */
-            assert_int_equal(win[i], d->train_end + w * S + i);
+            assert_int_equal(win[i], d->eval.first + w * S + i);
         if (w > 0)
             assert_int_equal(win[0], prev_last); /* neighbours share one token */
         prev_last = win[S];
         for (int i = 1; i <= S; i++) /* targets: every window token but the first */
-            predicted[win[i] - d->train_end]++;
+            predicted[win[i] - d->eval.first]++;
         assert_null(dataset_eval_labels(d, S, w));
     }
     /* Every held-out token after the first, up to the last full window, is
@@ -417,6 +510,7 @@ typedef struct pin {
  * mapped and must never change. */
 static void check_pins(const dataset *d, int S, uint64_t seed, const pin *pins, int n_pins)
 {
+    char err[512];
     token_t *out = malloc(((size_t)S + 1) * sizeof(token_t));
     assert_non_null(out);
     for (int i = 0; i < n_pins; i++) {
@@ -424,10 +518,11 @@ static void check_pins(const dataset *d, int S, uint64_t seed, const pin *pins, 
         long off;
         if (p->step >= 0) {
             off = dataset_sample_offset(d, S, seed, p->step, p->global_seq);
-            dataset_sample(d, out, S, seed, p->step, p->global_seq);
+            assert_int_equal(dataset_sample(d, out, S, seed, p->step, p->global_seq, err,
+                                            sizeof(err)), 0);
         } else {
             off = p->global_seq * S;
-            dataset_eval_window(d, out, S, p->global_seq);
+            assert_int_equal(dataset_eval_window(d, out, S, p->global_seq, err, sizeof(err)), 0);
         }
         uint64_t h = token_hash(out, S + 1);
         if (off != p->offset || h != p->hash)
@@ -510,7 +605,7 @@ enum { EASY = SYNTH_EASY, MEDIUM = SYNTH_MEDIUM, HARD = SYNTH_HARD, FILLER = SYN
  * ' ' closing a repeat: its '~' is 13 bytes back). */
 #define CTX 13
 
-static uint64_t ctx_hash(const uint16_t *t)
+static uint64_t ctx_hash(const uint8_t *t)
 {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
     for (int i = 0; i < CTX; i++)
@@ -521,7 +616,7 @@ static uint64_t ctx_hash(const uint16_t *t)
 static void test_synthetic(void **state)
 {
     enum { N = 300000 };
-    uint16_t *a = malloc(N * sizeof(uint16_t)), *b = malloc(N * sizeof(uint16_t));
+    uint8_t *a = malloc(N), *b = malloc(N);
     uint8_t *la = malloc(N), *lb = malloc(N);
     assert_non_null(a);
     assert_non_null(b);
@@ -529,17 +624,16 @@ static void test_synthetic(void **state)
     assert_non_null(lb);
     assert_int_equal(synthetic_generate(a, la, N, 42), 0);
     assert_int_equal(synthetic_generate(b, lb, N, 42), 0);
-    assert_memory_equal(a, b, N * sizeof(uint16_t)); /* deterministic */
+    assert_memory_equal(a, b, N); /* deterministic */
     assert_memory_equal(la, lb, N);
     assert_int_equal(synthetic_generate(b, lb, N, 43), 0);
-    assert_memory_not_equal(a, b, N * sizeof(uint16_t)); /* and seeded */
+    assert_memory_not_equal(a, b, N); /* and seeded */
     /* A shorter run is a prefix of a longer one (the last document is cut). */
     assert_int_equal(synthetic_generate(b, lb, 1234, 42), 0);
-    assert_memory_equal(a, b, 1234 * sizeof(uint16_t));
+    assert_memory_equal(a, b, 1234);
 
     long count[N_CLASSES] = { 0 };
     for (long i = 0; i < N; i++) {
-        assert_true(a[i] < 256);
         assert_true(la[i] < N_CLASSES);
         count[la[i]]++;
     }
@@ -593,7 +687,7 @@ static void test_synthetic(void **state)
     for (long i = CTX; i < N; i++) {
         uint64_t h = ctx_hash(a + i - CTX) & (TABLE - 1);
         while (slot[h] >= 0
-               && memcmp(a + slot[h] - CTX, a + i - CTX, CTX * sizeof(uint16_t)) != 0)
+               && memcmp(a + slot[h] - CTX, a + i - CTX, CTX) != 0)
             h = (h + 1) & (TABLE - 1);
         if (slot[h] < 0)
             slot[h] = i;
@@ -625,18 +719,21 @@ static void test_synthetic_dataset(void **state)
     dataset *d = NULL, *e = NULL;
     assert_int_equal(load_dataset(&d, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
     assert_int_equal(load_dataset(&e, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->n_tokens, 1000000);
+    const corpus *c = d->source;
+    assert_int_equal(c->n_tokens, 1000000);
+    assert_int_equal(c->width, 1);
+    assert_false(c->tokens_mem.mapped); /* generated in memory */
     assert_int_equal(d->vocab, 256);
-    assert_int_equal(d->train_end, 900000);
-    assert_int_equal(d->n_label_classes, N_CLASSES);
-    assert_string_equal(d->label_names[EASY], "easy");
-    assert_string_equal(d->label_names[MEDIUM], "medium");
-    assert_string_equal(d->label_names[HARD], "hard");
-    assert_string_equal(d->label_names[FILLER], "filler");
-    assert_memory_equal(d->tokens, e->tokens, 1000000 * sizeof(uint16_t));
-    assert_memory_equal(d->labels, e->labels, 1000000);
+    assert_int_equal(d->train.n_tokens, 900000);
+    assert_int_equal(c->n_label_classes, N_CLASSES);
+    assert_string_equal(c->label_names[EASY], "easy");
+    assert_string_equal(c->label_names[MEDIUM], "medium");
+    assert_string_equal(c->label_names[HARD], "hard");
+    assert_string_equal(c->label_names[FILLER], "filler");
+    assert_memory_equal(c->bytes, e->source->bytes, 1000000);
+    assert_memory_equal(c->labels, e->source->labels, 1000000);
     const uint8_t *l = dataset_eval_labels(d, 256, 3);
-    assert_ptr_equal(l, d->labels + 900000 + 3 * 256);
+    assert_ptr_equal(l, c->labels + 900000 + 3 * 256);
     free_dataset(&d);
     free_dataset(&e);
 }
@@ -647,6 +744,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_txt_load, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bin_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_token_checks, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_eval_file, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_brown_files, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_sampling, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_windows, setup_tmp, teardown_tmp),

@@ -31,49 +31,6 @@ void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size
     snprintf(ckpt_h5, len, "%s/%s/ckpt.h5", c->out, c->name);
 }
 
-int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
-             double *loss, long *windows_used)
-{
-    int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
-    long avail = dataset_eval_windows(d, S);
-    long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
-    token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
-    if (!tok)
-        return -ENOMEM;
-    double sums[2] = { 0.0, 0.0 }; /* ce, positions */
-    int rc = 0;
-    /* rank r takes windows r, r+P, ...; in chunks of the model's batch.  Every
-     * rank runs the same number of forwards of the same size (layers may talk
-     * to other ranks), padding with window 0 that does not count. */
-    long per_rank = (n + P - 1) / P;
-    for (long i0 = 0; i0 < per_rank && !rc; i0 += m->max_seq) {
-        int cnt = (int)(per_rank - i0 < m->max_seq ? per_rank - i0 : m->max_seq), real = 0;
-        for (int i = 0; i < cnt; i++) {
-            long w = rank + (i0 + i) * P;
-            real += w < n;
-            dataset_eval_window(d, tok + (size_t)i * (S + 1), S, w < n ? w : 0);
-        }
-        batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
-                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1 };
-        fwd_result r;
-        rc = model_forward(m, ctx, &b, mode, &r);
-        if (real > 0) {
-            sums[0] += r.ce_sum;
-            sums[1] += (double)r.n_positions;
-        }
-    }
-    free(tok);
-    int bad = rc != 0;
-    comm_allreduce_max_int(ctx ? ctx->comm : NULL, &bad);
-    if (bad)
-        return rc ? rc : -EIO;
-    comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
-    *loss = sums[1] > 0 ? sums[0] / sums[1] : (double)NAN;
-    if (windows_used)
-        *windows_used = n;
-    return 0;
-}
-
 /* Every rank learns whether any rank failed, and every rank ends with the
  * message of the lowest failing rank (prefixed "rank N: " when that is not
  * rank 0), so the program prints one line from rank 0 and nobody hangs. */
@@ -96,6 +53,58 @@ static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len)
     return rc ? rc : -ECANCELED;
 }
 #define agree(ctx, rc) agree_msg((ctx), (rc), err, err_len)
+
+int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
+             double *loss, long *windows_used, char *err, int err_len)
+{
+    int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
+    long avail = dataset_eval_windows(d, S);
+    long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
+    token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
+    double sums[2] = { 0.0, 0.0 }; /* ce, positions */
+    int rc = tok ? 0 : -ENOMEM;
+    if (rc)
+        snprintf(err, (size_t)err_len, "evaluation: out of memory");
+    /* rank r takes windows r, r+P, ...; in chunks of the model's batch.  Every
+     * rank runs the same number of forwards of the same size (layers may talk
+     * to other ranks), padding with window 0 that does not count. */
+    long per_rank = (n + P - 1) / P;
+    for (long i0 = 0; i0 < per_rank; i0 += m->max_seq) {
+        int cnt = (int)(per_rank - i0 < m->max_seq ? per_rank - i0 : m->max_seq), real = 0;
+        for (int i = 0; i < cnt && !rc; i++) {
+            long w = rank + (i0 + i) * P;
+            real += w < n;
+            rc = dataset_eval_window(d, tok + (size_t)i * (S + 1), S, w < n ? w : 0, err,
+                                     err_len);
+        }
+        /* every rank stops at the same chunk, before its forward: after a bad
+         * token (or a failed forward) on any rank */
+        int bad = rc != 0;
+        comm_allreduce_max_int(ctx ? ctx->comm : NULL, &bad);
+        if (bad)
+            break; /* agree() below gives every rank the failing rank's message */
+        batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
+                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1 };
+        fwd_result r;
+        rc = model_forward(m, ctx, &b, mode, &r);
+        if (rc)
+            snprintf(err, (size_t)err_len, "evaluation: forward failed (%s)", strerror(-rc));
+        if (real > 0) {
+            sums[0] += r.ce_sum;
+            sums[1] += (double)r.n_positions;
+        }
+    }
+    free(tok);
+    if (ctx)
+        rc = agree(ctx, rc);
+    if (rc)
+        return rc;
+    comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : (double)NAN;
+    if (windows_used)
+        *windows_used = n;
+    return 0;
+}
 
 static int make_dirs(const char *dir)
 {
@@ -284,7 +293,7 @@ static int record_routing(trainer *t, long done)
 
 /* The fixed held-out sequences of the routing records, with their tokens
  * (and labels, where the source has them) stored once. */
-static int setup_records(trainer *t)
+static int setup_records(trainer *t, char *err, int err_len)
 {
     int S = t->cfg->seq_len;
     long avail = dataset_eval_windows(t->d, S);
@@ -299,9 +308,10 @@ static int setup_records(trainer *t)
     int32_t *tok = malloc((size_t)t->n_record * (S + 1) * sizeof(int32_t));
     uint8_t *lab = malloc((size_t)t->n_record * (S + 1));
     int rc = t->record_tokens && tok && lab ? 0 : -ENOMEM;
-    bool labels = t->d->labels != NULL;
+    bool labels = dataset_eval_labels(t->d, S, 0) != NULL;
     for (int i = 0; !rc && i < t->n_record; i++) {
-        dataset_eval_window(t->d, t->record_tokens + (size_t)i * (S + 1), S, i);
+        rc = dataset_eval_window(t->d, t->record_tokens + (size_t)i * (S + 1), S, i, err,
+                                 err_len);
         for (int j = 0; j <= S; j++)
             tok[(size_t)i * (S + 1) + j] = t->record_tokens[(size_t)i * (S + 1) + j];
         if (labels)
@@ -356,11 +366,22 @@ static int resume_from(trainer *t, char *err, int err_len)
     return rc;
 }
 
-static void sample_batch(const trainer *t, token_t *tok, int local, long step, long seq0)
+static int sample_batch(const trainer *t, token_t *tok, int local, long step, long seq0,
+                        char *err, int err_len)
 {
-    int S = t->cfg->seq_len;
-    for (int i = 0; i < local; i++)
-        dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->seed, step, seq0 + i);
+    int S = t->cfg->seq_len, rc = 0;
+    for (int i = 0; i < local && !rc; i++)
+        rc = dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->seed, step, seq0 + i,
+                            err, err_len);
+    return rc;
+}
+
+/* "step N: " before the message already in err. */
+static void prefix_step(char *err, int err_len, long step)
+{
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", err);
+    snprintf(err, (size_t)err_len, "step %ld: %s", step, msg);
 }
 
 /* SIGINT and SIGTERM ask for a checkpoint and a clean stop at the end of the
@@ -406,8 +427,9 @@ static int record_batch(trainer *t, long done, const char *group)
     int32_t *off = malloc((size_t)B * sizeof(int32_t));
     token_t *row = malloc((size_t)(S + 1) * sizeof(token_t));
     int rc = tok && off && row ? 0 : -ENOMEM;
+    char why[512]; /* cannot happen: every rank read its sequences of this batch already */
     for (int i = 0; !rc && i < B; i++) {
-        dataset_sample(t->d, row, S, t->cfg->seed, done - 1, i);
+        rc = dataset_sample(t->d, row, S, t->cfg->seed, done - 1, i, why, sizeof(why));
         off[i] = (int32_t)dataset_sample_offset(t->d, S, t->cfg->seed, done - 1, i);
         for (int j = 0; j <= S; j++)
             tok[(size_t)i * (S + 1) + j] = row[j];
@@ -475,7 +497,12 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         long done = step + 1;
         double t0 = mode_now(), comm0 = ctx->timers[PHASE_COMM];
         comm_reset_bytes(ctx->comm);
-        sample_batch(t, tok, local, step, seq0);
+        /* a token >= V on any rank stops every rank before the forward */
+        rc = sample_batch(t, tok, local, step, seq0, err, err_len);
+        if (rc)
+            prefix_step(err, err_len, done);
+        if ((rc = agree(ctx, rc)))
+            break;
         batch b = { .tokens = tok, .nseq = local, .step = step, .seq0 = seq0,
                     .global_seqs = c->batch };
         fwd_result r;
@@ -560,16 +587,19 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "step %ld: recording statistics failed", done);
         if (!rc && c->eval_every > 0 && (done % c->eval_every == 0 || done == t->total)) {
-            rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_TOPK, &lg.eval_topk, NULL);
+            rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_TOPK, &lg.eval_topk, NULL,
+                          err, err_len);
             if (!rc)
                 rc = evaluate(m, ctx, t->d, c->eval_windows, FWD_EVAL_CAUSAL, &lg.eval_causal,
-                              NULL);
+                              NULL, err, err_len);
             lg.has_eval = true;
             if (!rc && ctx->rank == 0) {
                 double row[] = { (double)done, lg.eval_topk, lg.eval_causal };
                 rc = run_table_append(&t->rec->eval, row);
             }
-            if (rc)
+            if (rc && err[0])
+                prefix_step(err, err_len, done);
+            else if (rc)
                 snprintf(err, (size_t)err_len, "step %ld: evaluation failed", done);
         }
         if (!rc && o->log && ctx->rank == 0 &&
@@ -638,7 +668,7 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         goto fail;
     if (o->resume && (rc = agree(ctx, resume_from(&t, err, err_len))))
         goto fail;
-    if ((rc = agree(ctx, setup_records(&t))))
+    if ((rc = agree(ctx, setup_records(&t, err, err_len))))
         goto fail;
     if (ctx->rank == 0 && t.rec)
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);

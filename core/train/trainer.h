@@ -40,9 +40,11 @@ long config_planned_steps(const run_config *c, double train_flops_per_step);
 
 /* Mean next-token loss over the first n_windows evaluation windows (all of
  * them when n_windows <= 0 or more than there are), windows spread over the
- * ranks.  windows_used receives the count. */
+ * ranks.  windows_used receives the count.  On failure (a token >= V in a
+ * window, a failed forward) every rank returns non-zero with the message of
+ * the lowest failing rank in err. */
 int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
-             double *loss, long *windows_used);
+             double *loss, long *windows_used, char *err, int err_len);
 
 /* Output paths of a run: <out>/<name>/run.h5 and ckpt.h5. */
 void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len);

@@ -28,16 +28,28 @@ data)
 	printf '' >empty.txt
 	head -c 20 /dev/urandom >short.txt
 	head -c 1001 /dev/urandom >odd.bin
-	printf '\001\000\377\377' >big.bin # token 65535
+	# tokens are checked as they are read (core/data/data.h): big.bin is 65535
+	# throughout, so the first window read fails; train-bad.bin is bad only in
+	# its training part (360 tokens of 65535, then 40 of 1 held out), so the
+	# first training sample does
 	i=0
-	while [ $i -lt 300 ]; do printf '\001\000'; i=$((i + 1)); done >>big.bin
+	while [ $i -lt 400 ]; do printf '\377\377'; i=$((i + 1)); done >big.bin
+	i=0
+	while [ $i -lt 360 ]; do printf '\377\377'; i=$((i + 1)); done >train-bad.bin
+	while [ $i -lt 400 ]; do printf '\001\000'; i=$((i + 1)); done >>train-bad.bin
 	expect 1 "missing.txt" "$exe" "$config" data.source=missing.txt run.out=o1 --quiet
 	nothing_left o1
 	expect 1 "empty.txt" "$exe" "$config" data.source=empty.txt run.out=o2 --quiet
 	expect 1 "short.txt: .*tokens" "$exe" "$config" data.source=short.txt run.out=o3 --quiet
 	expect 1 "odd.bin: 1001 bytes" "$exe" "$config" data.source=odd.bin data.vocab=300 run.out=o4 --quiet
-	expect 1 "big.bin.*65535" "$exe" "$config" data.source=big.bin data.vocab=300 run.out=o5 --quiet
-	nothing_left o5
+	expect 1 "big.bin: token [0-9]* (byte offset [0-9]*) is 65535, not below vocab 300" \
+		"$exe" "$config" data.source=big.bin data.vocab=300 run.out=o5 --quiet
+	expect 1 "step 1: train-bad.bin: token [0-9]* (byte offset [0-9]*) is 65535" \
+		"$exe" "$config" data.source=train-bad.bin data.vocab=300 run.out=o6 --quiet
+	# on two ranks: every rank stops, one message, no hang
+	expect 1 "train-bad.bin: token [0-9]* (byte offset [0-9]*) is 65535" timeout 60 \
+		mpirun -n 2 "$exe" "$config" data.source=train-bad.bin data.vocab=300 run.out=o7 --quiet
+	[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] || fail "not one message: $(cat out.txt)"
 	expect 2 "expected brown, synthetic" "$exe" "$config" data.source=corpus.csv --quiet
 	;;
 checkpoints)
