@@ -50,7 +50,7 @@ static const char usage_eval[] =
     "usage: mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]\n"
     "  Mean next-token loss of the checkpoint over evaluation windows of S+1 tokens\n"
     "  (window w = tokens [w*S, w*S+S]).\n"
-    "  --data PATH    a .txt or .bin file: its windows, from the start of the file;\n"
+    "  --data PATH    a .txt, .bin or .u32 file: its windows, from the start of the file;\n"
     "                 brown or synthetic: the held-out split (default: the run's source)\n"
     "  --mode M       topk (routing over the whole sequence, as in training) or causal\n"
     "                 (the causal rule of MODEL.md; default)\n"

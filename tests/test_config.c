@@ -93,7 +93,19 @@ static const bad_case bad_cases[] = {
       "cfg.ini:2: [data] vocab = 300: expected [data] vocab to be 256 (byte tokens) with the text "
       "source [data] source = synthetic (default)" },
     { "[data]\nsource = foo.csv\n", NULL, 0,
-      "cfg.ini:2: [data] source = foo.csv: expected brown, synthetic or a path ending .txt or .bin" },
+      "cfg.ini:2: [data] source = foo.csv: expected brown, synthetic or a path ending .txt, .bin "
+      "or .u32" },
+    { "[data]\nsource = t.bin\nvocab = 65537\n", NULL, 0,
+      "cfg.ini:3: [data] vocab = 65537: expected [data] vocab to be at most 65536 (uint16 tokens) "
+      "with the token file [data] source = t.bin (line 2); store the tokens as little-endian "
+      "uint32 in a .u32 file" },
+    { "[data]\nvocab = 100000\n", "data.source=t.bin", 0,
+      "command line: data.source=t.bin: expected [data] vocab = 100000 (line 2) to be at most "
+      "65536 (uint16 tokens) with the token file [data] source" },
+    { "[data]\nsource = t.u32\nvocab = 1\n", NULL, 0,
+      "cfg.ini:3: [data] vocab = 1: expected an integer in [2, 2147483647]" },
+    { "[data]\nsource = t.u32\nvocab = 2147483648\n", NULL, 0,
+      "cfg.ini:3: [data] vocab = 2147483648: expected an integer in [2, 2147483647]" },
     { "[run]\nsteps = 0\n", NULL, 0,
       "cfg.ini:2: [run] steps = 0: expected [run] steps or [run] flops_budget = 0 (default) to be "
       "> 0: set run.steps or run.flops_budget" },
@@ -320,6 +332,14 @@ static void test_sources(void **state)
     assert_int_equal(c.vocab, 256);
     load_ok(&c, "[data]\nsource = tokens.bin\nvocab = 50000\n", 0, NULL);
     assert_int_equal(c.vocab, 50000);
+    load_ok(&c, "[data]\nsource = tokens.bin\nvocab = 65536\n", 0, NULL);
+    assert_int_equal(c.vocab, 65536);
+    /* .u32: uint32 tokens, any vocab */
+    load_ok(&c, "[data]\nsource = tokens.u32\nvocab = 151936\n", 0, NULL);
+    assert_string_equal(c.source, "tokens.u32");
+    assert_int_equal(c.vocab, 151936);
+    load_ok(&c, "[data]\nsource = tokens.u32\nvocab = 300\n", 0, NULL);
+    assert_int_equal(c.vocab, 300);
     /* a budget instead of steps */
     load_ok(&c, "[run]\nsteps = 0\nflops_budget = 1e15\n", 0, NULL);
     assert_int_equal(c.steps, 0);

@@ -172,6 +172,42 @@ static void test_bin_round_trip(void **state)
     free_dataset(&d);
 }
 
+/* .u32: little-endian uint32 tokens for vocabularies past 65536. */
+static void test_u32_round_trip(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512], want[640];
+    enum { N = 3000, V = 1000003 };
+    token_t tok[N];
+    uint8_t b[4 * N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (token_t)(((uint64_t)i * 2654435761u) % V); /* all four bytes vary */
+        if (i == 17)
+            tok[i] = V - 1;
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (uint8_t)(tok[i] >> (8 * k));
+    }
+    write_file(t, "t.u32", b, sizeof(b), path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, V, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->source->n_tokens, N);
+    assert_int_equal(d->source->width, 4);
+    assert_int_equal(d->vocab, V);
+    token_t *all = read_all(d);
+    assert_memory_equal(all, tok, sizeof(tok));
+    free(all);
+    free_dataset(&d);
+
+    /* the same bytes as V = 1000000: token 17 (V - 1 above) is out of range */
+    assert_int_equal(load_dataset(&d, path, 1000000, 0.25, 32, NULL, err, sizeof(err)), 0);
+    token_t out[20];
+    assert_int_equal(dataset_read(d, &d->train, 10, 10, out, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want),
+             "%s: token 17 (byte offset 68) is 1000002, not below vocab 1000000", path);
+    assert_string_equal(err, want);
+    free_dataset(&d);
+}
+
 /* load_dataset must fail, leave *out NULL, and say `want` (and the path). */
 static void expect_error(const char *source, int vocab, double val_fraction, int seq_len,
                          const char *data_dir, const char *want1, const char *want2)
@@ -205,7 +241,17 @@ static void test_bad_files(void **state)
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
 
     write_file(t, "zeros.bin", b, 2000, path, sizeof(path));
-    snprintf(want, sizeof(want), "%s: vocab 70000 must be in [1, 65536]", path);
+    snprintf(want, sizeof(want), "%s: vocab 70000 does not fit uint16 tokens (at most 65536); "
+             "store the tokens as little-endian uint32 in a .u32 file", path);
+    expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: vocab 0 must be at least 1", path);
+    expect_error(path, 0, 0.1, 8, NULL, want, NULL);
+
+    write_file(t, "odd.u32", b, 1002, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 1002 bytes is not a whole number of uint32 tokens", path);
+    expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
+    write_file(t, "empty.u32", b, 0, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: file is empty", path);
     expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
 
     snprintf(path, sizeof(path), "%s/missing.bin", t->path);
@@ -240,7 +286,9 @@ static void test_bad_files(void **state)
     expect_error(path, 256, 0.0, 8, NULL, "val_fraction 0 must be in (0, 1)", NULL);
     expect_error(path, 256, 1.0, 8, NULL, "val_fraction 1 must be in (0, 1)", NULL);
     expect_error(path, 256, 0.1, 0, NULL, "seq_len 0 must be at least 1", NULL);
-    expect_error("corpus.csv", 256, 0.1, 8, NULL, "data source 'corpus.csv': expected brown", NULL);
+    expect_error("corpus.csv", 256, 0.1, 8, NULL,
+                 "data source 'corpus.csv': expected brown, synthetic, or a path ending in .txt, "
+                 ".bin or .u32", NULL);
 }
 
 /* Token values are checked as they are read, not at load (data.h): the load
@@ -743,6 +791,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_txt_load, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bin_round_trip, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_u32_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_files, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_token_checks, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_file, setup_tmp, teardown_tmp),

@@ -46,7 +46,7 @@ _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_COUNT,
 
 typedef enum key_type {
     K_STR,    /* free text (name, paths) */
-    K_SOURCE, /* brown | synthetic | *.txt | *.bin */
+    K_SOURCE, /* brown | synthetic | *.txt | *.bin | *.u32 */
     K_LAYERS, /* the layer-spec table */
     K_ENUM,   /* one of allowed[] */
     K_U64,
@@ -98,7 +98,7 @@ static const cfg_key config_keys[] = {
     { SEC_DATA, "seq_len", K_INT, RC(seq_len), 2, 65536, 0, NULL },
     { SEC_DATA, "batch", K_INT, RC(batch), 1, NO_MAX, 0, NULL },
     { SEC_DATA, "val_fraction", K_DOUBLE, RC(val_fraction), 0, 1, MIN_OPEN | MAX_OPEN, NULL },
-    { SEC_DATA, "vocab", K_INT, RC(vocab), 2, 65536, 0, NULL },
+    { SEC_DATA, "vocab", K_INT, RC(vocab), 2, INT_MAX, 0, NULL },
     { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
@@ -439,13 +439,14 @@ static bool ends_with(const char *s, const char *suffix)
 static bool source_ok(const char *s)
 {
     return strcmp(s, "brown") == 0 || strcmp(s, "synthetic") == 0 || ends_with(s, ".txt") ||
-           ends_with(s, ".bin");
+           ends_with(s, ".bin") || ends_with(s, ".u32");
 }
 
-/* Text sources are byte tokens: V = 256 (MODEL.md "Data"). */
+/* Text sources are byte tokens: V = 256 (MODEL.md "Data"); token files
+ * (.bin uint16, .u32 uint32) hold ids below [data] vocab. */
 static bool text_source(const char *s)
 {
-    return !ends_with(s, ".bin");
+    return !ends_with(s, ".bin") && !ends_with(s, ".u32");
 }
 
 static int name_index(const char *const *names, const char *s)
@@ -467,8 +468,8 @@ static void expected_text(const cfg_key *k, char *out, size_t n)
                  "or surrounding spaces", max_text(k));
         break;
     case K_SOURCE:
-        snprintf(out, n, "brown, synthetic or a path ending .txt or .bin (at most %d characters)",
-                 max_text(k));
+        snprintf(out, n, "brown, synthetic or a path ending .txt, .bin or .u32 (at most %d "
+                 "characters)", max_text(k));
         break;
     case K_ENUM:
         join(names, sizeof(names), k->allowed);
@@ -722,9 +723,15 @@ static int parse_ini(loader *L)
 static int check_source(loader *L)
 {
     run_config *c = L->c;
+    int kv = key_index(SEC_DATA, "vocab"), ks = key_index(SEC_DATA, "source");
+    if (ends_with(c->source, ".bin") && c->vocab > 65536) {
+        char va[VALUE_LEN], vb[VALUE_LEN];
+        cfg_ref a = key_ref(L, kv, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));
+        return fail_pair(L, &a, " to be at most 65536 (uint16 tokens) with the token file ", &b,
+                         "; store the tokens as little-endian uint32 in a .u32 file");
+    }
     if (!text_source(c->source))
         return 0;
-    int kv = key_index(SEC_DATA, "vocab"), ks = key_index(SEC_DATA, "source");
     if (L->origin[kv] != ORIGIN_DEFAULT && c->vocab != 256) {
         char va[VALUE_LEN], vb[VALUE_LEN];
         cfg_ref a = key_ref(L, kv, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));

@@ -218,17 +218,22 @@ static int load_corpus(corpus **out, int *vocab_out, const char *source, int voc
         rc = load_synthetic(c, err, err_len);
     } else if (ends_with(source, ".txt")) {
         rc = map_tokens(c, source, 1, "byte", err, err_len);
-    } else if (ends_with(source, ".bin")) {
-        if (vocab < 1 || vocab > 65536)
+    } else if (ends_with(source, ".bin") || ends_with(source, ".u32")) {
+        /* the extension declares the width (data.h) */
+        bool wide = ends_with(source, ".u32");
+        if (vocab < 1)
+            snprintf(err, (size_t)err_len, "%s: vocab %d must be at least 1", source, vocab);
+        else if (!wide && vocab > 65536)
             snprintf(err, (size_t)err_len,
-                     "%s: vocab %d must be in [1, 65536] for uint16 tokens", source, vocab);
+                     "%s: vocab %d does not fit uint16 tokens (at most 65536); store the tokens "
+                     "as little-endian uint32 in a .u32 file", source, vocab);
         else
-            rc = map_tokens(c, source, 2, "uint16", err, err_len);
+            rc = map_tokens(c, source, wide ? 4 : 2, wide ? "uint32" : "uint16", err, err_len);
         *vocab_out = vocab;
     } else {
         snprintf(err, (size_t)err_len,
-                 "data source '%s': expected brown, synthetic, or a path ending in .txt or .bin",
-                 source);
+                 "data source '%s': expected brown, synthetic, or a path ending in .txt, .bin or "
+                 ".u32", source);
     }
     if (rc) {
         free_corpus(&c);

@@ -5,6 +5,9 @@
  *   .txt       bytes, one token each (V = 256).
  *   .bin       little-endian uint16 tokens, no header (MODEL.md); V is
  *              data.vocab, at most 65536.
+ *   .u32       little-endian uint32 tokens, no header, for V > 65536 (any V
+ *              up to 2^31 - 1).  The extension is the only declaration of the
+ *              width: a .bin is never read as 32 bits nor a .u32 as 16.
  *   brown      brown.txt (bytes) and brown.pos (one POS class per byte) in the
  *              data folder, written by scripts/fetch-brown.sh.
  *   synthetic  1M byte tokens with difficulty labels, generated in memory
@@ -65,7 +68,7 @@ typedef struct corpus {
     char path[512];         /* the file messages name ("synthetic" for that one) */
     const uint8_t *bytes;   /* [n_tokens * width] little-endian tokens */
     long n_tokens;
-    int width;              /* bytes per token: 1 text, 2 .bin */
+    int width;              /* bytes per token: 1 text, 2 .bin, 4 .u32 */
     const uint8_t *labels;  /* [n_tokens] label class per token, or NULL */
     int n_label_classes;
     const char *const *label_names; /* [n_label_classes] */
@@ -85,15 +88,16 @@ typedef struct dataset {
     token_split eval;   /* its tail */
 } dataset;
 
-/* source: "brown", "synthetic", or a path ending in .txt or .bin.  vocab is
- * V for .bin (at most 65536); text sources have V = 256.  data_dir holds
+/* source: "brown", "synthetic", or a path ending in .txt, .bin or .u32.
+ * vocab is V for token files (.bin: at most 65536; .u32); text sources have
+ * V = 256.  data_dir holds
  * brown.txt and brown.pos (NULL: $MODE_DATA, else "data").  Each split must
  * hold at least one sample (seq_len+1 tokens).  On failure returns non-zero,
  * leaves *out NULL, and err names the file and what is wrong. */
 int load_dataset(dataset **out, const char *source, int vocab, double val_fraction, int seq_len,
                  const char *data_dir, char *err, int err_len);
 void free_dataset(dataset **d);
-/* A .txt or .bin file that is all evaluation data (no training split):
+/* A .txt, .bin or .u32 file that is all evaluation data (no training split):
  * its windows start at its first token. */
 int load_eval_file(dataset **out, const char *path, int vocab, int seq_len, char *err,
                    int err_len);

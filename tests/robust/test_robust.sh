@@ -51,6 +51,20 @@ data)
 		mpirun -n 2 "$exe" "$config" data.source=train-bad.bin data.vocab=300 run.out=o7 --quiet
 	[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] || fail "not one message: $(cat out.txt)"
 	expect 2 "expected brown, synthetic" "$exe" "$config" data.source=corpus.csv --quiet
+	# .u32: uint32 tokens, so ids past 65535 reach the model (tokens 69999 and 1)
+	i=0
+	while [ $i -lt 500 ]; do printf '\157\021\001\000\001\000\000\000'; i=$((i + 1)); done >wide.u32
+	"$exe" "$config" data.source=wide.u32 data.vocab=70000 run.out=w run.steps=2 --quiet ||
+		fail "training on wide.u32"
+	"$exe" eval w/tiny/ckpt.h5 --windows 2 --json | grep -q '"windows": 2' || fail "eval of wide.u32"
+	expect 1 "wide.u32: token [0-9]* (byte offset [0-9]*) is 69999, not below vocab 300" \
+		"$exe" "$config" data.source=wide.u32 data.vocab=300 run.out=o8 --quiet
+	head -c 1002 /dev/urandom >odd.u32
+	expect 1 "odd.u32: 1002 bytes is not a whole number of uint32 tokens" \
+		"$exe" "$config" data.source=odd.u32 data.vocab=70000 run.out=o9 --quiet
+	nothing_left o9
+	expect 2 "vocab .*to be at most 65536 (uint16 tokens) with the token file" \
+		"$exe" "$config" data.source=wide.bin data.vocab=70000 --quiet
 	;;
 checkpoints)
 	"$exe" "$config" run.out=good --quiet || fail "training"
