@@ -128,7 +128,7 @@ static void test_txt_load(void **state)
     char path[512], err[512];
     write_text(t, "a.txt", 1001, path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 0, 0.1, 16, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.1, 16, NULL, err, sizeof(err)), 0);
     assert_int_equal(d->source->n_tokens, 1001);
     assert_int_equal(d->source->width, 1);
     assert_int_equal(d->vocab, 256);
@@ -161,7 +161,7 @@ static void test_bin_round_trip(void **state)
     b[34] = b[35] = 0xff;
     write_file(t, "t.bin", b, sizeof(b), path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
     assert_int_equal(d->source->n_tokens, N);
     assert_int_equal(d->source->width, 2);
     assert_int_equal(d->vocab, 65536);
@@ -189,7 +189,7 @@ static void test_u32_round_trip(void **state)
     }
     write_file(t, "t.u32", b, sizeof(b), path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, V, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, V, 0.25, 32, NULL, err, sizeof(err)), 0);
     assert_int_equal(d->source->n_tokens, N);
     assert_int_equal(d->source->width, 4);
     assert_int_equal(d->vocab, V);
@@ -199,7 +199,7 @@ static void test_u32_round_trip(void **state)
     free_dataset(&d);
 
     /* the same bytes as V = 1000000: token 17 (V - 1 above) is out of range */
-    assert_int_equal(load_dataset(&d, path, 1000000, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 1000000, 0.25, 32, NULL, err, sizeof(err)), 0);
     token_t out[20];
     assert_int_equal(dataset_read(d, &d->train, 10, 10, out, err, sizeof(err)), -ERANGE);
     snprintf(want, sizeof(want),
@@ -209,16 +209,24 @@ static void test_u32_round_trip(void **state)
 }
 
 /* load_dataset must fail, leave *out NULL, and say `want` (and the path). */
-static void expect_error(const char *source, int vocab, double val_fraction, int seq_len,
-                         const char *data_dir, const char *want1, const char *want2)
+static void expect_error_held(const char *source, const char *val_source, int vocab,
+                              double val_fraction, int seq_len, const char *data_dir,
+                              const char *want1, const char *want2)
 {
     char err[1024] = "";
     dataset dummy;
     dataset *d = &dummy; /* must come back NULL */
-    int rc = load_dataset(&d, source, vocab, val_fraction, seq_len, data_dir, err, sizeof(err));
+    int rc = load_dataset(&d, source, val_source, vocab, val_fraction, seq_len, data_dir, err,
+                          sizeof(err));
     if (rc == 0 || d != NULL || !strstr(err, want1) || (want2 && !strstr(err, want2)))
         fail_msg("source %s: rc %d, message \"%s\", wanted \"%s\" and \"%s\"", source, rc, err,
                  want1, want2 ? want2 : "");
+}
+
+static void expect_error(const char *source, int vocab, double val_fraction, int seq_len,
+                         const char *data_dir, const char *want1, const char *want2)
+{
+    expect_error_held(source, NULL, vocab, val_fraction, seq_len, data_dir, want1, want2);
 }
 
 static void test_bad_files(void **state)
@@ -276,7 +284,8 @@ static void test_bad_files(void **state)
     expect_error(path, 0, 0.6, 16, NULL, path, "16 for training"); /* training side short */
     expect_error(path, 0, 0.5, 20, NULL, path, "seq_len+1 = 21"); /* both */
     d = NULL;
-    assert_int_equal(load_dataset(&d, path, 0, 0.5, 16, NULL, err, sizeof(err)), 0); /* 20 | 20 */
+    /* 20 | 20 */
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.5, 16, NULL, err, sizeof(err)), 0);
     assert_int_equal(d->train.n_tokens, 20);
     free_dataset(&d);
     write_counting_bin(t, "short.bin", 40, path, sizeof(path));
@@ -305,7 +314,7 @@ static void test_token_checks(void **state)
     b[11] = 0x01;
     write_file(t, "big.bin", b, sizeof(b), path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
     assert_true(d->source->tokens_mem.mapped);
     token_t out[16];
     assert_int_equal(dataset_read(d, &d->train, 0, 5, out, err, sizeof(err)), 0);
@@ -313,7 +322,8 @@ static void test_token_checks(void **state)
     snprintf(want, sizeof(want), "%s: token 5 (byte offset 10) is 300, not below vocab 256", path);
     assert_string_equal(err, want);
     free_dataset(&d);
-    assert_int_equal(load_dataset(&d, path, 301, 0.1, 8, NULL, err, sizeof(err)), 0); /* fits 301 */
+    /* fits 301 */
+    assert_int_equal(load_dataset(&d, path, NULL, 301, 0.1, 8, NULL, err, sizeof(err)), 0);
     assert_int_equal(dataset_read(d, &d->train, 0, 16, out, err, sizeof(err)), 0);
     assert_int_equal(out[5], 300);
     free_dataset(&d);
@@ -324,7 +334,7 @@ static void test_token_checks(void **state)
         b[i + 1] = 0x01;
     }
     write_file(t, "all.bin", b, sizeof(b), path, sizeof(path));
-    assert_int_equal(load_dataset(&d, path, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
     long off = dataset_sample_offset(d, 8, 3, 4, 5);
     assert_int_equal(dataset_sample(d, out, 8, 3, 4, 5, err, sizeof(err)), -ERANGE);
     snprintf(want, sizeof(want), "%s: token %ld (byte offset %ld) is 300, not below vocab 256",
@@ -362,6 +372,120 @@ static void test_eval_file(void **state)
     assert_non_null(strstr(err2, "100 tokens, fewer than one window of seq_len+1 = 101"));
 }
 
+/* data.val_source: training samples from all of the source, the held-out
+ * windows are all of the other file, val_fraction does not apply. */
+static void test_held_out_file(void **state)
+{
+    tmp_dir *t = *state;
+    char src[512], held[512], path[512], err[1200], want[1200];
+    enum { S = 8 };
+    write_counting_bin(t, "train.bin", 100, src, sizeof(src));
+    write_counting_bin(t, "held.bin", 50, held, sizeof(held));
+    dataset *d = NULL;
+    /* val_fraction 0 would be refused for a split: here it is not used */
+    assert_int_equal(load_dataset(&d, src, held, 1000, 0.0, S, NULL, err, sizeof(err)), 0);
+    assert_non_null(d->held_out);
+    assert_ptr_equal(d->train.c, d->source);
+    assert_int_equal(d->train.first, 0);
+    assert_int_equal(d->train.n_tokens, 100);
+    assert_ptr_equal(d->eval.c, d->held_out);
+    assert_int_equal(d->eval.first, 0);
+    assert_int_equal(d->eval.n_tokens, 50);
+    assert_int_equal(d->held_out->width, 2);
+    token_t out[S + 1];
+    long top = 0;
+    for (long g = 0; g < 2000; g++) { /* offsets reach the end of the source */
+        long off = dataset_sample_offset(d, S, 5, 1, g);
+        assert_true(off >= 0 && off <= 100 - (S + 1));
+        top = off > top ? off : top;
+        assert_int_equal(dataset_sample(d, out, S, 5, 1, g, err, sizeof(err)), 0);
+        assert_int_equal(out[0], off);
+    }
+    assert_int_equal(top, 100 - (S + 1));
+    assert_int_equal(dataset_eval_windows(d, S), (50 - 1) / S);
+    for (long w = 0; w < dataset_eval_windows(d, S); w++) { /* from the held-out file's start */
+        assert_int_equal(dataset_eval_window(d, out, S, w, err, sizeof(err)), 0);
+        for (int i = 0; i <= S; i++)
+            assert_int_equal(out[i], w * S + i);
+    }
+    assert_null(dataset_eval_labels(d, S, 0));
+    free_dataset(&d);
+    assert_null(d);
+
+    /* "none" is no held-out file: the split of the source */
+    assert_int_equal(load_dataset(&d, src, "none", 1000, 0.5, S, NULL, err, sizeof(err)), 0);
+    assert_null(d->held_out);
+    assert_int_equal(d->train.n_tokens, 50);
+    assert_int_equal(d->eval.first, 50);
+    free_dataset(&d);
+
+    /* a .u32 held-out file beside a .bin source: both token ids */
+    uint8_t b[4 * 40] = { 0 };
+    for (int i = 0; i < 40; i++)
+        b[4 * i] = (uint8_t)i;
+    write_file(t, "held.u32", b, sizeof(b), path, sizeof(path));
+    assert_int_equal(load_dataset(&d, src, path, 1000, 0.1, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->eval.n_tokens, 40);
+    assert_int_equal(dataset_eval_window(d, out, S, 2, err, sizeof(err)), 0);
+    assert_int_equal(out[S], 3 * S);
+    free_dataset(&d);
+
+    /* errors: each names the file */
+    write_text(t, "held.txt", 100, path, sizeof(path));
+    snprintf(want, sizeof(want),
+             "%s: byte text, but the source %s is token ids: the held-out file must be of the "
+             "same kind", path, src);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: token ids, but the source %s is byte text", held, path);
+    expect_error_held(path, held, 256, 0.1, S, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: 50 tokens, fewer than one held-out window of seq_len+1 = 51",
+             held);
+    expect_error_held(src, held, 1000, 0.1, 50, NULL, want, NULL);
+    write_counting_bin(t, "tiny.bin", 9, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 9 tokens, fewer than one training sample of seq_len+1 = 10",
+             path);
+    expect_error_held(path, held, 1000, 0.1, 9, NULL, want, NULL);
+    snprintf(path, sizeof(path), "%s/missing.bin", t->path);
+    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    write_file(t, "empty.bin", b, 0, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: file is empty", path);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    write_file(t, "odd.u32", b, 6, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 6 bytes is not a whole number of uint32 tokens", path);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: vocab 70000 does not fit uint16 tokens", held);
+    expect_error_held("big.u32", held, 70000, 0.1, S, NULL, "big.u32: cannot open", NULL);
+    write_file(t, "src.u32", b, sizeof(b), path, sizeof(path));
+    expect_error_held(path, held, 70000, 0.1, S, NULL, want, NULL);
+}
+
+/* `brown` as the held-out file of a text source: its labels come with it. */
+static void test_held_out_brown(void **state)
+{
+    tmp_dir *t = *state;
+    char src[512], path[512], err[512];
+    enum { N = 200, S = 8 };
+    uint8_t text[N], pos[N];
+    for (int i = 0; i < N; i++) {
+        text[i] = (uint8_t)('a' + i % 26);
+        pos[i] = (uint8_t)(i % BROWN_CLASSES);
+    }
+    write_file(t, "brown.txt", text, N, path, sizeof(path));
+    write_file(t, "brown.pos", pos, N, path, sizeof(path));
+    write_text(t, "train.txt", 300, src, sizeof(src));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, src, "brown", 0, 0.1, S, t->path, err, sizeof(err)), 0);
+    assert_int_equal(d->vocab, 256);
+    assert_int_equal(d->train.n_tokens, 300);
+    assert_null(d->source->labels);
+    assert_int_equal(d->eval.n_tokens, N);
+    assert_int_equal(d->eval.c->n_label_classes, BROWN_CLASSES);
+    assert_ptr_equal(dataset_eval_labels(d, S, 3), d->held_out->labels + 3 * S);
+    assert_int_equal(dataset_eval_labels(d, S, 3)[1], (3 * S + 1) % BROWN_CLASSES);
+    free_dataset(&d);
+}
+
 /* `brown` from a tiny fake in the temp folder, and the errors when it is
  * missing or inconsistent. */
 static void test_brown_files(void **state)
@@ -394,7 +518,7 @@ static void test_brown_files(void **state)
     char *saved = old ? strdup(old) : NULL;
     assert_int_equal(setenv("MODE_DATA", t->path, 1), 0);
     dataset *d = NULL;
-    int rc = load_dataset(&d, "brown", 0, 0.2, 8, NULL, err, sizeof(err));
+    int rc = load_dataset(&d, "brown", NULL, 0, 0.2, 8, NULL, err, sizeof(err));
     if (saved) {
         setenv("MODE_DATA", saved, 1);
         free(saved);
@@ -436,7 +560,7 @@ static void test_sampling(void **state)
     enum { N = 60, S = 8 };
     write_counting_bin(t, "count.bin", N, path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 1000, 0.25, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 1000, 0.25, S, NULL, err, sizeof(err)), 0);
     assert_int_equal(d->train.n_tokens, 45);
     const long last = d->train.n_tokens - (S + 1); /* largest offset: 36 */
 
@@ -493,7 +617,8 @@ static void check_windows(const tmp_dir *t, long n, double val_fraction, int S, 
     char path[512], err[512];
     write_counting_bin(t, "eval.bin", n, path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 65536, val_fraction, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(
+        load_dataset(&d, path, NULL, 65536, val_fraction, S, NULL, err, sizeof(err)), 0);
     long n_val = d->eval.n_tokens;
     assert_int_equal(n_val, want_val);
     long nw = dataset_eval_windows(d, S);
@@ -598,7 +723,7 @@ static void test_sample_pins(void **state)
     }
     write_file(t, "pins.bin", b, 2 * NB, path, sizeof(path));
     free(b);
-    assert_int_equal(load_dataset(&d, path, 50000, 0.1, 64, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 50000, 0.1, 64, NULL, err, sizeof(err)), 0);
     static const pin bin_pins[] = {
         { 0, 0, 30558, 0xbfbb35fa92ef8bf6ULL },
         { 0, 1, 19723, 0xafde4b58350ed0f5ULL },
@@ -620,7 +745,7 @@ static void test_sample_pins(void **state)
         txt[i] = (uint8_t)((i * 131 + i / 7) & 0xff);
     write_file(t, "pins.txt", txt, NT, path, sizeof(path));
     free(txt);
-    assert_int_equal(load_dataset(&d, path, 0, 0.2, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.2, 32, NULL, err, sizeof(err)), 0);
     static const pin txt_pins[] = {
         { 0, 0, 4473, 0x4cafbfdfd6cea33dULL },
         { 3, 2, 9569, 0xa45f6b43558dfa0dULL },
@@ -632,7 +757,7 @@ static void test_sample_pins(void **state)
     free_dataset(&d);
 
     /* the synthetic corpus, as the default config reads it */
-    assert_int_equal(load_dataset(&d, "synthetic", 0, 0.1, 128, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, "synthetic", NULL, 0, 0.1, 128, NULL, err, sizeof(err)), 0);
     static const pin synth_pins[] = {
         { 0, 0, 527828, 0x5a1643ccf1cad035ULL },
         { 0, 7, 370075, 0xee75553076bca59fULL },
@@ -765,8 +890,8 @@ static void test_synthetic_dataset(void **state)
 {
     char err[512];
     dataset *d = NULL, *e = NULL;
-    assert_int_equal(load_dataset(&d, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
-    assert_int_equal(load_dataset(&e, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&d, "synthetic", NULL, 0, 0.1, 256, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&e, "synthetic", NULL, 0, 0.1, 256, NULL, err, sizeof(err)), 0);
     const corpus *c = d->source;
     assert_int_equal(c->n_tokens, 1000000);
     assert_int_equal(c->width, 1);
@@ -796,6 +921,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_token_checks, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_file, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_brown_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_held_out_file, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_held_out_brown, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_sampling, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_windows, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_sample_pins, setup_tmp, teardown_tmp),

@@ -28,7 +28,8 @@ typedef struct run_config {
     char source[CFG_PATH_LEN]; /* brown | synthetic | path to .txt, .bin or .u32 */
     int seq_len;
     int batch;                 /* global sequences per step */
-    double val_fraction;
+    double val_fraction;       /* unused when val_source is set */
+    char val_source[CFG_PATH_LEN]; /* none | brown | path to .txt, .bin or .u32: held out whole */
     int vocab;                 /* for .bin (<= 65536) and .u32 sources; 256 for text */
     /* [model] */
     int d_model, n_heads, d_ff;

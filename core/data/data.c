@@ -274,8 +274,66 @@ fail:
     return rc;
 }
 
-int load_dataset(dataset **out, const char *source, int vocab, double val_fraction, int seq_len,
-                 const char *data_dir, char *err, int err_len)
+/* Text and token ids do not mix: a byte of text is not a token of V. */
+static const char *corpus_kind(const corpus *c)
+{
+    return c->width == 1 ? "byte text" : "token ids";
+}
+
+/* Training samples all of source, the held-out windows are all of
+ * val_source. */
+static int split_files(dataset *d, const char *val_source, int vocab, int seq_len,
+                       const char *data_dir, char *err, int err_len)
+{
+    int held_vocab;
+    int rc = load_corpus(&d->held_out, &held_vocab, val_source, vocab, data_dir, err, err_len);
+    if (rc)
+        return rc;
+    const corpus *c = d->source, *h = d->held_out;
+    if (c->width == 1 ? h->width != 1 : h->width == 1) {
+        snprintf(err, (size_t)err_len,
+                 "%s: %s, but the source %s is %s: the held-out file must be of the same kind",
+                 h->path, corpus_kind(h), c->path, corpus_kind(c));
+        return -EINVAL;
+    }
+    d->train = (token_split){ c, 0, c->n_tokens };
+    d->eval = (token_split){ h, 0, h->n_tokens };
+    const token_split *short_split = c->n_tokens < (long)seq_len + 1   ? &d->train
+                                     : h->n_tokens < (long)seq_len + 1 ? &d->eval
+                                                                       : NULL;
+    if (short_split) {
+        snprintf(err, (size_t)err_len, "%s: %ld tokens, fewer than one %s of seq_len+1 = %ld",
+                 short_split->c->path, short_split->n_tokens,
+                 short_split == &d->train ? "training sample" : "held-out window",
+                 (long)seq_len + 1);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The split: the held-out part is the LAST floor(n * val_fraction) tokens,
+ * the training part everything before it.  A contiguous tail (rather than
+ * scattered windows) keeps held-out text unseen in training, up to the one
+ * boundary. */
+static int split_tail(dataset *d, double val_fraction, int seq_len, char *err, int err_len)
+{
+    const corpus *c = d->source;
+    long n = c->n_tokens, n_val = (long)((double)n * val_fraction);
+    d->train = (token_split){ c, 0, n - n_val };
+    d->eval = (token_split){ c, n - n_val, n_val };
+    if (d->train.n_tokens < (long)seq_len + 1 || n_val < (long)seq_len + 1) {
+        snprintf(err, (size_t)err_len,
+                 "%s: %ld tokens split (val_fraction %g) into %ld for training and %ld held out; "
+                 "each side needs at least seq_len+1 = %ld",
+                 c->path, n, val_fraction, d->train.n_tokens, n_val, (long)seq_len + 1);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int load_dataset(dataset **out, const char *source, const char *val_source, int vocab,
+                 double val_fraction, int seq_len, const char *data_dir, char *err,
+                 int err_len)
 {
     *out = NULL;
     dataset *d = calloc(1, sizeof(*d));
@@ -288,30 +346,18 @@ int load_dataset(dataset **out, const char *source, int vocab, double val_fracti
         snprintf(err, (size_t)err_len, "%s: seq_len %d must be at least 1", source, seq_len);
         goto fail;
     }
-    if (!(val_fraction > 0.0 && val_fraction < 1.0)) {
+    bool held_out = val_source && strcmp(val_source, "none") != 0;
+    if (!held_out && !(val_fraction > 0.0 && val_fraction < 1.0)) { /* before any file */
         snprintf(err, (size_t)err_len, "%s: val_fraction %g must be in (0, 1)", source,
                  val_fraction);
         goto fail;
     }
     if ((rc = load_corpus(&d->source, &d->vocab, source, vocab, data_dir, err, err_len)))
         goto fail;
-
-    /* The split: the held-out part is the LAST floor(n * val_fraction)
-     * tokens, the training part everything before it.  A contiguous tail
-     * (rather than scattered windows) keeps held-out text unseen in
-     * training, up to the one boundary. */
-    const corpus *c = d->source;
-    long n = c->n_tokens, n_val = (long)((double)n * val_fraction);
-    d->train = (token_split){ c, 0, n - n_val };
-    d->eval = (token_split){ c, n - n_val, n_val };
-    if (d->train.n_tokens < (long)seq_len + 1 || n_val < (long)seq_len + 1) {
-        snprintf(err, (size_t)err_len,
-                 "%s: %ld tokens split (val_fraction %g) into %ld for training and %ld held out; "
-                 "each side needs at least seq_len+1 = %ld",
-                 c->path, n, val_fraction, d->train.n_tokens, n_val, (long)seq_len + 1);
-        rc = -EINVAL;
+    rc = held_out ? split_files(d, val_source, vocab, seq_len, data_dir, err, err_len)
+                  : split_tail(d, val_fraction, seq_len, err, err_len);
+    if (rc)
         goto fail;
-    }
     advise_random(&d->train);
     *out = d;
     return 0;
@@ -325,6 +371,7 @@ void free_dataset(dataset **d)
     if (!*d)
         return;
     free_corpus(&(*d)->source);
+    free_corpus(&(*d)->held_out);
     free(*d);
     *d = NULL;
 }

@@ -20,8 +20,12 @@
  * must not be truncated while a run maps it (reading a page past the new end
  * would fault).
  *
- * The held-out split: the last floor(n * val_fraction) tokens of the
- * source, training samples from the rest.
+ * The held-out split.  Without val_source: the last floor(n * val_fraction)
+ * tokens of the source, training samples from the rest.  With val_source (a
+ * .txt, .bin, .u32 or brown, of the same kind as the source: text with text,
+ * token files with token files): the held-out windows are the whole of that
+ * file and training samples from the whole source; val_fraction does not
+ * apply.
  *
  * Checks.  At load, what the file size tells: the file exists, is a regular
  * file, is not empty, holds a whole number of tokens, and each split holds at
@@ -83,19 +87,23 @@ typedef struct token_split {
 
 typedef struct dataset {
     int vocab;          /* every token read is checked against it */
-    corpus *source;
-    token_split train;  /* the head of source */
-    token_split eval;   /* its tail */
+    corpus *source;     /* what training samples from */
+    corpus *held_out;   /* val_source's corpus, or NULL: a split of source */
+    token_split train;  /* of source: all of it with val_source, else the head */
+    token_split eval;   /* the tail of source, or all of held_out */
 } dataset;
 
 /* source: "brown", "synthetic", or a path ending in .txt, .bin or .u32.
- * vocab is V for token files (.bin: at most 65536; .u32); text sources have
- * V = 256.  data_dir holds
- * brown.txt and brown.pos (NULL: $MODE_DATA, else "data").  Each split must
- * hold at least one sample (seq_len+1 tokens).  On failure returns non-zero,
- * leaves *out NULL, and err names the file and what is wrong. */
-int load_dataset(dataset **out, const char *source, int vocab, double val_fraction, int seq_len,
-                 const char *data_dir, char *err, int err_len);
+ * val_source: NULL or "none" (hold out the last val_fraction of source), or
+ * a file (or "brown") whose whole content is held out; val_fraction is then
+ * not used.  vocab is V for token files (.bin: at most 65536; .u32); text
+ * sources have V = 256.  data_dir holds brown.txt and brown.pos (NULL: $MODE_DATA, else
+ * "data").  Each split must hold at least one sample (seq_len+1 tokens).
+ * On failure returns non-zero, leaves *out NULL, and err names the file and
+ * what is wrong. */
+int load_dataset(dataset **out, const char *source, const char *val_source, int vocab,
+                 double val_fraction, int seq_len, const char *data_dir, char *err,
+                 int err_len);
 void free_dataset(dataset **d);
 /* A .txt, .bin or .u32 file that is all evaluation data (no training split):
  * its windows start at its first token. */
@@ -124,8 +132,8 @@ long dataset_sample_offset(const dataset *d, int seq_len, uint64_t seed, long st
 long dataset_eval_windows(const dataset *d, int seq_len);
 int dataset_eval_window(const dataset *d, token_t *out, int seq_len, long w, char *err,
                         int err_len);
-/* Labels of the same window (S+1 values), or NULL when the corpus has none;
- * their class names are d->eval.c->label_names. */
+/* Labels of the same window (S+1 values), or NULL when the held-out corpus
+ * has none; its class names are d->eval.c->label_names. */
 const uint8_t *dataset_eval_labels(const dataset *d, int seq_len, long w);
 
 /* The synthetic corpus: n byte tokens and their difficulty labels from a

@@ -640,8 +640,8 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     t.ini = config_to_ini(cfg);
     if (!t.ini)
         goto fail;
-    rc = load_dataset(&t.d, cfg->source, cfg->vocab, cfg->val_fraction, cfg->seq_len,
-                      o->data_dir, err, err_len);
+    rc = load_dataset(&t.d, cfg->source, cfg->val_source, cfg->vocab, cfg->val_fraction,
+                      cfg->seq_len, o->data_dir, err, err_len);
     if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
     if (!rc)

@@ -65,6 +65,24 @@ data)
 	nothing_left o9
 	expect 2 "vocab .*to be at most 65536 (uint16 tokens) with the token file" \
 		"$exe" "$config" data.source=wide.bin data.vocab=70000 --quiet
+	# data.val_source: the held-out windows are the whole of that file (and
+	# eval reads them by default); the bad cases name it
+	head -c 3000 /dev/urandom | base64 >train.txt
+	head -c 300 /dev/urandom | base64 | head -c 300 >held.txt
+	"$exe" "$config" data.source=train.txt data.val_source=held.txt run.out=v run.steps=2 --quiet ||
+		fail "training with data.val_source"
+	"$exe" eval v/tiny/ckpt.h5 --json | grep -q '"windows": 9,' || fail "eval of held.txt: 299/32 windows"
+	expect 1 "missing-held.txt: cannot open" \
+		"$exe" "$config" data.val_source=missing-held.txt run.out=o10 --quiet
+	nothing_left o10
+	expect 1 "empty.txt: file is empty" "$exe" "$config" data.val_source=empty.txt run.out=o11 --quiet
+	expect 1 "short.txt: 20 tokens, fewer than one held-out window of seq_len+1 = 33" \
+		"$exe" "$config" data.val_source=short.txt run.out=o12 --quiet
+	nothing_left o12
+	expect 1 "odd.u32: 1002 bytes is not a whole number of uint32 tokens" "$exe" "$config" \
+		data.source=wide.u32 data.vocab=70000 data.val_source=odd.u32 run.out=o13 --quiet
+	expect 2 "val_source.*to be of the same kind as" \
+		"$exe" "$config" data.source=train.txt data.val_source=wide.u32 --quiet
 	;;
 checkpoints)
 	"$exe" "$config" run.out=good --quiet || fail "training"
