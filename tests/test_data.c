@@ -365,11 +365,11 @@ static void test_eval_file(void **state)
     assert_int_equal(win[8], 96);
     free_dataset(&d);
     /* fewer than S+1 tokens */
-    char err2[512];
-    d = (dataset *)&err; /* must come back NULL */
-    assert_int_not_equal(load_eval_file(&d, path, 1000, 100, err2, sizeof(err2)), 0);
+    dataset dummy;
+    d = &dummy; /* must come back NULL */
+    assert_int_not_equal(load_eval_file(&d, path, 1000, 100, err, sizeof(err)), 0);
     assert_null(d);
-    assert_non_null(strstr(err2, "100 tokens, fewer than one window of seq_len+1 = 101"));
+    assert_non_null(strstr(err, "100 tokens, fewer than one window of seq_len+1 = 101"));
 }
 
 /* data.val_source: training samples from all of the source, the held-out

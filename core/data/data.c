@@ -50,6 +50,7 @@ static int map_file(data_region *r, const char *path, char *err, int err_len)
     }
     int rc = -EINVAL;
     struct stat st;
+    void *addr;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         snprintf(err, (size_t)err_len, "%s: not a regular file", path);
         goto fail;
@@ -58,7 +59,7 @@ static int map_file(data_region *r, const char *path, char *err, int err_len)
         snprintf(err, (size_t)err_len, "%s: file is empty", path);
         goto fail;
     }
-    void *addr = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    addr = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED) {
         rc = -errno;
         snprintf(err, (size_t)err_len, "%s: cannot map its %lld bytes (%s)", path,
@@ -81,8 +82,8 @@ static void free_region(data_region *r)
     *r = (data_region){ 0 };
 }
 
-/* Training reads scattered samples: no read-ahead around them, which would
- * bring in (and count against the rank) pages no sample asked for. */
+/* Training reads scattered samples of a page or two: no read-ahead around
+ * them, which would read (and map into the rank) pages no sample asked for. */
 static void advise_random(const token_split *s)
 {
     const corpus *c = s->c;

@@ -14,11 +14,14 @@
  *              (synthetic.c; small, so it is the one corpus held in a buffer).
  *
  * Memory.  Files are mapped read-only (mmap) and read in place, never copied
- * whole: a rank holds only the pages its samples and windows touch (the
- * page cache's, shared by the ranks of a node and reclaimable), however large
- * the file.  Samples and windows are copied out, widened to token_t.  A file
- * must not be truncated while a run maps it (reading a page past the new end
- * would fault).
+ * whole: a rank's private memory does not grow with the file, and its
+ * resident set holds only the pages its samples and windows have touched
+ * (with the kernel's fault-around, up to 64 KiB about each).  Those are page
+ * cache pages: one copy per node, shared by its ranks, dropped under memory
+ * pressure.  The training region is advised random (no read-ahead).  Samples
+ * and windows are copied out, widened to token_t.  A file must not be
+ * truncated while a run maps it (reading a page past the new end would
+ * fault).
  *
  * The held-out split.  Without val_source: the last floor(n * val_fraction)
  * tokens of the source, training samples from the rest.  With val_source (a
