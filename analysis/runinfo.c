@@ -113,10 +113,12 @@ static void set_names(run_info *ri)
     const char *base = strrchr(ri->dir, '/');
     base = base ? base + 1 : ri->dir;
     snprintf(ri->name, sizeof(ri->name), "%.127s", ri->cfg.name[0] ? ri->cfg.name : base);
-    if (!strcmp(ri->cfg.source, "brown")) {
+    /* the labels are those of the held-out windows: data.val_source's when set */
+    const char *held = strcmp(ri->cfg.val_source, "none") ? ri->cfg.val_source : ri->cfg.source;
+    if (!strcmp(held, "brown")) {
         ri->n_classes = BROWN_CLASSES;
         ri->class_names = brown_label_names;
-    } else if (!strcmp(ri->cfg.source, "synthetic")) {
+    } else if (!strcmp(held, "synthetic")) {
         ri->n_classes = SYNTH_CLASSES;
         ri->class_names = synthetic_label_names;
     }

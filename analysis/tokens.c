@@ -268,8 +268,10 @@ int cmd_tokens(const an_args *a)
         return EXIT_BAD_INPUT;
     int rc = EXIT_BAD_INPUT;
     if (!ri->labels || ri->n_classes == 0) {
-        an_fail(a, rc, "%s: no token labels (data.source = %s: only brown and synthetic have "
-                "classes)", ri->path, ri->cfg.source);
+        bool held = strcmp(ri->cfg.val_source, "none") != 0;
+        an_fail(a, rc, "%s: no token labels (data.%s = %s: only brown and synthetic have "
+                "classes)", ri->path, held ? "val_source" : "source",
+                held ? ri->cfg.val_source : ri->cfg.source);
         goto done;
     }
     int s1 = a->step >= 0 ? run_step_index(ri, a->step) : ri->n_steps - 1;

@@ -55,7 +55,7 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
                       int steps, bench_result *br)
 {
     int S = cfg->seq_len, local = cfg->batch / ctx->size;
-    uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
+    token_t *tok = malloc((size_t)local * (S + 1) * sizeof(token_t));
     if (!tok)
         return -ENOMEM;
     optim_cfg oc = cfg->optim;
@@ -66,7 +66,7 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
         pcg32 r;
         pcg32_keyed(&r, cfg->seed, 0x42454e43u, (uint64_t)s, (uint64_t)ctx->rank);
         for (int i = 0; i < local * (S + 1); i++)
-            tok[i] = (uint16_t)pcg32_bounded(&r, (uint32_t)cfg->vocab);
+            tok[i] = (token_t)pcg32_bounded(&r, (uint32_t)cfg->vocab);
         if (s == 2) { /* two warm-up steps */
             memset(ctx->timers, 0, sizeof(ctx->timers));
             /* what the steps made resident: activations, caches, work space */

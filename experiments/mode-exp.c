@@ -50,8 +50,9 @@ static const char usage_eval[] =
     "usage: mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]\n"
     "  Mean next-token loss of the checkpoint over evaluation windows of S+1 tokens\n"
     "  (window w = tokens [w*S, w*S+S]).\n"
-    "  --data PATH    a .txt or .bin file: its windows, from the start of the file;\n"
-    "                 brown or synthetic: the held-out split (default: the run's source)\n"
+    "  --data PATH    a .txt, .bin or .u32 file: its windows, from the start of the file;\n"
+    "                 brown or synthetic: the held-out split (default: the run's\n"
+    "                 data.val_source, else the held-out split of its data.source)\n"
     "  --mode M       topk (routing over the whole sequence, as in training) or causal\n"
     "                 (the causal rule of MODEL.md; default)\n"
     "  --windows N    use N windows spread evenly over the data (default: all)\n"
@@ -181,18 +182,20 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     if (!rc) /* evaluated as it was trained */
         matmul_use_bf16(ctx->pool, !strcmp(cfg.precision, "bf16"));
     if (!rc) {
-        bool file = c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic");
-        const char *src = c.data ? c.data : cfg.source;
-        /* a file given to eval is all evaluation data: its windows from the start */
+        /* a file given to eval, or the run's data.val_source, is all evaluation
+         * data: its windows from the start */
+        bool held = !c.data && strcmp(cfg.val_source, "none") != 0;
+        bool file = held || (c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic"));
+        const char *src = held ? cfg.val_source : c.data ? c.data : cfg.source;
         rc = file ? load_eval_file(&d, src, cfg.vocab, cfg.seq_len, err, sizeof(err))
-                  : load_dataset(&d, src, cfg.vocab, cfg.val_fraction, cfg.seq_len, NULL, err,
-                                 sizeof(err));
+                  : load_dataset(&d, src, NULL, cfg.vocab, cfg.val_fraction, cfg.seq_len, NULL,
+                                 err, sizeof(err));
     }
     eval_result ev = { 0 };
     if (!rc) {
         ctx->seed = cfg.init_seed; /* a random router draws as in training */
-        rc = evaluate(m, ctx, d, c.windows, mode, &ev);
-        if (rc)
+        rc = evaluate(m, ctx, d, c.windows, mode, &ev, err, sizeof(err));
+        if (rc && !err[0])
             snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
     }
     if (rc && ctx->rank == 0)

@@ -102,7 +102,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     pcg32_seed(&rng, (uint64_t)c.seed, 0x53414d50u);
     if (!rc)
         fwrite(c.prompt, 1, (size_t)plen, stdout);
-    uint16_t tok = (uint8_t)c.prompt[0];
+    token_t tok = (uint8_t)c.prompt[0];
     for (int32_t pos = 0; !rc && pos < S - 1 && generated < c.tokens; pos++) {
         rc = model_decode_step(m, ctx, tok, pos, logits, taken);
         if (rc) {
@@ -116,7 +116,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         if (pos >= plen) /* taken[] describes a generated token */
             for (int l = 0; l < L; l++)
                 took[l] += taken[l];
-        tok = (uint16_t)sample_token(logits, V, c.temperature, c.top_k, &rng, p);
+        tok = (token_t)sample_token(logits, V, c.temperature, c.top_k, &rng, p);
         putchar(tok);
         generated++;
     }

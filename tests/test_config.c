@@ -93,7 +93,39 @@ static const bad_case bad_cases[] = {
       "cfg.ini:2: [data] vocab = 300: expected [data] vocab to be 256 (byte tokens) with the text "
       "source [data] source = synthetic (default)" },
     { "[data]\nsource = foo.csv\n", NULL, 0,
-      "cfg.ini:2: [data] source = foo.csv: expected brown, synthetic or a path ending .txt or .bin" },
+      "cfg.ini:2: [data] source = foo.csv: expected brown, synthetic or a path ending .txt, .bin "
+      "or .u32" },
+    { "[data]\nsource = t.bin\nvocab = 65537\n", NULL, 0,
+      "cfg.ini:3: [data] vocab = 65537: expected [data] vocab to be at most 65536 (uint16 tokens) "
+      "with the token file [data] source = t.bin (line 2); store the tokens as little-endian "
+      "uint32 in a .u32 file" },
+    { "[data]\nvocab = 100000\n", "data.source=t.bin", 0,
+      "command line: data.source=t.bin: expected [data] vocab = 100000 (line 2) to be at most "
+      "65536 (uint16 tokens) with the token file [data] source" },
+    { "[data]\nval_source = synthetic\n", NULL, 0,
+      "cfg.ini:2: [data] val_source = synthetic: expected none, brown or a path ending .txt, .bin "
+      "or .u32" },
+    { "[data]\nval_source = held.csv\n", NULL, 0,
+      "cfg.ini:2: [data] val_source = held.csv: expected none, brown or a path ending .txt" },
+    { "[data]\nval_source =\n", NULL, 0, "cfg.ini:2: [data] val_source = : expected none, brown" },
+    { "[data]\nval_source = held.bin\n", NULL, 0,
+      "cfg.ini:2: [data] val_source = held.bin: expected [data] val_source to be of the same kind "
+      "as [data] source = synthetic (default): byte text (brown, .txt) with a text source, token "
+      "files (.bin, .u32) with a token file" },
+    { "[data]\nsource = t.bin\nvocab = 1000\nval_source = brown\n", NULL, 0,
+      "cfg.ini:4: [data] val_source = brown: expected [data] val_source to be of the same kind as "
+      "[data] source = t.bin (line 2)" },
+    { "[data]\nval_source = h.txt\n", "data.source=t.u32", 0,
+      "command line: data.source=t.u32: expected [data] val_source = h.txt (line 2) to be of the "
+      "same kind as [data] source" },
+    { "[data]\nsource = t.u32\nvocab = 70000\nval_source = h.bin\n", NULL, 0,
+      "cfg.ini:4: [data] val_source = h.bin: expected [data] vocab = 70000 (line 3) to be at most "
+      "65536 (uint16 tokens) with the token file [data] val_source; store the tokens as "
+      "little-endian uint32 in a .u32 file" },
+    { "[data]\nsource = t.u32\nvocab = 1\n", NULL, 0,
+      "cfg.ini:3: [data] vocab = 1: expected an integer in [2, 2147483647]" },
+    { "[data]\nsource = t.u32\nvocab = 2147483648\n", NULL, 0,
+      "cfg.ini:3: [data] vocab = 2147483648: expected an integer in [2, 2147483647]" },
     { "[run]\nsteps = 0\n", NULL, 0,
       "cfg.ini:2: [run] steps = 0: expected [run] steps or [run] flops_budget = 0 (default) to be "
       "> 0: set run.steps or run.flops_budget" },
@@ -227,6 +259,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.optim.warmup, 20);
     assert_int_equal(c.optim.total_steps, 200);
     assert_string_equal(c.source, "synthetic");
+    assert_string_equal(c.val_source, "none");
     assert_int_equal(c.n_layers, 4);
     assert_string_equal(c.layers_text, "dense x 4");
     for (int l = 0; l < 4; l++)
@@ -320,6 +353,26 @@ static void test_sources(void **state)
     assert_int_equal(c.vocab, 256);
     load_ok(&c, "[data]\nsource = tokens.bin\nvocab = 50000\n", 0, NULL);
     assert_int_equal(c.vocab, 50000);
+    load_ok(&c, "[data]\nsource = tokens.bin\nvocab = 65536\n", 0, NULL);
+    assert_int_equal(c.vocab, 65536);
+    /* .u32: uint32 tokens, any vocab */
+    load_ok(&c, "[data]\nsource = tokens.u32\nvocab = 151936\n", 0, NULL);
+    assert_string_equal(c.source, "tokens.u32");
+    assert_int_equal(c.vocab, 151936);
+    load_ok(&c, "[data]\nsource = tokens.u32\nvocab = 300\n", 0, NULL);
+    assert_int_equal(c.vocab, 300);
+    /* a held-out file of the same kind as the source; val_fraction may stay
+     * set (the resolved config always holds it) and does not apply */
+    load_ok(&c, "[data]\nsource = a.bin\nvocab = 1000\nval_source = held/b.u32\n", 0, NULL);
+    assert_string_equal(c.val_source, "held/b.u32");
+    load_ok(&c, "[data]\nsource = a.txt\nval_fraction = 0.3\nval_source = brown\n", 0, NULL);
+    assert_string_equal(c.val_source, "brown");
+    assert_true(c.val_fraction == 0.3);
+    load_ok(&c, "[data]\nsource = brown\nval_source = held.txt\n", 0, NULL);
+    load_ok(&c, "[data]\nval_source = held.txt\n", 0, NULL); /* synthetic is text */
+    char *over[] = { (char[]){ "data.val_source=none" } };
+    load_ok(&c, "[data]\nval_source = held.txt\n", 1, over);
+    assert_string_equal(c.val_source, "none");
     /* a budget instead of steps */
     load_ok(&c, "[run]\nsteps = 0\nflops_budget = 1e15\n", 0, NULL);
     assert_int_equal(c.steps, 0);
@@ -359,6 +412,7 @@ static void assert_config_equal(const run_config *a, const run_config *b)
     assert_int_equal(a->seq_len, b->seq_len);
     assert_int_equal(a->batch, b->batch);
     assert_true(a->val_fraction == b->val_fraction);
+    assert_string_equal(a->val_source, b->val_source);
     assert_int_equal(a->vocab, b->vocab);
     assert_int_equal(a->d_model, b->d_model);
     assert_int_equal(a->n_heads, b->n_heads);
@@ -401,7 +455,7 @@ static void test_round_trip(void **state)
             "[run]\nname = exp 1\nseed = 18446744073709551615\nsteps = 0\n"
             "flops_budget = 1.2345678901234567e18\nout = runs/a b\nlog_every = 0\n"
             "[data]\nsource = /data/tok.bin\nvocab = 50257\nseq_len = 2\nbatch = 3\n"
-            "val_fraction = 0.30000000000000004\n"
+            "val_fraction = 0.30000000000000004\nval_source = /data/held out.u32\n"
             "[model]\nd_model = 96\nn_heads = 6\nd_ff = 1\n"
             "layers = routed, (dense, picky x 2) x 3\n"
             "[mod]\ncapacity = 0.7\ngate = raw\ncausal = predictor\naux_weight = 0\n"
@@ -418,6 +472,8 @@ static void test_round_trip(void **state)
 
     /* only the layers that differ get a [layer.N] section */
     char *ini = config_to_ini(&c);
+    assert_non_null(strstr(ini, "val_fraction = 0.30000000000000004\n"
+                                "val_source = /data/held out.u32\n"));
     assert_non_null(strstr(ini, "[layer.0]\ncapacity = 0.1\nrouter = random\n"));
     assert_non_null(strstr(ini, "[layer.5]\ncapacity = 0.5\n"));
     assert_null(strstr(ini, "[layer.1]"));

@@ -10,6 +10,7 @@
 #include "core/data/data.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,23 @@ static void write_counting_bin(const tmp_dir *t, const char *name, long n, char 
     free(b);
 }
 
+/* Every token of d's corpus, training split then held-out split, through
+ * dataset_read (n_tokens of them into a malloc'd array). */
+static token_t *read_all(const dataset *d)
+{
+    char err[512];
+    token_t *all = malloc((size_t)d->source->n_tokens * sizeof(token_t) + 1);
+    assert_non_null(all);
+    assert_int_equal(d->train.first, 0);
+    assert_int_equal(d->eval.first, d->train.n_tokens);
+    assert_int_equal(d->train.n_tokens + d->eval.n_tokens, d->source->n_tokens);
+    if (dataset_read(d, &d->train, 0, d->train.n_tokens, all, err, sizeof(err)) ||
+        dataset_read(d, &d->eval, 0, d->eval.n_tokens, all + d->train.n_tokens, err,
+                     sizeof(err)))
+        fail_msg("%s", err);
+    return all;
+}
+
 /* ---- loading and the split -------------------------------------------- */
 
 static void test_txt_load(void **state)
@@ -110,14 +128,18 @@ static void test_txt_load(void **state)
     char path[512], err[512];
     write_text(t, "a.txt", 1001, path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 0, 0.1, 16, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->n_tokens, 1001);
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.1, 16, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->source->n_tokens, 1001);
+    assert_int_equal(d->source->width, 1);
     assert_int_equal(d->vocab, 256);
     /* Held out: the last floor(1001 * 0.1) = 100 tokens. */
-    assert_int_equal(d->train_end, 901);
-    assert_null(d->labels);
-    for (long i = 0; i < d->n_tokens; i++)
-        assert_int_equal(d->tokens[i], (uint8_t)(i * 7 + 3));
+    assert_int_equal(d->train.n_tokens, 901);
+    assert_int_equal(d->eval.n_tokens, 100);
+    assert_null(d->source->labels);
+    token_t *all = read_all(d);
+    for (long i = 0; i < 1001; i++)
+        assert_int_equal(all[i], (uint8_t)(i * 7 + 3));
+    free(all);
     free_dataset(&d);
     assert_null(d);
     free_dataset(&d); /* a second free is harmless */
@@ -128,10 +150,10 @@ static void test_bin_round_trip(void **state)
     tmp_dir *t = *state;
     char path[512], err[512];
     enum { N = 3000 };
-    uint16_t tok[N];
+    token_t tok[N];
     uint8_t b[2 * N];
     for (int i = 0; i < N; i++) {
-        tok[i] = (uint16_t)((i * 40503u) % 65536u); /* spans both bytes */
+        tok[i] = (token_t)((i * 40503u) % 65536u); /* spans both bytes */
         b[2 * i] = (uint8_t)(tok[i] & 0xff);
         b[2 * i + 1] = (uint8_t)(tok[i] >> 8);
     }
@@ -139,25 +161,72 @@ static void test_bin_round_trip(void **state)
     b[34] = b[35] = 0xff;
     write_file(t, "t.bin", b, sizeof(b), path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->n_tokens, N);
+    assert_int_equal(load_dataset(&d, path, NULL, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->source->n_tokens, N);
+    assert_int_equal(d->source->width, 2);
     assert_int_equal(d->vocab, 65536);
-    assert_int_equal(d->train_end, N - N / 4);
-    assert_memory_equal(d->tokens, tok, sizeof(tok));
+    assert_int_equal(d->train.n_tokens, N - N / 4);
+    token_t *all = read_all(d);
+    assert_memory_equal(all, tok, sizeof(tok));
+    free(all);
+    free_dataset(&d);
+}
+
+/* .u32: little-endian uint32 tokens for vocabularies past 65536. */
+static void test_u32_round_trip(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512], want[640];
+    enum { N = 3000, V = 1000003 };
+    token_t tok[N];
+    uint8_t b[4 * N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (token_t)(((uint64_t)i * 2654435761u) % V); /* all four bytes vary */
+        if (i == 17)
+            tok[i] = V - 1;
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (uint8_t)(tok[i] >> (8 * k));
+    }
+    write_file(t, "t.u32", b, sizeof(b), path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, NULL, V, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->source->n_tokens, N);
+    assert_int_equal(d->source->width, 4);
+    assert_int_equal(d->vocab, V);
+    token_t *all = read_all(d);
+    assert_memory_equal(all, tok, sizeof(tok));
+    free(all);
+    free_dataset(&d);
+
+    /* the same bytes as V = 1000000: token 17 (V - 1 above) is out of range */
+    assert_int_equal(load_dataset(&d, path, NULL, 1000000, 0.25, 32, NULL, err, sizeof(err)), 0);
+    token_t out[20];
+    assert_int_equal(dataset_read(d, &d->train, 10, 10, out, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want),
+             "%s: token 17 (byte offset 68) is 1000002, not below vocab 1000000", path);
+    assert_string_equal(err, want);
     free_dataset(&d);
 }
 
 /* load_dataset must fail, leave *out NULL, and say `want` (and the path). */
-static void expect_error(const char *source, int vocab, double val_fraction, int seq_len,
-                         const char *data_dir, const char *want1, const char *want2)
+static void expect_error_held(const char *source, const char *val_source, int vocab,
+                              double val_fraction, int seq_len, const char *data_dir,
+                              const char *want1, const char *want2)
 {
     char err[1024] = "";
     dataset dummy;
     dataset *d = &dummy; /* must come back NULL */
-    int rc = load_dataset(&d, source, vocab, val_fraction, seq_len, data_dir, err, sizeof(err));
+    int rc = load_dataset(&d, source, val_source, vocab, val_fraction, seq_len, data_dir, err,
+                          sizeof(err));
     if (rc == 0 || d != NULL || !strstr(err, want1) || (want2 && !strstr(err, want2)))
         fail_msg("source %s: rc %d, message \"%s\", wanted \"%s\" and \"%s\"", source, rc, err,
                  want1, want2 ? want2 : "");
+}
+
+static void expect_error(const char *source, int vocab, double val_fraction, int seq_len,
+                         const char *data_dir, const char *want1, const char *want2)
+{
+    expect_error_held(source, NULL, vocab, val_fraction, seq_len, data_dir, want1, want2);
 }
 
 static void test_bad_files(void **state)
@@ -179,16 +248,18 @@ static void test_bad_files(void **state)
     snprintf(want, sizeof(want), "%s: file is empty", path);
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
 
-    b[10] = 0x2c; /* token 5 = 0x012c = 300 */
-    b[11] = 0x01;
-    write_file(t, "big.bin", b, 2000, path, sizeof(path));
-    snprintf(want, sizeof(want), "%s: token 5 (byte offset 10) is 300, not below vocab 256", path);
-    expect_error(path, 256, 0.1, 8, NULL, want, NULL);
-    dataset *d = NULL;
-    char err[512];
-    assert_int_equal(load_dataset(&d, path, 301, 0.1, 8, NULL, err, sizeof(err)), 0); /* fits 301 */
-    free_dataset(&d);
-    snprintf(want, sizeof(want), "%s: vocab 70000 must be in [1, 65536]", path);
+    write_file(t, "zeros.bin", b, 2000, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: vocab 70000 does not fit uint16 tokens (at most 65536); "
+             "store the tokens as little-endian uint32 in a .u32 file", path);
+    expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: vocab 0 must be at least 1", path);
+    expect_error(path, 0, 0.1, 8, NULL, want, NULL);
+
+    write_file(t, "odd.u32", b, 1002, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 1002 bytes is not a whole number of uint32 tokens", path);
+    expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
+    write_file(t, "empty.u32", b, 0, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: file is empty", path);
     expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
 
     snprintf(path, sizeof(path), "%s/missing.bin", t->path);
@@ -206,13 +277,16 @@ static void test_bad_files(void **state)
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
 
     /* Too few tokens: 40 tokens, S = 16 needs 17 on each side. */
+    dataset *d = NULL;
+    char err[512];
     write_text(t, "short.txt", 40, path, sizeof(path));
     expect_error(path, 0, 0.1, 16, NULL, path, "4 held out"); /* held-out side short */
     expect_error(path, 0, 0.6, 16, NULL, path, "16 for training"); /* training side short */
     expect_error(path, 0, 0.5, 20, NULL, path, "seq_len+1 = 21"); /* both */
     d = NULL;
-    assert_int_equal(load_dataset(&d, path, 0, 0.5, 16, NULL, err, sizeof(err)), 0); /* 20 | 20 */
-    assert_int_equal(d->train_end, 20);
+    /* 20 | 20 */
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.5, 16, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->train.n_tokens, 20);
     free_dataset(&d);
     write_counting_bin(t, "short.bin", 40, path, sizeof(path));
     expect_error(path, 256, 0.1, 16, NULL, path, "4 held out");
@@ -221,7 +295,195 @@ static void test_bad_files(void **state)
     expect_error(path, 256, 0.0, 8, NULL, "val_fraction 0 must be in (0, 1)", NULL);
     expect_error(path, 256, 1.0, 8, NULL, "val_fraction 1 must be in (0, 1)", NULL);
     expect_error(path, 256, 0.1, 0, NULL, "seq_len 0 must be at least 1", NULL);
-    expect_error("corpus.csv", 256, 0.1, 8, NULL, "data source 'corpus.csv': expected brown", NULL);
+    expect_error("corpus.csv", 256, 0.1, 8, NULL,
+                 "data source 'corpus.csv': expected brown, synthetic, or a path ending in .txt, "
+                 ".bin or .u32", NULL);
+}
+
+/* Token values are checked as they are read, not at load (data.h): the load
+ * of a file with a token >= V succeeds, the read that meets it fails naming
+ * the file, the token's index and its byte offset, and nothing beyond V is
+ * handed out. */
+static void test_token_checks(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], want[640], err[1024];
+    uint8_t b[2000];
+    memset(b, 0, sizeof(b));
+    b[10] = 0x2c; /* token 5 = 0x012c = 300 */
+    b[11] = 0x01;
+    write_file(t, "big.bin", b, sizeof(b), path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_true(d->source->tokens_mem.mapped);
+    token_t out[16];
+    assert_int_equal(dataset_read(d, &d->train, 0, 5, out, err, sizeof(err)), 0);
+    assert_int_equal(dataset_read(d, &d->train, 3, 8, out, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want), "%s: token 5 (byte offset 10) is 300, not below vocab 256", path);
+    assert_string_equal(err, want);
+    free_dataset(&d);
+    /* fits 301 */
+    assert_int_equal(load_dataset(&d, path, NULL, 301, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_int_equal(dataset_read(d, &d->train, 0, 16, out, err, sizeof(err)), 0);
+    assert_int_equal(out[5], 300);
+    free_dataset(&d);
+
+    /* every token 300: each sample and each window fails where it starts */
+    for (size_t i = 0; i < sizeof(b); i += 2) {
+        b[i] = 0x2c;
+        b[i + 1] = 0x01;
+    }
+    write_file(t, "all.bin", b, sizeof(b), path, sizeof(path));
+    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
+    long off = dataset_sample_offset(d, 8, 3, 4, 5);
+    assert_int_equal(dataset_sample(d, out, 8, 3, 4, 5, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want), "%s: token %ld (byte offset %ld) is 300, not below vocab 256",
+             path, off, 2 * off);
+    assert_string_equal(err, want);
+    assert_int_equal(dataset_eval_window(d, out, 8, 2, err, sizeof(err)), -ERANGE);
+    snprintf(want, sizeof(want), "%s: token %ld (byte offset %ld) is 300", path, 900 + 2 * 8L,
+             2 * (900 + 2 * 8L));
+    assert_non_null(strstr(err, want));
+    free_dataset(&d);
+}
+
+/* A file given to eval: all of it held out, windows from its first token. */
+static void test_eval_file(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    write_counting_bin(t, "whole.bin", 100, path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_eval_file(&d, path, 1000, 8, err, sizeof(err)), 0);
+    assert_int_equal(d->train.n_tokens, 0);
+    assert_int_equal(d->eval.first, 0);
+    assert_int_equal(d->eval.n_tokens, 100);
+    assert_int_equal(dataset_eval_windows(d, 8), 12);
+    token_t win[9];
+    assert_int_equal(dataset_eval_window(d, win, 8, 11, err, sizeof(err)), 0);
+    assert_int_equal(win[0], 88);
+    assert_int_equal(win[8], 96);
+    free_dataset(&d);
+    /* fewer than S+1 tokens */
+    dataset dummy;
+    d = &dummy; /* must come back NULL */
+    assert_int_not_equal(load_eval_file(&d, path, 1000, 100, err, sizeof(err)), 0);
+    assert_null(d);
+    assert_non_null(strstr(err, "100 tokens, fewer than one window of seq_len+1 = 101"));
+}
+
+/* data.val_source: training samples from all of the source, the held-out
+ * windows are all of the other file, val_fraction does not apply. */
+static void test_held_out_file(void **state)
+{
+    tmp_dir *t = *state;
+    char src[512], held[512], path[512], err[1200], want[1200];
+    enum { S = 8 };
+    write_counting_bin(t, "train.bin", 100, src, sizeof(src));
+    write_counting_bin(t, "held.bin", 50, held, sizeof(held));
+    dataset *d = NULL;
+    /* val_fraction 0 would be refused for a split: here it is not used */
+    assert_int_equal(load_dataset(&d, src, held, 1000, 0.0, S, NULL, err, sizeof(err)), 0);
+    assert_non_null(d->held_out);
+    assert_ptr_equal(d->train.c, d->source);
+    assert_int_equal(d->train.first, 0);
+    assert_int_equal(d->train.n_tokens, 100);
+    assert_ptr_equal(d->eval.c, d->held_out);
+    assert_int_equal(d->eval.first, 0);
+    assert_int_equal(d->eval.n_tokens, 50);
+    assert_int_equal(d->held_out->width, 2);
+    token_t out[S + 1];
+    long top = 0;
+    for (long g = 0; g < 2000; g++) { /* offsets reach the end of the source */
+        long off = dataset_sample_offset(d, S, 5, 1, g);
+        assert_true(off >= 0 && off <= 100 - (S + 1));
+        top = off > top ? off : top;
+        assert_int_equal(dataset_sample(d, out, S, 5, 1, g, err, sizeof(err)), 0);
+        assert_int_equal(out[0], off);
+    }
+    assert_int_equal(top, 100 - (S + 1));
+    assert_int_equal(dataset_eval_windows(d, S), (50 - 1) / S);
+    for (long w = 0; w < dataset_eval_windows(d, S); w++) { /* from the held-out file's start */
+        assert_int_equal(dataset_eval_window(d, out, S, w, err, sizeof(err)), 0);
+        for (int i = 0; i <= S; i++)
+            assert_int_equal(out[i], w * S + i);
+    }
+    assert_null(dataset_eval_labels(d, S, 0));
+    free_dataset(&d);
+    assert_null(d);
+
+    /* "none" is no held-out file: the split of the source */
+    assert_int_equal(load_dataset(&d, src, "none", 1000, 0.5, S, NULL, err, sizeof(err)), 0);
+    assert_null(d->held_out);
+    assert_int_equal(d->train.n_tokens, 50);
+    assert_int_equal(d->eval.first, 50);
+    free_dataset(&d);
+
+    /* a .u32 held-out file beside a .bin source: both token ids */
+    uint8_t b[4 * 40] = { 0 };
+    for (int i = 0; i < 40; i++)
+        b[4 * i] = (uint8_t)i;
+    write_file(t, "held.u32", b, sizeof(b), path, sizeof(path));
+    assert_int_equal(load_dataset(&d, src, path, 1000, 0.1, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->eval.n_tokens, 40);
+    assert_int_equal(dataset_eval_window(d, out, S, 2, err, sizeof(err)), 0);
+    assert_int_equal(out[S], 3 * S);
+    free_dataset(&d);
+
+    /* errors: each names the file */
+    write_text(t, "held.txt", 100, path, sizeof(path));
+    snprintf(want, sizeof(want),
+             "%s: byte text, but the source %s is token ids: the held-out file must be of the "
+             "same kind", path, src);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: token ids, but the source %s is byte text", held, path);
+    expect_error_held(path, held, 256, 0.1, S, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: 50 tokens, fewer than one held-out window of seq_len+1 = 51",
+             held);
+    expect_error_held(src, held, 1000, 0.1, 50, NULL, want, NULL);
+    write_counting_bin(t, "tiny.bin", 9, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 9 tokens, fewer than one training sample of seq_len+1 = 10",
+             path);
+    expect_error_held(path, held, 1000, 0.1, 9, NULL, want, NULL);
+    snprintf(path, sizeof(path), "%s/missing.bin", t->path);
+    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    write_file(t, "empty.bin", b, 0, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: file is empty", path);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    write_file(t, "odd.u32", b, 6, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: 6 bytes is not a whole number of uint32 tokens", path);
+    expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
+    snprintf(want, sizeof(want), "%s: vocab 70000 does not fit uint16 tokens", held);
+    expect_error_held("big.u32", held, 70000, 0.1, S, NULL, "big.u32: cannot open", NULL);
+    write_file(t, "src.u32", b, sizeof(b), path, sizeof(path));
+    expect_error_held(path, held, 70000, 0.1, S, NULL, want, NULL);
+}
+
+/* `brown` as the held-out file of a text source: its labels come with it. */
+static void test_held_out_brown(void **state)
+{
+    tmp_dir *t = *state;
+    char src[512], path[512], err[512];
+    enum { N = 200, S = 8 };
+    uint8_t text[N], pos[N];
+    for (int i = 0; i < N; i++) {
+        text[i] = (uint8_t)('a' + i % 26);
+        pos[i] = (uint8_t)(i % BROWN_CLASSES);
+    }
+    write_file(t, "brown.txt", text, N, path, sizeof(path));
+    write_file(t, "brown.pos", pos, N, path, sizeof(path));
+    write_text(t, "train.txt", 300, src, sizeof(src));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, src, "brown", 0, 0.1, S, t->path, err, sizeof(err)), 0);
+    assert_int_equal(d->vocab, 256);
+    assert_int_equal(d->train.n_tokens, 300);
+    assert_null(d->source->labels);
+    assert_int_equal(d->eval.n_tokens, N);
+    assert_int_equal(d->eval.c->n_label_classes, BROWN_CLASSES);
+    assert_ptr_equal(dataset_eval_labels(d, S, 3), d->held_out->labels + 3 * S);
+    assert_int_equal(dataset_eval_labels(d, S, 3)[1], (3 * S + 1) % BROWN_CLASSES);
+    free_dataset(&d);
 }
 
 /* `brown` from a tiny fake in the temp folder, and the errors when it is
@@ -256,7 +518,7 @@ static void test_brown_files(void **state)
     char *saved = old ? strdup(old) : NULL;
     assert_int_equal(setenv("MODE_DATA", t->path, 1), 0);
     dataset *d = NULL;
-    int rc = load_dataset(&d, "brown", 0, 0.2, 8, NULL, err, sizeof(err));
+    int rc = load_dataset(&d, "brown", NULL, 0, 0.2, 8, NULL, err, sizeof(err));
     if (saved) {
         setenv("MODE_DATA", saved, 1);
         free(saved);
@@ -265,23 +527,26 @@ static void test_brown_files(void **state)
     }
     if (rc)
         fail_msg("%s", err);
-    assert_int_equal(d->n_tokens, N);
+    assert_int_equal(d->source->n_tokens, N);
     assert_int_equal(d->vocab, 256);
-    assert_int_equal(d->train_end, N - N / 5);
-    assert_int_equal(d->n_label_classes, 9);
+    assert_int_equal(d->train.n_tokens, N - N / 5);
+    assert_ptr_equal(d->eval.c, d->source);
+    assert_int_equal(d->source->n_label_classes, 9);
     const char *names[] = { "space", "punct", "function", "noun", "verb",
                             "adj", "adv", "number", "other" };
     for (int c = 0; c < 9; c++)
-        assert_string_equal(d->label_names[c], names[c]);
-    assert_memory_equal(d->labels, pos, N);
+        assert_string_equal(d->source->label_names[c], names[c]);
+    assert_memory_equal(d->source->labels, pos, N);
+    token_t *all = read_all(d);
     for (int i = 0; i < N; i++)
-        assert_int_equal(d->tokens[i], text[i]);
+        assert_int_equal(all[i], text[i]);
+    free(all);
     /* Evaluation labels follow their window. */
     long nw = dataset_eval_windows(d, 8);
     assert_int_equal(nw, (N / 5 - 1) / 8);
     for (long w = 0; w < nw; w++) {
         const uint8_t *l = dataset_eval_labels(d, 8, w);
-        assert_ptr_equal(l, d->labels + d->train_end + w * 8);
+        assert_ptr_equal(l, d->source->labels + d->train.n_tokens + w * 8);
     }
     free_dataset(&d);
 }
@@ -295,19 +560,19 @@ static void test_sampling(void **state)
     enum { N = 60, S = 8 };
     write_counting_bin(t, "count.bin", N, path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 1000, 0.25, S, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->train_end, 45);
-    const long last = d->train_end - (S + 1); /* largest offset: 36 */
+    assert_int_equal(load_dataset(&d, path, NULL, 1000, 0.25, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->train.n_tokens, 45);
+    const long last = d->train.n_tokens - (S + 1); /* largest offset: 36 */
 
     /* In range, every offset drawn, and the sample is the tokens there. */
     long hits[64] = { 0 };
-    uint16_t out[S + 1];
+    token_t out[S + 1];
     for (long step = 0; step < 400; step++) {
         for (long g = 0; g < 16; g++) {
             long off = dataset_sample_offset(d, S, 1234, step, g);
             assert_true(off >= 0 && off <= last);
             hits[off]++;
-            dataset_sample(d, out, S, 1234, step, g);
+            assert_int_equal(dataset_sample(d, out, S, 1234, step, g, err, sizeof(err)), 0);
             for (int i = 0; i <= S; i++)
                 assert_int_equal(out[i], off + i); /* token i is i: never held out */
         }
@@ -352,27 +617,28 @@ static void check_windows(const tmp_dir *t, long n, double val_fraction, int S, 
     char path[512], err[512];
     write_counting_bin(t, "eval.bin", n, path, sizeof(path));
     dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, 65536, val_fraction, S, NULL, err, sizeof(err)), 0);
-    long n_val = d->n_tokens - d->train_end;
+    assert_int_equal(
+        load_dataset(&d, path, NULL, 65536, val_fraction, S, NULL, err, sizeof(err)), 0);
+    long n_val = d->eval.n_tokens;
     assert_int_equal(n_val, want_val);
     long nw = dataset_eval_windows(d, S);
     assert_int_equal(nw, want_windows);
     assert_int_equal(nw, (n_val - 1) / S);
 
-    uint16_t *win = malloc(((size_t)S + 1) * sizeof(uint16_t));
+    token_t *win = malloc(((size_t)S + 1) * sizeof(token_t));
     int *predicted = calloc((size_t)n_val, sizeof(int));
     assert_non_null(win);
     assert_non_null(predicted);
     long prev_last = -1;
     for (long w = 0; w < nw; w++) {
-        dataset_eval_window(d, win, S, w);
+        assert_int_equal(dataset_eval_window(d, win, S, w, err, sizeof(err)), 0);
         for (int i = 0; i <= S; i++) /* split tokens [w*S, w*S + S] */
-            assert_int_equal(win[i], d->train_end + w * S + i);
+            assert_int_equal(win[i], d->eval.first + w * S + i);
         if (w > 0)
             assert_int_equal(win[0], prev_last); /* neighbours share one token */
         prev_last = win[S];
         for (int i = 1; i <= S; i++) /* targets: every window token but the first */
-            predicted[win[i] - d->train_end]++;
+            predicted[win[i] - d->eval.first]++;
         assert_null(dataset_eval_labels(d, S, w));
     }
     /* Every held-out token after the first, up to the last full window, is
@@ -395,6 +661,115 @@ static void test_eval_windows(void **state)
     check_windows(t, 200, 0.1, 19, 20, 1);  /* exactly one window */
 }
 
+/* ---- pinned samples ----------------------------------------------------- */
+
+/* FNV-1a over token values, so the same tokens hash alike at any width. */
+static uint64_t token_hash(const token_t *t, int n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < n; i++)
+        h = (h ^ t[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+typedef struct pin {
+    long step, global_seq; /* the key of a training sample (eval: step = -1, window global_seq) */
+    long offset;           /* where the sample starts in its split */
+    uint64_t hash;         /* token_hash of its S+1 tokens */
+} pin;
+
+/* The samples and windows an existing config gets are part of its meaning
+ * (MODEL.md "Data"): these were recorded before the corpora were memory
+ * mapped and must never change. */
+static void check_pins(const dataset *d, int S, uint64_t seed, const pin *pins, int n_pins)
+{
+    char err[512];
+    token_t *out = malloc(((size_t)S + 1) * sizeof(token_t));
+    assert_non_null(out);
+    for (int i = 0; i < n_pins; i++) {
+        const pin *p = &pins[i];
+        long off;
+        if (p->step >= 0) {
+            off = dataset_sample_offset(d, S, seed, p->step, p->global_seq);
+            assert_int_equal(dataset_sample(d, out, S, seed, p->step, p->global_seq, err,
+                                            sizeof(err)), 0);
+        } else {
+            off = p->global_seq * S;
+            assert_int_equal(dataset_eval_window(d, out, S, p->global_seq, err, sizeof(err)), 0);
+        }
+        uint64_t h = token_hash(out, S + 1);
+        if (off != p->offset || h != p->hash)
+            fail_msg("pin %d (step %ld, seq %ld): offset %ld hash %016llx, pinned %ld %016llx",
+                     i, p->step, p->global_seq, off, (unsigned long long)h, p->offset,
+                     (unsigned long long)p->hash);
+    }
+    free(out);
+}
+
+static void test_sample_pins(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[512];
+    dataset *d = NULL;
+
+    /* a .bin of 100003 tokens below V = 50000 (both bytes vary) */
+    enum { NB = 100003 };
+    uint8_t *b = malloc(2 * NB);
+    assert_non_null(b);
+    for (long i = 0; i < NB; i++) {
+        uint32_t v = (uint32_t)(((uint64_t)i * 2654435761u) >> 7) % 50000u;
+        b[2 * i] = (uint8_t)(v & 0xff);
+        b[2 * i + 1] = (uint8_t)(v >> 8);
+    }
+    write_file(t, "pins.bin", b, 2 * NB, path, sizeof(path));
+    free(b);
+    assert_int_equal(load_dataset(&d, path, NULL, 50000, 0.1, 64, NULL, err, sizeof(err)), 0);
+    static const pin bin_pins[] = {
+        { 0, 0, 30558, 0xbfbb35fa92ef8bf6ULL },
+        { 0, 1, 19723, 0xafde4b58350ed0f5ULL },
+        { 1, 0, 33445, 0xaebd41599a961647ULL },
+        { 17, 5, 81082, 0x3cf903855d6fe063ULL },
+        { 99999, 31, 6675, 0xbedd2f962cf90a57ULL },
+        { -1, 0, 0, 0xc85f51936b066372ULL },
+        { -1, 100, 6400, 0x5d15617870ee3c20ULL },
+        { -1, 155, 9920, 0x53d3f0c39337b675ULL },
+    };
+    check_pins(d, 64, 7, bin_pins, (int)(sizeof(bin_pins) / sizeof(bin_pins[0])));
+    free_dataset(&d);
+
+    /* a text file of 20011 bytes */
+    enum { NT = 20011 };
+    uint8_t *txt = malloc(NT);
+    assert_non_null(txt);
+    for (long i = 0; i < NT; i++)
+        txt[i] = (uint8_t)((i * 131 + i / 7) & 0xff);
+    write_file(t, "pins.txt", txt, NT, path, sizeof(path));
+    free(txt);
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.2, 32, NULL, err, sizeof(err)), 0);
+    static const pin txt_pins[] = {
+        { 0, 0, 4473, 0x4cafbfdfd6cea33dULL },
+        { 3, 2, 9569, 0xa45f6b43558dfa0dULL },
+        { 250, 7, 198, 0x00388b5d110625a9ULL },
+        { -1, 0, 0, 0xfaf4684ac88e195dULL },
+        { -1, 124, 3968, 0xfb94b784aea7b5cfULL },
+    };
+    check_pins(d, 32, 1, txt_pins, (int)(sizeof(txt_pins) / sizeof(txt_pins[0])));
+    free_dataset(&d);
+
+    /* the synthetic corpus, as the default config reads it */
+    assert_int_equal(load_dataset(&d, "synthetic", NULL, 0, 0.1, 128, NULL, err, sizeof(err)), 0);
+    static const pin synth_pins[] = {
+        { 0, 0, 527828, 0x5a1643ccf1cad035ULL },
+        { 0, 7, 370075, 0xee75553076bca59fULL },
+        { 199, 3, 413647, 0xf26699550bbdbf1bULL },
+        { 5000, 15, 115917, 0x85bf924d6294e29dULL },
+        { -1, 0, 0, 0xa55ca2d4dee8ae60ULL },
+        { -1, 780, 99840, 0x1ec9d9db5637d444ULL },
+    };
+    check_pins(d, 128, 1, synth_pins, (int)(sizeof(synth_pins) / sizeof(synth_pins[0])));
+    free_dataset(&d);
+}
+
 /* ---- the synthetic corpus ---------------------------------------------- */
 
 enum { EASY = SYNTH_EASY, MEDIUM = SYNTH_MEDIUM, HARD = SYNTH_HARD, FILLER = SYNTH_FILLER,
@@ -403,7 +778,7 @@ enum { EASY = SYNTH_EASY, MEDIUM = SYNTH_MEDIUM, HARD = SYNTH_HARD, FILLER = SYN
  * ' ' closing a repeat: its '~' is 13 bytes back). */
 #define CTX 13
 
-static uint64_t ctx_hash(const uint16_t *t)
+static uint64_t ctx_hash(const uint8_t *t)
 {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
     for (int i = 0; i < CTX; i++)
@@ -414,7 +789,7 @@ static uint64_t ctx_hash(const uint16_t *t)
 static void test_synthetic(void **state)
 {
     enum { N = 300000 };
-    uint16_t *a = malloc(N * sizeof(uint16_t)), *b = malloc(N * sizeof(uint16_t));
+    uint8_t *a = malloc(N), *b = malloc(N);
     uint8_t *la = malloc(N), *lb = malloc(N);
     assert_non_null(a);
     assert_non_null(b);
@@ -422,17 +797,16 @@ static void test_synthetic(void **state)
     assert_non_null(lb);
     assert_int_equal(synthetic_generate(a, la, N, 42), 0);
     assert_int_equal(synthetic_generate(b, lb, N, 42), 0);
-    assert_memory_equal(a, b, N * sizeof(uint16_t)); /* deterministic */
+    assert_memory_equal(a, b, N); /* deterministic */
     assert_memory_equal(la, lb, N);
     assert_int_equal(synthetic_generate(b, lb, N, 43), 0);
-    assert_memory_not_equal(a, b, N * sizeof(uint16_t)); /* and seeded */
+    assert_memory_not_equal(a, b, N); /* and seeded */
     /* A shorter run is a prefix of a longer one (the last document is cut). */
     assert_int_equal(synthetic_generate(b, lb, 1234, 42), 0);
-    assert_memory_equal(a, b, 1234 * sizeof(uint16_t));
+    assert_memory_equal(a, b, 1234);
 
     long count[N_CLASSES] = { 0 };
     for (long i = 0; i < N; i++) {
-        assert_true(a[i] < 256);
         assert_true(la[i] < N_CLASSES);
         count[la[i]]++;
     }
@@ -486,7 +860,7 @@ static void test_synthetic(void **state)
     for (long i = CTX; i < N; i++) {
         uint64_t h = ctx_hash(a + i - CTX) & (TABLE - 1);
         while (slot[h] >= 0
-               && memcmp(a + slot[h] - CTX, a + i - CTX, CTX * sizeof(uint16_t)) != 0)
+               && memcmp(a + slot[h] - CTX, a + i - CTX, CTX) != 0)
             h = (h + 1) & (TABLE - 1);
         if (slot[h] < 0)
             slot[h] = i;
@@ -516,20 +890,23 @@ static void test_synthetic_dataset(void **state)
 {
     char err[512];
     dataset *d = NULL, *e = NULL;
-    assert_int_equal(load_dataset(&d, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
-    assert_int_equal(load_dataset(&e, "synthetic", 0, 0.1, 256, NULL, err, sizeof(err)), 0);
-    assert_int_equal(d->n_tokens, 1000000);
+    assert_int_equal(load_dataset(&d, "synthetic", NULL, 0, 0.1, 256, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load_dataset(&e, "synthetic", NULL, 0, 0.1, 256, NULL, err, sizeof(err)), 0);
+    const corpus *c = d->source;
+    assert_int_equal(c->n_tokens, 1000000);
+    assert_int_equal(c->width, 1);
+    assert_false(c->tokens_mem.mapped); /* generated in memory */
     assert_int_equal(d->vocab, 256);
-    assert_int_equal(d->train_end, 900000);
-    assert_int_equal(d->n_label_classes, N_CLASSES);
-    assert_string_equal(d->label_names[EASY], "easy");
-    assert_string_equal(d->label_names[MEDIUM], "medium");
-    assert_string_equal(d->label_names[HARD], "hard");
-    assert_string_equal(d->label_names[FILLER], "filler");
-    assert_memory_equal(d->tokens, e->tokens, 1000000 * sizeof(uint16_t));
-    assert_memory_equal(d->labels, e->labels, 1000000);
+    assert_int_equal(d->train.n_tokens, 900000);
+    assert_int_equal(c->n_label_classes, N_CLASSES);
+    assert_string_equal(c->label_names[EASY], "easy");
+    assert_string_equal(c->label_names[MEDIUM], "medium");
+    assert_string_equal(c->label_names[HARD], "hard");
+    assert_string_equal(c->label_names[FILLER], "filler");
+    assert_memory_equal(c->bytes, e->source->bytes, 1000000);
+    assert_memory_equal(c->labels, e->source->labels, 1000000);
     const uint8_t *l = dataset_eval_labels(d, 256, 3);
-    assert_ptr_equal(l, d->labels + 900000 + 3 * 256);
+    assert_ptr_equal(l, c->labels + 900000 + 3 * 256);
     free_dataset(&d);
     free_dataset(&e);
 }
@@ -539,10 +916,16 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_txt_load, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bin_round_trip, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_u32_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_token_checks, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_eval_file, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_brown_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_held_out_file, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_held_out_brown, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_sampling, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_windows, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_sample_pins, setup_tmp, teardown_tmp),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_synthetic_dataset),
     };

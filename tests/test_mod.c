@@ -314,10 +314,10 @@ static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
     causal_model(&f, mc, nseq, S, seed);
     size_t nl = (size_t)nseq * S * V;
     float *l0 = malloc(nl * sizeof(float)), *l1 = malloc(nl * sizeof(float));
-    uint16_t *keep = malloc((size_t)nseq * (S + 1) * sizeof(uint16_t));
+    token_t *keep = malloc((size_t)nseq * (S + 1) * sizeof(token_t));
     tl_routing *rb0 = tl_routing_new(), *rb2 = tl_routing_new(), *rt = tl_routing_new();
     assert_true(l0 && l1 && keep);
-    memcpy(keep, f.tokens, (size_t)nseq * (S + 1) * sizeof(uint16_t));
+    memcpy(keep, f.tokens, (size_t)nseq * (S + 1) * sizeof(token_t));
     fwd_result res;
     assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_CAUSAL, &res), 0);
     memcpy(l0, f.m->logits, nl * sizeof(float));
@@ -370,7 +370,7 @@ static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
 
     /* top-k mode: some change of later tokens moves an earlier logit, by far
      * more than rounding */
-    memcpy(f.tokens, keep, (size_t)nseq * (S + 1) * sizeof(uint16_t));
+    memcpy(f.tokens, keep, (size_t)nseq * (S + 1) * sizeof(token_t));
     assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_TOPK, &res), 0);
     memcpy(l0, f.m->logits, nl * sizeof(float));
     int found = -1, tries = 0;
@@ -390,7 +390,7 @@ static void causal_case(const char *label, const modcfg *mc, uint64_t seed)
         }
     }
     assert_true(found >= 0);
-    memcpy(f.tokens, keep, (size_t)nseq * (S + 1) * sizeof(uint16_t));
+    memcpy(f.tokens, keep, (size_t)nseq * (S + 1) * sizeof(token_t));
     free(l0);
     free(l1);
     free(keep);
@@ -627,7 +627,7 @@ static void test_random_router(void **state)
     assert_true(res.aux_loss == 0.0 && res.side_loss == 0.0);
     /* the same key gives the same selection, whatever the content */
     for (int i = 0; i < nseq * (S + 1); i++)
-        f.tokens[i] = (uint16_t)((f.tokens[i] + 5) % dims.vocab);
+        f.tokens[i] = (token_t)((f.tokens[i] + 5) % dims.vocab);
     assert_int_equal(model_forward(f.m, &f.ctx, &f.b, FWD_EVAL_TOPK, &res), 0);
     read_routing(f.m, 1, nseq, b);
     assert_memory_equal(a->selected, b->selected, (size_t)(nseq * S));

@@ -334,7 +334,7 @@ static void test_noop_exact(void **state)
             lever_model(&fm, &mm, nseq, 410);
             tl_copy_by_name(fm.m, fi.m, "/gate");
             tl_fill(fm.m, 0, "experts_w2", 0.0f);
-            memcpy(fm.tokens, fi.tokens, (size_t)nseq * (S + 1) * sizeof(uint16_t));
+            memcpy(fm.tokens, fi.tokens, (size_t)nseq * (S + 1) * sizeof(token_t));
             fwd_result rm;
             tl_forward(&fm, FWD_TRAIN, &rm);
             assert_memory_equal(fm.m->resid + (size_t)n * d, y, (size_t)n * d * sizeof(float));
@@ -385,7 +385,7 @@ static void integrated_vs_moe_case(int K, double cf, uint64_t seed)
     for (int j = 0; j < d; j++)
         for (int e = 0; e < E; e++)
             gm[(size_t)j * E + e] = gi[(size_t)j * (E + 1) + e];
-    memcpy(fm.tokens, fi.tokens, (size_t)nseq * (S + 1) * sizeof(uint16_t));
+    memcpy(fm.tokens, fi.tokens, (size_t)nseq * (S + 1) * sizeof(token_t));
 
     fwd_result ri, rm;
     tl_forward(&fi, FWD_TRAIN, &ri);

@@ -56,7 +56,7 @@ static void set_seq(tl_fixture *f, int s, const char *toks)
     int S = f->m->dims.seq_len;
     assert_int_equal((int)strlen(toks), S);
     for (int i = 0; i < S; i++)
-        f->tokens[(size_t)s * (S + 1) + i] = (uint16_t)(toks[i] - '0');
+        f->tokens[(size_t)s * (S + 1) + i] = (token_t)(toks[i] - '0');
 }
 
 /* Run the hand-made model in every mode and compare the record with want

@@ -341,7 +341,7 @@ static void test_attention(void **st)
 
 typedef struct emb_case {
     int n, d;
-    const uint16_t *tokens;
+    const token_t *tokens;
     float *emb, *x, *r;
 } emb_case;
 
@@ -358,9 +358,9 @@ static void test_embedding(void **st)
     pcg32 rng;
     pcg32_seed(&rng, 42u, 5u);
     const int V = 7, d = 5, n = 12; /* n > V: tokens repeat, rows accumulate */
-    uint16_t tokens[12];
+    token_t tokens[12];
     for (int i = 0; i < n; i++)
-        tokens[i] = (uint16_t)pcg32_bounded(&rng, (uint32_t)V);
+        tokens[i] = (token_t)pcg32_bounded(&rng, (uint32_t)V);
     emb_case c = { n, d, tokens, randn(&rng, (long)V * d, 0, 1), buf((long)n * d),
                    randn(&rng, (long)n * d, 0, 1) };
     float *demb = filled((long)V * d, PREFILL);
@@ -372,7 +372,7 @@ static void test_embedding(void **st)
 
 typedef struct ce_case {
     int n, V;
-    const uint16_t *targets;
+    const token_t *targets;
     float scale;
     float *logits;
 } ce_case;
@@ -390,9 +390,9 @@ static void test_cross_entropy(void **st)
     pcg32_seed(&rng, 42u, 6u);
     const int n = 6, V = 9;
     long nv = (long)n * V;
-    uint16_t targets[6];
+    token_t targets[6];
     for (int i = 0; i < n; i++)
-        targets[i] = (uint16_t)pcg32_bounded(&rng, (uint32_t)V);
+        targets[i] = (token_t)pcg32_bounded(&rng, (uint32_t)V);
     ce_case c = { n, V, targets, 0.37f, randn(&rng, nv, 0, 2) };
     float *dl = filled(nv, NAN); /* receives, does not add */
     double loss = cross_entropy(dl, c.logits, targets, n, V, c.scale);

@@ -272,7 +272,7 @@ static void pair(tl_fixture *fs, tl_fixture *fm, const stcfg *c, int nseq, uint6
     tl_scale_if(fm->m, 1, "gate", 3.0f); /* content-dependent routing, with drops */
     tl_scale_if(fs->m, 1, "router", 5.0f);
     assert_int_equal(tl_copy_by_name(fs->m, fm->m, NULL), fm->m->n_tensors);
-    memcpy(fs->tokens, fm->tokens, (size_t)nseq * (dims.seq_len + 1) * sizeof(uint16_t));
+    memcpy(fs->tokens, fm->tokens, (size_t)nseq * (dims.seq_len + 1) * sizeof(token_t));
 }
 
 /* The random router (gate 1, no parameters) at capacity 1: every row takes
@@ -440,7 +440,7 @@ static void test_nominal_capacity(void **state)
     const char *want_causal[3] = { "0.0x.xxx.xxx", ".0..0..x....", "00xxxxxxxxxx" };
     for (int s = 0; s < nseq; s++)
         for (int i = 0; i < S; i++)
-            f.tokens[s * (S + 1) + i] = (uint16_t)toks[s][i];
+            f.tokens[s * (S + 1) + i] = (token_t)toks[s][i];
     tl_routing *r = tl_routing_new();
     for (int mode = 0; mode < FWD_MODE_COUNT; mode++) {
         fwd_result res;

@@ -131,12 +131,12 @@ void tl_make(tl_fixture *f, const layer_kind *const *kinds, model_dims dims,
         print_message("build_model: %s\n", err);
     assert_int_equal(rc, 0);
     model_init(f->m, seed);
-    f->tokens = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(uint16_t));
+    f->tokens = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(token_t));
     assert_non_null(f->tokens);
     pcg32 r;
     pcg32_seed(&r, seed, 7);
     for (int i = 0; i < nseq * (dims.seq_len + 1); i++)
-        f->tokens[i] = (uint16_t)pcg32_bounded(&r, (uint32_t)dims.vocab);
+        f->tokens[i] = (token_t)pcg32_bounded(&r, (uint32_t)dims.vocab);
     f->b = (batch){ .tokens = f->tokens, .nseq = nseq, .step = 0, .seq0 = 0, .global_seqs = nseq };
     f->ctx.size = 1; /* comm NULL: one rank */
     f->ctx.seed = seed;
@@ -370,13 +370,13 @@ double tl_router_gap(const tl_routing *r, int k)
 /* ------------------------------------------------------------------ */
 /* Causality and decoding                                               */
 
-void tl_redraw_after(tl_fixture *f, const uint16_t *keep, int sq, int t, pcg32 *r)
+void tl_redraw_after(tl_fixture *f, const token_t *keep, int sq, int t, pcg32 *r)
 {
     int S = f->m->dims.seq_len;
-    memcpy(f->tokens, keep, (size_t)f->b.nseq * (S + 1) * sizeof(uint16_t));
-    uint16_t *tok = f->tokens + (size_t)sq * (S + 1);
+    memcpy(f->tokens, keep, (size_t)f->b.nseq * (S + 1) * sizeof(token_t));
+    token_t *tok = f->tokens + (size_t)sq * (S + 1);
     for (int j = t + 1; j <= S; j++)
-        tok[j] = (uint16_t)pcg32_bounded(r, (uint32_t)f->m->dims.vocab);
+        tok[j] = (token_t)pcg32_bounded(r, (uint32_t)f->m->dims.vocab);
 }
 
 void tl_check_causal(tl_fixture *f, fwd_mode mode, int l, unsigned need, unsigned allow,
@@ -386,10 +386,10 @@ void tl_check_causal(tl_fixture *f, fwd_mode mode, int l, unsigned need, unsigne
     const int nseq = f->b.nseq, S = m->dims.seq_len, V = m->dims.vocab, sq = 1;
     size_t nt = (size_t)nseq * (S + 1);
     assert_true(nseq > sq);
-    uint16_t *keep = malloc(nt * sizeof(uint16_t));
+    token_t *keep = malloc(nt * sizeof(token_t));
     tl_routing *rb = tl_routing_new(), *rn = tl_routing_new();
     assert_non_null(keep);
-    memcpy(keep, f->tokens, nt * sizeof(uint16_t));
+    memcpy(keep, f->tokens, nt * sizeof(token_t));
     tl_forward(f, mode, NULL);
     float *l0 = tl_logits_copy(f);
     tl_read_routing(m, l, nseq, rb, need, allow);
@@ -431,7 +431,7 @@ void tl_check_causal(tl_fixture *f, fwd_mode mode, int l, unsigned need, unsigne
                   "%.1e at most) and routing the same; later routing of layer %d changed in "
                   "%d of them\n", label, what, checks, TL_CAUSAL_TOL, worst, l, later_changed);
     assert_true(later_changed > checks / 2);
-    memcpy(f->tokens, keep, nt * sizeof(uint16_t));
+    memcpy(f->tokens, keep, nt * sizeof(token_t));
     free(l0);
     free(keep);
     free(rb);
@@ -698,7 +698,7 @@ void tl_check_stats_kept(tl_fixture *f, int l, fwd_mode mode, const double *sums
     const layer *ly = &f->m->layers[l];
     int S = f->m->dims.seq_len;
     for (int i = 0; i < f->b.nseq * (S + 1); i++)
-        f->tokens[i] = (uint16_t)((f->tokens[i] + 7) % f->m->dims.vocab);
+        f->tokens[i] = (token_t)((f->tokens[i] + 7) % f->m->dims.vocab);
     fwd_result re;
     tl_forward(f, mode, &re);
     assert_true(re.aux_loss == 0.0);

@@ -78,7 +78,7 @@ int tl_capacity(double capacity_factor, int top_k, int rows, int E);
 
 typedef struct tl_fixture {
     model *m;
-    uint16_t *tokens; /* [nseq][S+1], uniform over the vocabulary */
+    token_t *tokens; /* [nseq][S+1], uniform over the vocabulary */
     batch b;          /* all of them, step 0, seq0 0 */
     mode_ctx ctx;     /* one rank (comm NULL), ctx.seed = seed */
 } tl_fixture;
@@ -164,7 +164,7 @@ double tl_router_gap(const tl_routing *r, int k);
 
 /* Restore the tokens from keep, then redraw those of sequence sq after
  * position t (1 <= t + 1 <= S) uniformly from r. */
-void tl_redraw_after(tl_fixture *f, const uint16_t *keep, int sq, int t, pcg32 *r);
+void tl_redraw_after(tl_fixture *f, const token_t *keep, int sq, int t, pcg32 *r);
 
 /* Causality of forwards in mode, layer l being routed with drops (checked
  * on the unchanged tokens): for every t < S - 1, three times, the tokens of

@@ -46,7 +46,8 @@ _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_COUNT,
 
 typedef enum key_type {
     K_STR,    /* free text (name, paths) */
-    K_SOURCE, /* brown | synthetic | *.txt | *.bin */
+    K_SOURCE, /* brown | synthetic | *.txt | *.bin | *.u32 */
+    K_HELD_OUT, /* none | brown | *.txt | *.bin | *.u32 */
     K_LAYERS, /* the layer-spec table */
     K_ENUM,   /* one of allowed[] */
     K_U64,
@@ -102,7 +103,8 @@ static const cfg_key config_keys[] = {
     { SEC_DATA, "seq_len", K_INT, RC(seq_len), 2, 65536, 0, NULL },
     { SEC_DATA, "batch", K_INT, RC(batch), 1, NO_MAX, 0, NULL },
     { SEC_DATA, "val_fraction", K_DOUBLE, RC(val_fraction), 0, 1, MIN_OPEN | MAX_OPEN, NULL },
-    { SEC_DATA, "vocab", K_INT, RC(vocab), 2, 65536, 0, NULL },
+    { SEC_DATA, "val_source", K_HELD_OUT, RC(val_source), 0, 0, 0, NULL },
+    { SEC_DATA, "vocab", K_INT, RC(vocab), 2, INT_MAX, 0, NULL },
     { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
@@ -443,13 +445,25 @@ static bool ends_with(const char *s, const char *suffix)
 static bool source_ok(const char *s)
 {
     return strcmp(s, "brown") == 0 || strcmp(s, "synthetic") == 0 || ends_with(s, ".txt") ||
-           ends_with(s, ".bin");
+           ends_with(s, ".bin") || ends_with(s, ".u32");
 }
 
-/* Text sources are byte tokens: V = 256 (MODEL.md "Data"). */
+/* A held-out file: not synthetic, which would be the training corpus again. */
+static bool held_out_ok(const char *s)
+{
+    return strcmp(s, "none") == 0 || (strcmp(s, "synthetic") != 0 && source_ok(s));
+}
+
+static bool has_held_out(const run_config *c)
+{
+    return strcmp(c->val_source, "none") != 0;
+}
+
+/* Text sources are byte tokens: V = 256 (MODEL.md "Data"); token files
+ * (.bin uint16, .u32 uint32) hold ids below [data] vocab. */
 static bool text_source(const char *s)
 {
-    return !ends_with(s, ".bin");
+    return !ends_with(s, ".bin") && !ends_with(s, ".u32");
 }
 
 static int name_index(const char *const *names, const char *s)
@@ -471,8 +485,12 @@ static void expected_text(const cfg_key *k, char *out, size_t n)
                  "or surrounding spaces", max_text(k));
         break;
     case K_SOURCE:
-        snprintf(out, n, "brown, synthetic or a path ending .txt or .bin (at most %d characters)",
-                 max_text(k));
+        snprintf(out, n, "brown, synthetic or a path ending .txt, .bin or .u32 (at most %d "
+                 "characters)", max_text(k));
+        break;
+    case K_HELD_OUT:
+        snprintf(out, n, "none, brown or a path ending .txt, .bin or .u32 (at most %d "
+                 "characters)", max_text(k));
         break;
     case K_ENUM:
         join(names, sizeof(names), k->allowed);
@@ -503,6 +521,7 @@ static int parse_value(loader *L, const cfg_key *k, char *base, const char *text
     case K_LAYERS: return parse_layers(L, text, why, n);
     case K_STR: ok = text_ok(k, text); break;
     case K_SOURCE: ok = text_ok(k, text) && source_ok(text); break;
+    case K_HELD_OUT: ok = text_ok(k, text) && held_out_ok(text); break;
     case K_ENUM: ok = name_index(k->allowed, text) >= 0; break;
     case K_U64: ok = parse_u64_text(text, (uint64_t *)f); break;
     case K_LONG:
@@ -519,7 +538,8 @@ static int parse_value(loader *L, const cfg_key *k, char *base, const char *text
             *(double *)f = d;
         break;
     }
-    if (ok && (k->type == K_STR || k->type == K_SOURCE || k->type == K_ENUM))
+    if (ok && (k->type == K_STR || k->type == K_SOURCE || k->type == K_HELD_OUT ||
+               k->type == K_ENUM))
         snprintf((char *)f, k->size, "%s", text);
     if (!ok)
         expected_text(k, why, n);
@@ -723,14 +743,31 @@ static int parse_ini(loader *L)
 
 /* ---- checks between keys ------------------------------------------------ */
 
+/* The sources: token widths against vocab, and a held-out file of the same
+ * kind as the source (byte text with text, token ids with token ids). */
 static int check_source(loader *L)
 {
     run_config *c = L->c;
+    int kv = key_index(SEC_DATA, "vocab"), ks = key_index(SEC_DATA, "source");
+    int kh = key_index(SEC_DATA, "val_source");
+    char va[VALUE_LEN], vb[VALUE_LEN];
+    for (int i = 0; i < 2; i++) {
+        int k = i == 0 ? ks : kh;
+        if (!ends_with(i == 0 ? c->source : c->val_source, ".bin") || c->vocab <= 65536)
+            continue;
+        cfg_ref a = key_ref(L, kv, va, sizeof(va)), b = key_ref(L, k, vb, sizeof(vb));
+        return fail_pair(L, &a, " to be at most 65536 (uint16 tokens) with the token file ", &b,
+                         "; store the tokens as little-endian uint32 in a .u32 file");
+    }
+    if (has_held_out(c) && text_source(c->source) != text_source(c->val_source)) {
+        cfg_ref a = key_ref(L, kh, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));
+        return fail_pair(L, &a, " to be of the same kind as ", &b,
+                         ": byte text (brown, .txt) with a text source, token files (.bin, .u32) "
+                         "with a token file");
+    }
     if (!text_source(c->source))
         return 0;
-    int kv = key_index(SEC_DATA, "vocab"), ks = key_index(SEC_DATA, "source");
     if (L->origin[kv] != ORIGIN_DEFAULT && c->vocab != 256) {
-        char va[VALUE_LEN], vb[VALUE_LEN];
         cfg_ref a = key_ref(L, kv, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));
         return fail_pair(L, &a, " to be 256 (byte tokens) with the text source ", &b, "");
     }
@@ -950,6 +987,7 @@ void config_defaults(run_config *c)
     c->seq_len = 128;
     c->batch = 8;
     c->val_fraction = 0.1;
+    snprintf(c->val_source, sizeof(c->val_source), "none");
     c->vocab = 256;
     c->d_model = 128;
     c->n_heads = 4;

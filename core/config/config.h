@@ -29,11 +29,12 @@ typedef struct run_config {
     char nonfinite[16];   /* stop | skip: what a non-finite loss or gradient does */
     char precision[8];    /* fp32 | bf16: the model's matrix products (kernels/bf16.h) */
     /* [data] */
-    char source[CFG_PATH_LEN]; /* brown | synthetic | path to .txt or .bin */
+    char source[CFG_PATH_LEN]; /* brown | synthetic | path to .txt, .bin or .u32 */
     int seq_len;
     int batch;                 /* global sequences per step */
-    double val_fraction;
-    int vocab;                 /* for .bin sources; 256 for text */
+    double val_fraction;       /* unused when val_source is set */
+    char val_source[CFG_PATH_LEN]; /* none | brown | path to .txt, .bin or .u32: held out whole */
+    int vocab;                 /* for .bin (<= 65536) and .u32 sources; 256 for text */
     /* [model] */
     int d_model, n_heads, d_ff;
     int n_layers;

@@ -1,10 +1,50 @@
-/* Token data (MODEL.md "Data"): text files as bytes (V = 256), .bin files as
- * little-endian uint16 tokens, and two built-in sources, `brown` (fetched by
- * scripts/fetch-brown.sh into the data folder) and `synthetic` (generated in
- * memory, needs nothing).  The last val_fraction of the tokens is held out. */
+/* Token data (MODEL.md "Data"): the corpora, the train / held-out split,
+ * training samples and evaluation windows.
+ *
+ * Sources.
+ *   .txt       bytes, one token each (V = 256).
+ *   .bin       little-endian uint16 tokens, no header (MODEL.md); V is
+ *              data.vocab, at most 65536.
+ *   .u32       little-endian uint32 tokens, no header, for V > 65536 (any V
+ *              up to 2^31 - 1).  The extension is the only declaration of the
+ *              width: a .bin is never read as 32 bits nor a .u32 as 16.
+ *   brown      brown.txt (bytes) and brown.pos (one POS class per byte) in the
+ *              data folder, written by scripts/fetch-brown.sh.
+ *   synthetic  1M byte tokens with difficulty labels, generated in memory
+ *              (synthetic.c; small, so it is the one corpus held in a buffer).
+ *
+ * Memory.  Files are mapped read-only (mmap) and read in place, never copied
+ * whole: a rank's private memory does not grow with the file, and its
+ * resident set holds only the pages its samples and windows have touched
+ * (with the kernel's fault-around, up to 64 KiB about each).  Those are page
+ * cache pages: one copy per node, shared by its ranks, dropped under memory
+ * pressure.  The training region is advised random (no read-ahead).  Samples
+ * and windows are copied out, widened to token_t.  A file must not be
+ * truncated while a run maps it (reading a page past the new end would
+ * fault).
+ *
+ * The held-out split.  Without val_source: the last floor(n * val_fraction)
+ * tokens of the source, training samples from the rest.  With val_source (a
+ * .txt, .bin, .u32 or brown, of the same kind as the source: text with text,
+ * token files with token files): the held-out windows are the whole of that
+ * file and training samples from the whole source; val_fraction does not
+ * apply.
+ *
+ * Checks.  At load, what the file size tells: the file exists, is a regular
+ * file, is not empty, holds a whole number of tokens, and each split holds at
+ * least one sample (S+1 tokens); Brown's labels are checked then too (6 MB).
+ * Token values are checked against V as they are read (dataset_sample,
+ * dataset_eval_window): scanning a 10 GB file at start would cost every rank
+ * its time and its pages, so a token >= V fails the read that meets it with
+ * the file, the token's index and byte offset; a token no sample reads is
+ * never looked at (and never reaches the model). */
 #ifndef MODE_CORE_DATA_DATA_H
 #define MODE_CORE_DATA_DATA_H
 
+#include "core/data/token.h"
+
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Per-token label classes.  Brown: the POS class of the word a byte belongs
@@ -23,48 +63,84 @@ extern const char *const brown_label_names[BROWN_CLASSES];
 enum synthetic_class { SYNTH_EASY, SYNTH_MEDIUM, SYNTH_HARD, SYNTH_FILLER, SYNTH_CLASSES };
 extern const char *const synthetic_label_names[SYNTH_CLASSES];
 
-typedef struct dataset {
-    char source[512];
-    uint16_t *tokens;   /* [n_tokens] */
+/* Memory a corpus owns: a read-only map of a file, or a malloc'd buffer. */
+typedef struct data_region {
+    void *addr;
+    size_t len;
+    bool mapped;
+} data_region;
+
+/* One corpus as stored, read in place. */
+typedef struct corpus {
+    char path[512];         /* the file messages name ("synthetic" for that one) */
+    const uint8_t *bytes;   /* [n_tokens * width] little-endian tokens */
     long n_tokens;
-    int vocab;
-    long train_end;     /* tokens [0, train_end) train, [train_end, n_tokens) held out */
-    uint8_t *labels;    /* [n_tokens] label class per token, or NULL */
+    int width;              /* bytes per token: 1 text, 2 .bin, 4 .u32 */
+    const uint8_t *labels;  /* [n_tokens] label class per token, or NULL */
     int n_label_classes;
     const char *const *label_names; /* [n_label_classes] */
+    data_region tokens_mem, labels_mem;
+} corpus;
+
+/* A split: tokens [first, first + n_tokens) of a corpus. */
+typedef struct token_split {
+    const corpus *c;
+    long first, n_tokens;
+} token_split;
+
+typedef struct dataset {
+    int vocab;          /* every token read is checked against it */
+    corpus *source;     /* what training samples from */
+    corpus *held_out;   /* val_source's corpus, or NULL: a split of source */
+    token_split train;  /* of source: all of it with val_source, else the head */
+    token_split eval;   /* the tail of source, or all of held_out */
 } dataset;
 
-/* source: "brown", "synthetic", or a path ending in .txt or .bin.  vocab is
- * used for .bin (every token must be below it); text sources have V = 256.
- * data_dir holds brown.txt and brown.pos (NULL: $MODE_DATA, else "data").
- * seq_len: the split must hold at least one sample (S+1 tokens) on each side.
- * On failure returns non-zero with err naming the file and what is wrong. */
-int load_dataset(dataset **out, const char *source, int vocab, double val_fraction, int seq_len,
-                 const char *data_dir, char *err, int err_len);
+/* source: "brown", "synthetic", or a path ending in .txt, .bin or .u32.
+ * val_source: NULL or "none" (hold out the last val_fraction of source), or
+ * a file (or "brown") whose whole content is held out; val_fraction is then
+ * not used.  vocab is V for token files (.bin: at most 65536; .u32); text
+ * sources have V = 256.  data_dir holds brown.txt and brown.pos (NULL: $MODE_DATA, else
+ * "data").  Each split must hold at least one sample (seq_len+1 tokens).
+ * On failure returns non-zero, leaves *out NULL, and err names the file and
+ * what is wrong. */
+int load_dataset(dataset **out, const char *source, const char *val_source, int vocab,
+                 double val_fraction, int seq_len, const char *data_dir, char *err,
+                 int err_len);
 void free_dataset(dataset **d);
-/* A .txt or .bin file that is all evaluation data (train_end = 0): its
- * windows start at its first token. */
+/* A .txt, .bin or .u32 file that is all evaluation data (no training split):
+ * its windows start at its first token. */
 int load_eval_file(dataset **out, const char *path, int vocab, int seq_len, char *err,
                    int err_len);
 
+/* Tokens [at, at + n) of split s of d into out[n], each checked against
+ * d->vocab.  Non-zero on a token >= V, with err naming the file, the token's
+ * index in the file and its byte offset. */
+int dataset_read(const dataset *d, const token_split *s, long at, long n, token_t *out,
+                 char *err, int err_len);
+
 /* Training sample: S+1 tokens from a uniformly random offset of the training
- * split, the offset drawn from pcg32_keyed(seed, DATA_KEY, step, global_seq). */
+ * split, the offset drawn from pcg32_keyed(seed, DATA_KEY, step, global_seq).
+ * Non-zero (and err) on a token >= V. */
 #define DATA_KEY 0x44415441u
-void dataset_sample(const dataset *d, uint16_t *out, int seq_len, uint64_t seed, long step,
-                    long global_seq);
-/* Offset the sample above starts at (for recording which batch was used). */
+int dataset_sample(const dataset *d, token_t *out, int seq_len, uint64_t seed, long step,
+                   long global_seq, char *err, int err_len);
+/* Offset the sample above starts at, in the training split (for recording
+ * which batch was used). */
 long dataset_sample_offset(const dataset *d, int seq_len, uint64_t seed, long step,
                            long global_seq);
 
 /* Evaluation windows of the held-out split: window w is tokens
  * [w*S, w*S + S] of the split (neighbours share one boundary token). */
 long dataset_eval_windows(const dataset *d, int seq_len);
-void dataset_eval_window(const dataset *d, uint16_t *out, int seq_len, long w);
-/* Labels of the same window (S+1 values), or NULL when the source has none. */
+int dataset_eval_window(const dataset *d, token_t *out, int seq_len, long w, char *err,
+                        int err_len);
+/* Labels of the same window (S+1 values), or NULL when the held-out corpus
+ * has none; its class names are d->eval.c->label_names. */
 const uint8_t *dataset_eval_labels(const dataset *d, int seq_len, long w);
 
-/* The synthetic corpus: n tokens and their difficulty labels from a fixed
- * generator (same output on every machine). */
-int synthetic_generate(uint16_t *tokens, uint8_t *labels, long n, uint64_t gen_seed);
+/* The synthetic corpus: n byte tokens and their difficulty labels from a
+ * fixed generator (same output on every machine). */
+int synthetic_generate(uint8_t *tokens, uint8_t *labels, long n, uint64_t gen_seed);
 
 #endif

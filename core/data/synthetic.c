@@ -172,7 +172,7 @@ static void generate_document(doc_writer *w, pcg32 *rng)
     put(w, '\n', SYNTH_FILLER); /* the segment count was random */
 }
 
-int synthetic_generate(uint16_t *tokens, uint8_t *labels, long n, uint64_t gen_seed)
+int synthetic_generate(uint8_t *tokens, uint8_t *labels, long n, uint64_t gen_seed)
 {
     if (n < 0)
         return -1;

@@ -240,7 +240,7 @@ void attention_backward(float *dq, float *dk, float *dv, float *scratch, const f
                                 h, dh, ld);
 }
 
-void embedding_forward(float *x, const float *tok_emb, const uint16_t *tokens, int n, int d)
+void embedding_forward(float *x, const float *tok_emb, const token_t *tokens, int n, int d)
 {
     for (int i = 0; i < n; i++) {
         const float *e = tok_emb + (size_t)tokens[i] * d;
@@ -250,7 +250,7 @@ void embedding_forward(float *x, const float *tok_emb, const uint16_t *tokens, i
     }
 }
 
-void embedding_backward(float *dtok_emb, const float *dx, const uint16_t *tokens, int n, int d)
+void embedding_backward(float *dtok_emb, const float *dx, const token_t *tokens, int n, int d)
 {
     for (int i = 0; i < n; i++) {
         float *e = dtok_emb + (size_t)tokens[i] * d;
@@ -260,7 +260,7 @@ void embedding_backward(float *dtok_emb, const float *dx, const uint16_t *tokens
     }
 }
 
-double cross_entropy(float *dlogits, const float *logits, const uint16_t *targets, int n, int V,
+double cross_entropy(float *dlogits, const float *logits, const token_t *targets, int n, int V,
                      float scale)
 {
     double total = 0.0;

@@ -6,6 +6,8 @@
 #ifndef MODE_CORE_KERNELS_OPS_H
 #define MODE_CORE_KERNELS_OPS_H
 
+#include "core/data/token.h"
+
 #include <stdint.h>
 
 #define RMSNORM_EPS 1e-5f
@@ -80,14 +82,14 @@ static inline long attention_scratch_floats(int n)
 }
 
 /* x[n][d] = tok_emb[tokens[i]]. */
-void embedding_forward(float *x, const float *tok_emb, const uint16_t *tokens, int n, int d);
+void embedding_forward(float *x, const float *tok_emb, const token_t *tokens, int n, int d);
 /* dtok_emb[V][d] += dx rows. */
-void embedding_backward(float *dtok_emb, const float *dx, const uint16_t *tokens, int n, int d);
+void embedding_backward(float *dtok_emb, const float *dx, const token_t *tokens, int n, int d);
 
 /* Softmax cross-entropy of logits[n][V] against targets[n].  Returns the SUM
  * of the n losses (double).  When dlogits is not NULL it receives (not adds)
  * scale * (softmax - onehot); dlogits may alias logits. */
-double cross_entropy(float *dlogits, const float *logits, const uint16_t *targets, int n, int V,
+double cross_entropy(float *dlogits, const float *logits, const token_t *targets, int n, int V,
                      float scale);
 
 #endif

@@ -205,8 +205,8 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
     m->final_u = alloc_floats(rd);
     m->final_rstd = alloc_floats(rows);
     m->logits = alloc_floats(rows * (size_t)dims->vocab);
-    m->inputs = calloc(rows, sizeof(uint16_t));
-    m->targets = calloc(rows, sizeof(uint16_t));
+    m->inputs = calloc(rows, sizeof(token_t));
+    m->targets = calloc(rows, sizeof(token_t));
     m->ws = alloc_floats((size_t)m->ws_floats);
     if (!m->resid || !m->dresid[0] || !m->dresid[1] || !m->final_u || !m->final_rstd ||
         !m->logits || !m->inputs || !m->targets || !m->ws)
@@ -279,9 +279,9 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     size_t rd = (size_t)n * d;
     memset(r, 0, sizeof(*r));
     for (int s = 0; s < b->nseq; s++) {
-        const uint16_t *tok = b->tokens + (size_t)s * (S + 1);
+        const token_t *tok = b->tokens + (size_t)s * (S + 1);
         for (int j = 0; j < S; j++) {
-            if (tok[j] >= V || tok[j + 1] >= V)
+            if (tok[j] >= (token_t)V || tok[j + 1] >= (token_t)V)
                 return -ERANGE;
             m->inputs[s * S + j] = tok[j];
             m->targets[s * S + j] = tok[j + 1];
@@ -394,12 +394,12 @@ int model_decode_begin(model *m, int max_len)
     return 0;
 }
 
-int model_decode_step(model *m, mode_ctx *ctx, uint16_t token, int32_t pos, float *logits,
+int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float *logits,
                       unsigned char *taken)
 {
     const model_dims *dm = &m->dims;
     int d = dm->d_model;
-    if (token >= dm->vocab || pos < 0 || pos >= dm->seq_len)
+    if (token >= (token_t)dm->vocab || pos < 0 || pos >= dm->seq_len)
         return -ERANGE;
     batch b = { .nseq = 1, .global_seqs = 1 };
     fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);

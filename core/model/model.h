@@ -39,7 +39,7 @@ typedef struct model {
     float *final_u;          /* [max_seq*S][d] RMSNorm_final(x_L) */
     float *final_rstd;       /* [max_seq*S] */
     float *logits;           /* [max_seq*S][V], then d loss / d logits */
-    uint16_t *inputs, *targets; /* [max_seq*S] */
+    token_t *inputs, *targets;  /* [max_seq*S] */
     float *ws;               /* backward work space */
     long ws_floats;
     rope_table *rope;
@@ -49,7 +49,7 @@ typedef struct model {
 
 /* A batch of nseq sequences of S+1 tokens each (tokens[nseq][S+1]). */
 typedef struct batch {
-    const uint16_t *tokens;
+    const token_t *tokens;
     int nseq;
     long step;
     long seq0;        /* global index of the first sequence */
@@ -92,7 +92,7 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b);
  * (when not NULL) says whether layer l's block ran for this token.  The
  * logits equal those of a FWD_EVAL_CAUSAL forward over the whole prefix. */
 int model_decode_begin(model *m, int max_len);
-int model_decode_step(model *m, mode_ctx *ctx, uint16_t token, int32_t pos, float *logits,
+int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float *logits,
                       unsigned char *taken);
 
 /* Where the last forward first went non-finite, for nseq sequences: the

@@ -37,15 +37,19 @@ long eval_window_index(long i, long n, long avail)
     return n >= avail ? i : (long)((double)i * (double)avail / (double)n);
 }
 
+static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len);
+
 int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
-             eval_result *out)
+             eval_result *out, char *err, int err_len)
 {
     int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
     long avail = dataset_eval_windows(d, S);
     long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
-    uint16_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(uint16_t));
+    token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
     double *seq_ce = malloc((size_t)m->max_seq * sizeof(double));
     int rc = tok && seq_ce ? 0 : -ENOMEM;
+    if (rc)
+        snprintf(err, (size_t)err_len, "evaluation: out of memory");
     /* sums over windows of the mean loss and of its square: the mean and
      * the spread of the per-window losses */
     double sums[2] = { 0.0, 0.0 };
@@ -54,20 +58,29 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
      * (layers may talk to other ranks), padding with window 0 that does not
      * count. */
     long per_rank = (n + P - 1) / P;
-    for (long i0 = 0; i0 < per_rank && !rc; i0 += m->max_seq) {
+    for (long i0 = 0; i0 < per_rank; i0 += m->max_seq) {
         int cnt = (int)(per_rank - i0 < m->max_seq ? per_rank - i0 : m->max_seq), real = 0;
-        for (int i = 0; i < cnt; i++) {
+        for (int i = 0; i < cnt && !rc; i++) {
             long k = rank + (i0 + i) * P;
             real += k < n;
-            dataset_eval_window(d, tok + (size_t)i * (S + 1), S,
-                                k < n ? eval_window_index(k, n, avail) : 0);
+            rc = dataset_eval_window(d, tok + (size_t)i * (S + 1), S,
+                                     k < n ? eval_window_index(k, n, avail) : 0, err, err_len);
         }
+        /* a bad token on any rank: every rank stops at this chunk, before
+         * its forward, with that rank's message */
+        if (ctx && (rc = agree_msg(ctx, rc, err, err_len)))
+            break;
+        if (rc)
+            break;
         batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
                     .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
                     .seq_ce = seq_ce };
         fwd_result r;
-        rc = model_forward(m, ctx, &b, mode, &r);
-        for (int i = 0; !rc && i < real; i++) {
+        if ((rc = model_forward(m, ctx, &b, mode, &r))) {
+            snprintf(err, (size_t)err_len, "evaluation: forward failed (%s)", strerror(-rc));
+            break;
+        }
+        for (int i = 0; i < real; i++) {
             double l = seq_ce[i] / S;
             sums[0] += l;
             sums[1] += l * l;
@@ -161,7 +174,7 @@ typedef struct layer_stats {
 typedef struct routing_windows {
     int n;            /* windows (0: no routing records) */
     long *index;      /* [n] their indices in the held-out split */
-    uint16_t *tokens; /* [n][S+1] */
+    token_t *tokens;  /* [n][S+1] */
 } routing_windows;
 
 typedef struct trainer {
@@ -347,7 +360,7 @@ static int record_routing(trainer *t, long done)
 {
     int S = t->cfg->seq_len, L = t->m->dims.n_layers, rc = 0;
     concat_sink cs = { .sink = { .put = concat_put } };
-    uint16_t *tok = t->rw.tokens;
+    token_t *tok = t->rw.tokens;
     for (int i0 = 0; !rc && i0 < t->rw.n; i0 += t->m->max_seq) {
         int cnt = t->rw.n - i0 < t->m->max_seq ? t->rw.n - i0 : t->m->max_seq;
         /* keyed by the step, so a random router's records change over
@@ -379,7 +392,7 @@ static int record_routing(trainer *t, long done)
  * over the held-out split (the same whatever the rank count), with their
  * tokens, labels (where the source has them) and indices stored once in
  * the run file's fixed part. */
-static int setup_routing_windows(trainer *t)
+static int setup_routing_windows(trainer *t, char *err, int err_len)
 {
     int S = t->cfg->seq_len, L = t->m->dims.n_layers;
     bool any = false;
@@ -392,16 +405,17 @@ static int setup_routing_windows(trainer *t)
     routing_windows *rw = &t->rw;
     rw->n = (int)n;
     rw->index = malloc((size_t)n * sizeof(long));
-    rw->tokens = malloc((size_t)n * (S + 1) * sizeof(uint16_t));
+    rw->tokens = malloc((size_t)n * (S + 1) * sizeof(token_t));
     int32_t *tok = malloc((size_t)n * (S + 1) * sizeof(int32_t));
     uint8_t *lab = malloc((size_t)n * (S + 1));
     int rc = rw->index && rw->tokens && tok && lab ? 0 : -ENOMEM;
-    bool labels = t->d->labels != NULL;
+    bool labels = dataset_eval_labels(t->d, S, 0) != NULL;
     for (long i = 0; !rc && i < n; i++) {
         rw->index[i] = eval_window_index(i, n, avail);
-        dataset_eval_window(t->d, rw->tokens + (size_t)i * (S + 1), S, rw->index[i]);
+        rc = dataset_eval_window(t->d, rw->tokens + (size_t)i * (S + 1), S, rw->index[i], err,
+                                 err_len);
         for (int j = 0; j <= S; j++)
-            tok[(size_t)i * (S + 1) + j] = rw->tokens[(size_t)i * (S + 1) + j];
+            tok[(size_t)i * (S + 1) + j] = (int32_t)rw->tokens[(size_t)i * (S + 1) + j];
         if (labels)
             memcpy(lab + (size_t)i * (S + 1), dataset_eval_labels(t->d, S, rw->index[i]),
                    (size_t)S + 1);
@@ -543,11 +557,22 @@ static int resume_from(trainer *t, char *err, int err_len)
     return rc;
 }
 
-static void sample_batch(const trainer *t, uint16_t *tok, int local, long step, long seq0)
+static int sample_batch(const trainer *t, token_t *tok, int local, long step, long seq0,
+                        char *err, int err_len)
 {
-    int S = t->cfg->seq_len;
-    for (int i = 0; i < local; i++)
-        dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->data_seed, step, seq0 + i);
+    int S = t->cfg->seq_len, rc = 0;
+    for (int i = 0; i < local && !rc; i++)
+        rc = dataset_sample(t->d, tok + (size_t)i * (S + 1), S, t->cfg->data_seed, step,
+                            seq0 + i, err, err_len);
+    return rc;
+}
+
+/* "step N: " before the message already in err. */
+static void prefix_step(char *err, int err_len, long step)
+{
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", err);
+    snprintf(err, (size_t)err_len, "step %ld: %s", step, msg);
 }
 
 /* SIGINT and SIGTERM ask for a checkpoint and a clean stop at the end of the
@@ -591,13 +616,14 @@ static int record_batch(trainer *t, long done, const char *group)
     int S = t->cfg->seq_len, B = t->cfg->batch;
     int32_t *tok = malloc((size_t)B * (S + 1) * sizeof(int32_t));
     int32_t *off = malloc((size_t)B * sizeof(int32_t));
-    uint16_t *row = malloc((size_t)(S + 1) * sizeof(uint16_t));
+    token_t *row = malloc((size_t)(S + 1) * sizeof(token_t));
     int rc = tok && off && row ? 0 : -ENOMEM;
+    char why[512]; /* cannot happen: every rank read its sequences of this batch already */
     for (int i = 0; !rc && i < B; i++) {
-        dataset_sample(t->d, row, S, t->cfg->data_seed, done - 1, i);
+        rc = dataset_sample(t->d, row, S, t->cfg->data_seed, done - 1, i, why, sizeof(why));
         off[i] = (int32_t)dataset_sample_offset(t->d, S, t->cfg->data_seed, done - 1, i);
         for (int j = 0; j <= S; j++)
-            tok[(size_t)i * (S + 1) + j] = row[j];
+            tok[(size_t)i * (S + 1) + j] = (int32_t)row[j];
     }
     char path[96];
     unsigned long long dims[2] = { (unsigned long long)B, (unsigned long long)S + 1 };
@@ -640,9 +666,10 @@ static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
 static int evaluate_both(trainer *t, long done, long windows, train_log *lg)
 {
     eval_result topk, causal;
-    int rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_TOPK, &topk);
+    char why[512] = "";
+    int rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_TOPK, &topk, why, sizeof(why));
     if (!rc)
-        rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_CAUSAL, &causal);
+        rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_CAUSAL, &causal, why, sizeof(why));
     if (rc)
         return rc;
     lg->has_eval = true;
@@ -684,7 +711,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     bool skip_bad = !strcmp(c->nonfinite, "skip");
     optim_cfg oc = c->optim;
     oc.total_steps = t->total;
-    uint16_t *tok = malloc((size_t)local * (S + 1) * sizeof(uint16_t));
+    token_t *tok = malloc((size_t)local * (S + 1) * sizeof(token_t));
     if (!tok)
         return -ENOMEM;
     comm_bcast(ctx->comm, &t->skipped, sizeof(t->skipped), 0);
@@ -695,7 +722,12 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         long done = step + 1;
         double t0 = mode_now(), comm0 = ctx->timers[PHASE_COMM];
         comm_reset_bytes(ctx->comm);
-        sample_batch(t, tok, local, step, seq0);
+        /* a token >= V on any rank stops every rank before the forward */
+        rc = sample_batch(t, tok, local, step, seq0, err, err_len);
+        if (rc)
+            prefix_step(err, err_len, done);
+        if ((rc = agree_msg(ctx, rc, err, err_len)))
+            break;
         batch b = { .tokens = tok, .nseq = local, .step = step, .seq0 = seq0,
                     .global_seqs = c->batch };
         fwd_result r;
@@ -839,8 +871,8 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     t.ini = config_to_ini(cfg);
     if (!t.ini)
         goto fail;
-    rc = load_dataset(&t.d, cfg->source, cfg->vocab, cfg->val_fraction, cfg->seq_len,
-                      o->data_dir, err, err_len);
+    rc = load_dataset(&t.d, cfg->source, cfg->val_source, cfg->vocab, cfg->val_fraction,
+                      cfg->seq_len, o->data_dir, err, err_len);
     if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
     if (!rc)
@@ -868,7 +900,7 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         rc = run_record_remove_pieces(t.run_h5);
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
-    if ((rc = agree_msg(ctx, setup_routing_windows(&t), err, err_len)))
+    if ((rc = agree_msg(ctx, setup_routing_windows(&t, err, err_len), err, err_len)))
         goto fail;
     if (ctx->rank == 0 && t.start < t.total) {
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);

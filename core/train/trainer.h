@@ -56,9 +56,10 @@ typedef struct eval_result {
 /* Evaluation over n_windows windows spread evenly over the held-out split
  * (window eval_window_index(i, n, avail) for i < n; all of them when
  * n_windows <= 0 or more than there are), spread over the ranks.
- * Collective. */
+ * Collective.  On failure (a token >= V in a window) every rank returns
+ * non-zero with the message of the lowest failing rank in err. */
 int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
-             eval_result *out);
+             eval_result *out, char *err, int err_len);
 /* The i-th of n windows spread evenly over avail: floor(i avail / n). */
 long eval_window_index(long i, long n, long avail);
 

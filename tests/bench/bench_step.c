@@ -33,11 +33,11 @@ int main(int argc, char **argv)
         return 1;
     }
     model_init(m, 1);
-    uint16_t *tok = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(uint16_t));
+    token_t *tok = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(token_t));
     pcg32 r;
     pcg32_seed(&r, 1, 1);
     for (int i = 0; i < nseq * (dims.seq_len + 1); i++)
-        tok[i] = (uint16_t)pcg32_bounded(&r, 256);
+        tok[i] = (token_t)pcg32_bounded(&r, 256);
     batch b = { .tokens = tok, .nseq = nseq, .global_seqs = nseq };
     optim_cfg oc;
     optim_defaults(&oc);

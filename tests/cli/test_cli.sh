@@ -112,6 +112,16 @@ eval)
 	head -c 5000 /dev/urandom | base64 >text.txt
 	"$exe" eval e/tiny/ckpt.h5 --data text.txt --windows 4 --json | grep -q '"windows": 4' ||
 		fail "eval --data text.txt"
+	# a token file with a token beyond the model's vocabulary (256): the window
+	# that reads it stops eval on every rank, naming the file and the offset
+	i=0
+	while [ $i -lt 100 ]; do printf '\001\000'; i=$((i + 1)); done >bad.bin
+	printf '\000\001' >>bad.bin
+	while [ $i -lt 200 ]; do printf '\001\000'; i=$((i + 1)); done >>bad.bin
+	mpirun -n 2 "$exe" eval e/tiny/ckpt.h5 --data bad.bin >out.txt 2>&1 && fail "eval of bad.bin"
+	grep -q "bad.bin: token 100 (byte offset 200) is 256, not below vocab 256" out.txt ||
+		fail "eval of bad.bin: $(cat out.txt)"
+	[ "$(grep -c 'mode-exp eval:' out.txt)" -eq 1 ] || fail "not one message: $(cat out.txt)"
 	;;
 flops)
 	# tiny: per sequence 2 layers x 786432 + head 524288 = 2097152;

@@ -28,17 +28,61 @@ data)
 	printf '' >empty.txt
 	head -c 20 /dev/urandom >short.txt
 	head -c 1001 /dev/urandom >odd.bin
-	printf '\001\000\377\377' >big.bin # token 65535
+	# tokens are checked as they are read (core/data/data.h): big.bin is 65535
+	# throughout, so the first window read fails; train-bad.bin is bad only in
+	# its training part (360 tokens of 65535, then 40 of 1 held out), so the
+	# first training sample does
 	i=0
-	while [ $i -lt 300 ]; do printf '\001\000'; i=$((i + 1)); done >>big.bin
+	while [ $i -lt 400 ]; do printf '\377\377'; i=$((i + 1)); done >big.bin
+	i=0
+	while [ $i -lt 360 ]; do printf '\377\377'; i=$((i + 1)); done >train-bad.bin
+	while [ $i -lt 400 ]; do printf '\001\000'; i=$((i + 1)); done >>train-bad.bin
 	expect 1 "missing.txt" "$exe" "$config" data.source=missing.txt run.out=o1 --quiet
 	nothing_left o1
 	expect 1 "empty.txt" "$exe" "$config" data.source=empty.txt run.out=o2 --quiet
 	expect 1 "short.txt: .*tokens" "$exe" "$config" data.source=short.txt run.out=o3 --quiet
 	expect 1 "odd.bin: 1001 bytes" "$exe" "$config" data.source=odd.bin data.vocab=300 run.out=o4 --quiet
-	expect 1 "big.bin.*65535" "$exe" "$config" data.source=big.bin data.vocab=300 run.out=o5 --quiet
-	nothing_left o5
+	expect 1 "big.bin: token [0-9]* (byte offset [0-9]*) is 65535, not below vocab 300" \
+		"$exe" "$config" data.source=big.bin data.vocab=300 run.out=o5 --quiet
+	expect 1 "step 1: train-bad.bin: token [0-9]* (byte offset [0-9]*) is 65535" \
+		"$exe" "$config" data.source=train-bad.bin data.vocab=300 run.out=o6 --quiet
+	# on two ranks: every rank stops, one message, no hang
+	expect 1 "train-bad.bin: token [0-9]* (byte offset [0-9]*) is 65535" timeout 60 \
+		mpirun -n 2 "$exe" "$config" data.source=train-bad.bin data.vocab=300 run.out=o7 --quiet
+	[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] || fail "not one message: $(cat out.txt)"
 	expect 2 "expected brown, synthetic" "$exe" "$config" data.source=corpus.csv --quiet
+	# .u32: uint32 tokens, so ids past 65535 reach the model (tokens 69999 and 1)
+	i=0
+	while [ $i -lt 500 ]; do printf '\157\021\001\000\001\000\000\000'; i=$((i + 1)); done >wide.u32
+	"$exe" "$config" data.source=wide.u32 data.vocab=70000 run.out=w run.steps=2 --quiet ||
+		fail "training on wide.u32"
+	"$exe" eval w/tiny/ckpt.h5 --windows 2 --json | grep -q '"windows": 2' || fail "eval of wide.u32"
+	expect 1 "wide.u32: token [0-9]* (byte offset [0-9]*) is 69999, not below vocab 300" \
+		"$exe" "$config" data.source=wide.u32 data.vocab=300 run.out=o8 --quiet
+	head -c 1002 /dev/urandom >odd.u32
+	expect 1 "odd.u32: 1002 bytes is not a whole number of uint32 tokens" \
+		"$exe" "$config" data.source=odd.u32 data.vocab=70000 run.out=o9 --quiet
+	nothing_left o9
+	expect 2 "vocab .*to be at most 65536 (uint16 tokens) with the token file" \
+		"$exe" "$config" data.source=wide.bin data.vocab=70000 --quiet
+	# data.val_source: the held-out windows are the whole of that file (and
+	# eval reads them by default); the bad cases name it
+	head -c 3000 /dev/urandom | base64 >train.txt
+	head -c 300 /dev/urandom | base64 | head -c 300 >held.txt
+	"$exe" "$config" data.source=train.txt data.val_source=held.txt run.out=v run.steps=2 --quiet ||
+		fail "training with data.val_source"
+	"$exe" eval v/tiny/ckpt.h5 --json | grep -q '"windows": 9,' || fail "eval of held.txt: 299/32 windows"
+	expect 1 "missing-held.txt: cannot open" \
+		"$exe" "$config" data.val_source=missing-held.txt run.out=o10 --quiet
+	nothing_left o10
+	expect 1 "empty.txt: file is empty" "$exe" "$config" data.val_source=empty.txt run.out=o11 --quiet
+	expect 1 "short.txt: 20 tokens, fewer than one held-out window of seq_len+1 = 33" \
+		"$exe" "$config" data.val_source=short.txt run.out=o12 --quiet
+	nothing_left o12
+	expect 1 "odd.u32: 1002 bytes is not a whole number of uint32 tokens" "$exe" "$config" \
+		data.source=wide.u32 data.vocab=70000 data.val_source=odd.u32 run.out=o13 --quiet
+	expect 2 "val_source.*to be of the same kind as" \
+		"$exe" "$config" data.source=train.txt data.val_source=wide.u32 --quiet
 	;;
 checkpoints)
 	"$exe" "$config" run.out=good --quiet || fail "training"
