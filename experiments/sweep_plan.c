@@ -641,21 +641,80 @@ done:
     return rc;
 }
 
-/* [sweep] base and out. */
-static int read_sweep_section(parser *P)
+/* [sweep] seeds = s1, s2, ...: every run of the design once per seed, named
+ * <run>-s<seed>, with run.seed = seed (its init_seed and data_seed follow
+ * it): replicates, which mode-analyze groups back (docs: sweeps.md). */
+static int expand_seeds(parser *P, const entry *seeds)
+{
+    sweep_plan *p = P->p;
+    value_list *vl = calloc(1, sizeof(value_list));
+    if (!vl)
+        return -ENOMEM;
+    int rc = split_list(P, find_section(P, "sweep"), seeds, ',', vl);
+    if (rc) {
+        free(vl);
+        return rc;
+    }
+    for (int i = 0; i < vl->n && !rc; i++) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(vl->v[i], &end, 10);
+        if (errno || *end || vl->v[i][0] == '-' || !vl->v[i][0])
+            rc = fail(P, seeds->line, "[sweep] seeds: %s is not a seed (expected integers >= 0)",
+                      vl->v[i]);
+        (void)v;
+    }
+    int n = p->n_runs;
+    for (int r = 0; r < n && !rc; r++)
+        for (int o = 0; o < p->runs[r].n_over && !rc; o++)
+            if (!strncmp(p->runs[r].over[o].text, "run.seed=", 9))
+                rc = fail(P, p->runs[r].over[o].line, "run.seed: set by [sweep] seeds (line %d) "
+                                                      "in every run", seeds->line);
+    /* the designed runs, then each again per seed: runs r x seed i */
+    sweep_run *base = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof(sweep_run));
+    if (!rc && !base)
+        rc = -ENOMEM;
+    if (!rc) {
+        memcpy(base, p->runs, (size_t)n * sizeof(sweep_run));
+        p->n_runs = 0;
+    }
+    for (int r = 0; r < n && !rc; r++) {
+        for (int i = 0; i < vl->n && !rc; i++) {
+            char name[2 * SWEEP_NAME_LEN];
+            snprintf(name, sizeof(name), "%s-s%s", base[r].name, vl->v[i]);
+            sweep_run *run;
+            if ((rc = new_run(P, name, base[r].line, &run)))
+                break;
+            char keep[SWEEP_NAME_LEN];
+            snprintf(keep, sizeof(keep), "%s", run->name);
+            *run = base[r];
+            snprintf(run->name, sizeof(run->name), "%s", keep);
+            rc = add_over(P, run, seeds->line, "run.seed", vl->v[i]);
+        }
+    }
+    free(base);
+    free(vl);
+    return rc;
+}
+
+/* [sweep] base, out and seeds. */
+static int read_sweep_section(parser *P, const entry **seeds)
 {
     sweep_plan *p = P->p;
     const section *s = find_section(P, "sweep");
     if (!s)
         return fail(P, 0, "expected a [sweep] section with base = CONFIG.ini");
     const entry *base = NULL, *out = NULL;
+    *seeds = NULL;
     for (int i = 0; i < s->n; i++) {
         if (!strcmp(s->e[i].key, "base"))
             base = &s->e[i];
         else if (!strcmp(s->e[i].key, "out"))
             out = &s->e[i];
+        else if (!strcmp(s->e[i].key, "seeds"))
+            *seeds = &s->e[i];
         else
-            return fail(P, s->e[i].line, "[sweep] %s: unknown key (expected base or out)",
+            return fail(P, s->e[i].line, "[sweep] %s: unknown key (expected base, out or seeds)",
                         s->e[i].key);
     }
     if (!base)
@@ -707,8 +766,9 @@ int sweep_plan_load(sweep_plan *p, const char *path, int n_cli, char *const *cli
     }
     rc = read_file(&P, f);
     fclose(f);
+    const entry *seeds = NULL;
     if (!rc)
-        rc = read_sweep_section(&P);
+        rc = read_sweep_section(&P, &seeds);
     const section *grid = find_section(&P, "grid"), *iso = find_section(&P, "isoflop");
     p->isoflop = iso != NULL;
     int n_extra = 0, n_kind = 0;
@@ -730,6 +790,8 @@ int sweep_plan_load(sweep_plan *p, const char *path, int n_cli, char *const *cli
             rc = expand_extra(&P, &P.s[i]);
     if (!rc && iso)
         rc = expand_isoflop(&P, iso);
+    if (!rc && seeds)
+        rc = expand_seeds(&P, seeds);
     /* the command line's overrides, then where the run goes */
     for (int i = 0; !rc && i < n_cli; i++) {
         char key[KEY_LEN], *eq = strchr(cli[i], '=');

@@ -191,7 +191,7 @@ errors)
 	expect 2 "bad.ini:19: [model] layers = dense x 2, sideways" bad.ini
 	# the sweep file itself
 	sed 's/^out = out\/grid/outt = out\/grid/' grid.ini >bad.ini
-	expect 2 "bad.ini:4: [sweep] outt: unknown key (expected base or out)" bad.ini
+	expect 2 "bad.ini:4: [sweep] outt: unknown key (expected base, out or seeds)" bad.ini
 	sed 's/^\[grid\]/[gird]/' grid.ini >bad.ini
 	expect 2 "bad.ini:10: [gird]: unknown section" bad.ini
 	sed 's/^\[extra.dense\]/[extra.de\/nse]/' grid.ini >bad.ini
@@ -339,17 +339,29 @@ examples)
 	# the example sweeps read, their configs check, and they plan what their comments say
 	"$exe" sweep "$examples/capacity.ini" --dry-run >cap.txt 2>&1 || fail "capacity.ini: $(cat cap.txt)"
 	cat cap.txt
-	grep -q ": 6 runs into out/capacity/: 6 to train" cap.txt || fail "capacity.ini header"
-	for r in capacity-0.125 capacity-0.25 capacity-0.5 capacity-0.95 router-random dense; do
-		grep -q "^$r " cap.txt || fail "capacity.ini: no run $r"
+	grep -q ": 15 runs into out/capacity/: 15 to train" cap.txt || fail "capacity.ini header"
+	for r in capacity-0.125 capacity-0.25 capacity-0.5 router-random dense; do
+		for s in 1 2 3; do
+			grep -q "^$r-s$s .* run.seed=$s$" cap.txt || fail "capacity.ini: no run $r-s$s"
+		done
 	done
-	grep -q "^dense  *5051 steps" cap.txt && grep -q "^capacity-0.125  *8859 steps" cap.txt ||
+	grep -q "^dense-s1  *1683 steps" cap.txt && grep -q "^capacity-0.125-s3  *2953 steps" cap.txt ||
 		fail "capacity.ini: steps differ from its comment"
+	"$exe" sweep "$examples/capacity-deep.ini" --dry-run >deep.txt 2>&1 || fail "deep: $(cat deep.txt)"
+	grep -q "^dense-s2  *1284 steps" deep.txt && grep -q "^capacity-0.125-s1  *2282 steps" deep.txt ||
+		fail "capacity-deep.ini: steps differ from its comment"
+	"$exe" sweep "$examples/mode-kinds.ini" --dry-run >kinds.txt 2>&1 || fail "kinds: $(cat kinds.txt)"
+	grep -q ": 12 runs into out/mode-kinds/" kinds.txt || fail "mode-kinds.ini header"
 	"$exe" sweep "$examples/isoflop.ini" --dry-run >iso.txt 2>&1 || fail "isoflop.ini: $(cat iso.txt)"
-	grep -q "(isoFLOP design over .*mod.ini): 30 runs into out/isoflop/" iso.txt || fail "isoflop.ini header"
-	[ "$(grep -c '^iso-' iso.txt)" -eq 30 ] || fail "isoflop.ini: not 30 runs"
-	grep -q "^iso-1.8e13-d128x4-mod .*model.layers=(dense, mod) x 2  mod.capacity=0.125" iso.txt ||
+	grep -q "(isoFLOP design over .*mod.ini): 90 runs into out/isoflop/" iso.txt || fail "isoflop.ini header"
+	[ "$(grep -c '^iso-' iso.txt)" -eq 90 ] || fail "isoflop.ini: not 90 runs"
+	grep -q "^iso-9e12-d128x4-mod-s3 .*model.layers=(dense, mod) x 2  mod.capacity=0.125" iso.txt ||
 		fail "isoflop.ini: the largest MoD run"
+	# a seed list: every run per seed; run.seed belongs to it
+	printf '[sweep]\nbase = %s\nseeds = 4, 7\n[grid]\nrun.seed = 1, 2\n' "$config" >seeds.ini
+	"$exe" sweep seeds.ini --dry-run >out.txt 2>err.txt && fail "run.seed beside seeds accepted"
+	grep -q "seeds.ini:5: run.seed: set by \[sweep\] seeds (line 3) in every run" err.txt ||
+		fail "seeds message: $(cat err.txt)"
 	[ -e out ] && fail "--dry-run created out/"
 	;;
 *)
