@@ -135,15 +135,16 @@ double run_table_last(const run_table *t, const char *name)
 
 static size_t blob_elem(int type)
 {
-    return type == RUN_BLOB_UINT8 ? 1 : type == RUN_BLOB_INT64 ? 8 : 4;
+    return type == RUN_BLOB_UINT8 ? 1 : type == RUN_BLOB_INT64 || type == RUN_BLOB_DOUBLE ? 8 : 4;
 }
 
 static hid_t blob_file_type(int type)
 {
-    return type == RUN_BLOB_FLOAT   ? H5T_IEEE_F32LE
-           : type == RUN_BLOB_INT32 ? H5T_STD_I32LE
-           : type == RUN_BLOB_INT64 ? H5T_STD_I64LE
-                                    : H5T_STD_U8LE;
+    return type == RUN_BLOB_FLOAT    ? H5T_IEEE_F32LE
+           : type == RUN_BLOB_INT32  ? H5T_STD_I32LE
+           : type == RUN_BLOB_INT64  ? H5T_STD_I64LE
+           : type == RUN_BLOB_DOUBLE ? H5T_IEEE_F64LE
+                                     : H5T_STD_U8LE;
 }
 
 int run_record_add_blob(run_record *r, const char *path, int type, int ndim,
@@ -527,6 +528,15 @@ int run_record_rewind(const char *run_h5, long step, char *err, int err_len)
 
 /* ---- reading ------------------------------------------------------------- */
 
+static hid_t entry_mem_type(int type)
+{
+    return type == RUN_BLOB_DOUBLE  ? H5T_NATIVE_DOUBLE
+           : type == RUN_BLOB_FLOAT ? H5T_NATIVE_FLOAT
+           : type == RUN_BLOB_UINT8 ? H5T_NATIVE_UINT8
+           : type == RUN_BLOB_INT64 ? H5T_NATIVE_INT64
+                                    : H5T_NATIVE_INT32;
+}
+
 typedef struct run_entry {
     char *path;
     int file;
@@ -534,7 +544,7 @@ typedef struct run_entry {
     int ndim;
     unsigned long long dims[4];
 } run_entry;
-enum { RUN_F64 = 16 };
+enum { RUN_F64 = RUN_BLOB_DOUBLE };
 
 struct run_reader {
     char path[4096];
@@ -898,13 +908,10 @@ static int read_blobs(run_reader *rd, run_record *rec)
     for (long i = 0; i < rd->n_e; i++) {
         char group[160];
         const run_entry *e = &rd->e[i];
-        if (table_column(rd, e, group, sizeof(group)) || e->type == RUN_F64 ||
+        if (table_column(rd, e, group, sizeof(group)) ||
             (i > 0 && !strcmp(rd->e[i - 1].path, e->path)))
             continue;
-        hid_t mem = e->type == RUN_BLOB_FLOAT   ? H5T_NATIVE_FLOAT
-                    : e->type == RUN_BLOB_UINT8 ? H5T_NATIVE_UINT8
-                    : e->type == RUN_BLOB_INT64 ? H5T_NATIVE_INT64
-                                                : H5T_NATIVE_INT32;
+        hid_t mem = entry_mem_type(e->type);
         void *buf;
         int nd;
         unsigned long long dims[4];
@@ -944,24 +951,6 @@ int run_record_read(run_record **out, const char *path, bool with_blobs, char *e
 
 /* ---- gathering the pieces ------------------------------------------------- */
 
-static hid_t entry_file_type(int type)
-{
-    return type == RUN_F64 ? H5T_IEEE_F64LE : blob_file_type(type);
-}
-
-static hid_t entry_mem_type(int type)
-{
-    return type == RUN_F64          ? H5T_NATIVE_DOUBLE
-           : type == RUN_BLOB_FLOAT ? H5T_NATIVE_FLOAT
-           : type == RUN_BLOB_UINT8 ? H5T_NATIVE_UINT8
-           : type == RUN_BLOB_INT64 ? H5T_NATIVE_INT64
-                                    : H5T_NATIVE_INT32;
-}
-
-static size_t entry_elem(int type)
-{
-    return type == RUN_F64 ? 8 : blob_elem(type);
-}
 
 static int copy_provenance(hid_t dst, run_reader *rd)
 {
@@ -992,7 +981,7 @@ int run_record_finish(const char *run_h5, char *err, int err_len)
         goto fail;
     last = n_steps ? steps[n_steps - 1] : 0;
     for (long i = 0; i < rd->n_e; i++) {
-        uint64_t n = entry_elem(rd->e[i].type);
+        uint64_t n = blob_elem(rd->e[i].type);
         for (int d = 0; d < rd->e[i].ndim; d++)
             n *= rd->e[i].dims[d];
         bytes += n;
@@ -1020,7 +1009,7 @@ int run_record_finish(const char *run_h5, char *err, int err_len)
         bool column = table_column(rd, e, group, sizeof(group));
         for (long j = i + 1; column && j < rd->n_e && !strcmp(rd->e[j].path, e->path); j++)
             dims[0] += rd->e[j].dims[0];
-        ds[i] = h5_out_dataset(o, e->path, entry_file_type(e->type), e->ndim, dims);
+        ds[i] = h5_out_dataset(o, e->path, blob_file_type(e->type), e->ndim, dims);
         if (ds[i] < 0) {
             rc = -EIO;
             break;
@@ -1050,7 +1039,7 @@ int run_record_finish(const char *run_h5, char *err, int err_len)
         else /* a further part of the column before it */
             for (long j = i; j > 0 && target < 0; j--)
                 target = ds[j - 1];
-        uint64_t n = entry_elem(e->type);
+        uint64_t n = blob_elem(e->type);
         for (int d = 0; d < e->ndim; d++)
             n *= e->dims[d];
         if (ds[i] < 0) {

@@ -35,13 +35,13 @@ typedef struct run_table {
 
 typedef struct run_blob {
     char path[160];
-    int type;           /* RUN_BLOB_FLOAT, RUN_BLOB_INT32, RUN_BLOB_UINT8, RUN_BLOB_INT64 */
+    int type;           /* RUN_BLOB_FLOAT, _INT32, _UINT8, _INT64, _DOUBLE */
     int ndim;
     unsigned long long dims[4];
     void *data;
     long step;          /* the step it belongs to (its "step" attribute) */
 } run_blob;
-enum { RUN_BLOB_FLOAT, RUN_BLOB_INT32, RUN_BLOB_UINT8, RUN_BLOB_INT64 };
+enum { RUN_BLOB_FLOAT, RUN_BLOB_INT32, RUN_BLOB_UINT8, RUN_BLOB_INT64, RUN_BLOB_DOUBLE };
 
 typedef struct provenance {
     char version[32], commit[64], openblas[160], mpi[160], hdf5[32], cpu[160];

@@ -434,6 +434,44 @@ static int setup_routing_windows(trainer *t, char *err, int err_len)
     return rc;
 }
 
+/* What the model is, for analysis that must not build it: parameters (all
+ * of them, and per layer) and nominal forward FLOPs per sequence (per layer,
+ * then the head), MODEL.md's counts, in the run file's fixed part. */
+static int record_model(trainer *t)
+{
+    if (!t->rec)
+        return 0;
+    const model *m = t->m;
+    int L = m->dims.n_layers;
+    int64_t *lp = calloc((size_t)L + 1, sizeof(int64_t));
+    double *fl = malloc(((size_t)L + 2) * sizeof(double));
+    int rc = lp && fl ? 0 : -ENOMEM;
+    int64_t total = 0;
+    for (int i = 0; !rc && i < m->n_tensors; i++) {
+        total += m->tensors[i].numel;
+        if (m->tensors[i].layer >= 0)
+            lp[m->tensors[i].layer] += m->tensors[i].numel;
+    }
+    if (!rc) {
+        double all = model_flops_per_seq(m, fl); /* fl[0..L): the layers */
+        fl[L] = model_head_flops_per_seq(&m->dims);
+        fl[L + 1] = 3.0 * all * t->cfg->batch;
+    }
+    unsigned long long one = 1, nl = (unsigned long long)L, nf = (unsigned long long)L + 1;
+    if (!rc)
+        rc = run_record_add_blob(t->rec, "model/parameters", RUN_BLOB_INT64, 1, &one, &total, 0);
+    if (!rc)
+        rc = run_record_add_blob(t->rec, "model/layer_parameters", RUN_BLOB_INT64, 1, &nl, lp, 0);
+    if (!rc)
+        rc = run_record_add_blob(t->rec, "model/forward_flops", RUN_BLOB_DOUBLE, 1, &nf, fl, 0);
+    if (!rc)
+        rc = run_record_add_blob(t->rec, "model/train_flops_per_step", RUN_BLOB_DOUBLE, 1, &one,
+                                 &fl[L + 1], 0);
+    free(lp);
+    free(fl);
+    return rc;
+}
+
 static void free_routing_windows(routing_windows *rw)
 {
     free(rw->index);
@@ -904,7 +942,9 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         goto fail;
     if (ctx->rank == 0 && t.start < t.total) {
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
-        rc = run_record_write_header(t.rec, t.run_h5, err, err_len);
+        rc = record_model(&t);
+        if (!rc)
+            rc = run_record_write_header(t.rec, t.run_h5, err, err_len);
     }
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
