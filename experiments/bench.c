@@ -35,7 +35,7 @@ static const char *const phase_names[PHASE_COUNT] = {
 typedef struct bench_result {
     double step_s, tokens_s, gflops_nominal, gflops_executed, sgemm, bf16;
     double phase[PHASE_COUNT];
-    double rss_mb, param_mb, act_mb;
+    double rss_mb, param_mb, expert_mb, act_mb;
 } bench_result;
 
 /* Resident memory now, MiB (/proc/self/statm; 0 where there is none). */
@@ -140,6 +140,8 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
                          sizeof(err));
     model *m = NULL;
     model_dims dims = config_dims(&cfg);
+    dims.ranks = ctx->size; /* each rank holds its own experts, as in training */
+    dims.rank = ctx->rank;
     if (!rc)
         rc = build_model(&m, &dims, cfg.layers, mode_kinds, cfg.batch / ctx->size, err,
                          sizeof(err));
@@ -150,8 +152,8 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
         return 2;
     }
     int threads = choose_threads(&c, ctx);
-    ctx->seed = cfg.seed;
-    model_init(m, cfg.seed);
+    ctx->seed = cfg.init_seed;
+    model_init(m, cfg.init_seed);
     bool bf16 = !strcmp(cfg.precision, "bf16");
     matmul_use_bf16(ctx->pool, bf16);
     bench_result br = { 0 };
@@ -180,6 +182,12 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     br.act_mb = act_kb / 1024.0;
     br.rss_mb = rss_kb / 1024.0;
     br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
+    /* the expert state this rank holds (parameters, gradients, both moments) */
+    double expert_floats = 0.0;
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].desc.expert_dim)
+            expert_floats += (double)m->tensors[t].numel;
+    br.expert_mb = 4.0 * expert_floats * sizeof(float) / (1024.0 * 1024.0);
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp bench: a step failed: %s\n", strerror(-rc));
     if (!rc && ctx->rank == 0) {
@@ -189,11 +197,13 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
                    "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"steps_per_s\": %.6g, "
                    "\"gflops_nominal\": %.6g, \"gflops_executed\": %.6g, \"sgemm_gflops\": %.6g, "
                    "\"ratio_nominal\": %.4g, \"ratio_executed\": %.4g, \"peak_rss_mb\": %.1f, "
-                   "\"param_state_mb\": %.1f, \"activation_mb\": %.1f, \"bf16_gflops\": %.6g",
+                   "\"param_state_mb\": %.1f, \"expert_state_mb\": %.1f, "
+                   "\"activation_mb\": %.1f, \"bf16_gflops\": %.6g",
                    c.config, cfg.precision, ctx->size, threads, steps, br.step_s, br.tokens_s,
                    1.0 / br.step_s,
                    br.gflops_nominal, br.gflops_executed, br.sgemm, br.gflops_nominal / br.sgemm,
-                   br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb, br.act_mb, br.bf16);
+                   br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb, br.expert_mb, br.act_mb,
+                   br.bf16);
             for (int p = 0; p < PHASE_COUNT; p++)
                 printf(", \"%s_s\": %.6g", phase_names[p], br.phase[p]);
             printf("}\n");
@@ -212,9 +222,9 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
             printf("  per step (rank 0):");
             for (int p = 0; p < PHASE_COUNT; p++)
                 printf(" %s %.1f ms", phase_names[p], br.phase[p] * 1e3);
-            printf("\n  peak RSS %.0f MiB (parameters, gradients and Adam moments %.0f MiB; "
-                   "activations and work space %.0f MiB)\n",
-                   br.rss_mb, br.param_mb, br.act_mb);
+            printf("\n  peak RSS %.0f MiB (parameters, gradients and Adam moments %.0f MiB, of "
+                   "which this rank's experts %.0f MiB; activations and work space %.0f MiB)\n",
+                   br.rss_mb, br.param_mb, br.expert_mb, br.act_mb);
         }
     }
     free_model(&m);

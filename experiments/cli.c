@@ -143,24 +143,31 @@ int choose_threads(const cli *c, mode_ctx *ctx)
     return t;
 }
 
-/* Load a checkpoint into a model for nseq sequences (eval, sample). */
-int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq,
-                                 char *err, int err_len)
+/* Load a checkpoint into a model for nseq sequences (eval, sample): with
+ * sharded, each rank holds its share of the experts (eval runs the forward
+ * with expert parallelism); without, every rank holds all of them (sampling
+ * decodes one token at a time, every expert local).  Collective. */
+int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
+                          bool sharded, char *err, int err_len)
 {
     ckpt_meta meta;
-    int rc = checkpoint_read_meta(path, &meta, err, err_len);
+    int rc = checkpoint_read_meta(path, &meta, ctx->comm, err, err_len);
     if (!rc) {
         char label[4200];
         snprintf(label, sizeof(label), "%s (config attribute)", path);
-        rc = config_load_string(cfg, meta.config, label, 0, NULL, mode_kinds, 0, err, err_len);
+        rc = config_load_string(cfg, meta.config, label, 0, NULL, mode_kinds,
+                                0, err, err_len);
     }
     ckpt_meta_clear(&meta);
     if (rc)
         return rc;
     model_dims dims = config_dims(cfg);
+    if (sharded) {
+        dims.ranks = ctx->size;
+        dims.rank = ctx->rank;
+    }
     rc = build_model(m, &dims, cfg->layers, mode_kinds, nseq, err, err_len);
-    if (!rc)
-        rc = checkpoint_load(path, *m, false, err, err_len);
-    return rc;
+    if ((rc = comm_agree(ctx->comm, rc, err, err_len)))
+        return rc;
+    return checkpoint_load(path, *m, false, ctx->comm, err, err_len);
 }
-

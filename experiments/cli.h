@@ -30,9 +30,11 @@ int parse_cli(cli *c, int argc, char **argv, const char *usage);
  * which runs the products (BLAS itself then keeps to one thread), attention
  * and the element-wise loops. */
 int choose_threads(const cli *c, mode_ctx *ctx);
-/* A checkpoint's config and parameters in a model for nseq sequences. */
-int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, char *err,
-                          int err_len);
+/* A checkpoint's config and parameters in a model for nseq sequences; with
+ * sharded each rank holds its share of the experts, else all of them.
+ * Collective. */
+int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
+                          bool sharded, char *err, int err_len);
 
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);

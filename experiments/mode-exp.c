@@ -178,7 +178,7 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     model *m = NULL;
     dataset *d = NULL;
     run_config cfg;
-    int rc = load_checkpoint_model(c.config, &cfg, &m, 16, err, sizeof(err));
+    int rc = load_checkpoint_model(c.config, &cfg, &m, 16, ctx, true, err, sizeof(err));
     if (!rc) /* evaluated as it was trained */
         matmul_use_bf16(ctx->pool, !strcmp(cfg.precision, "bf16"));
     if (!rc) {

@@ -78,7 +78,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     char err[1024] = "";
     run_config cfg;
     model *m = NULL;
-    int rc = load_checkpoint_model(c.config, &cfg, &m, 1, err, sizeof(err));
+    int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, err, sizeof(err));
     int S = cfg.seq_len, V = cfg.vocab, L = cfg.n_layers;
     if (!rc && V != 256) {
         snprintf(err, sizeof(err), "%s: vocab %d: a text prompt needs a byte-level model (256)",

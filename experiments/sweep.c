@@ -125,7 +125,7 @@ static int inspect_run(const char *dir, const char *ini, run_state *s, char *err
     s->has_ckpt = !stat(ckpt, &st);
     if (s->has_ckpt) {
         ckpt_meta meta;
-        if (checkpoint_read_meta(ckpt, &meta, err, err_len))
+        if (checkpoint_read_meta(ckpt, &meta, NULL, err, err_len))
             return -EIO;
         bool same = !strcmp(meta.config, ini);
         ckpt_meta_clear(&meta);

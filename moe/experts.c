@@ -23,6 +23,9 @@
 struct experts {
     experts_cfg c;
     int d, N;
+    /* expert parallelism (model_dims ranks, rank): this rank holds and
+     * computes experts [first, first + local) */
+    int ranks, rank, first, local;
     /* token side, per local row */
     int cap_rows;
     float *probs;       /* [rows][N] softmax of the gate logits */
@@ -45,8 +48,9 @@ struct experts {
     float *xin, *yout;  /* [recv][d] gathered by expert */
     float *back;        /* [recv][d] in received order */
     int *perm;          /* [recv] received index of each gathered row */
-    int *exp_start;     /* [E+1] gathered rows of each expert */
-    ffn_cache *cache;   /* [E] */
+    int *exp_start;     /* [local+1] gathered rows of each local expert */
+    int *at;            /* [E+1] counting-sort cursors, by expert */
+    ffn_cache *cache;   /* [local] */
     float *ws;          /* ffn_backward work space */
     long cap_ws;
     /* statistics of the last training forward */
@@ -55,6 +59,9 @@ struct experts {
     /* decoding */
     int *dec_counts;    /* [N] admitted so far in the sequence being decoded */
     float *dec;         /* [N + d] */
+    int32_t *dec_col;   /* [top_k] */
+    float *dec_weight;  /* [top_k] */
+    unsigned char *used; /* [N] top-k's chosen columns */
     ffn_cache dec_cache;
 };
 
@@ -159,8 +166,9 @@ void free_experts(experts **px)
     free(x->back);
     free(x->perm);
     free(x->exp_start);
+    free(x->at);
     if (x->cache)
-        for (int e = 0; e < x->c.experts; e++)
+        for (int e = 0; e < x->local; e++)
             free_ffn_cache(&x->cache[e]);
     free(x->cache);
     free(x->ws);
@@ -168,6 +176,9 @@ void free_experts(experts **px)
     free(x->count);
     free(x->dec_counts);
     free(x->dec);
+    free(x->dec_col);
+    free(x->dec_weight);
+    free(x->used);
     free_ffn_cache(&x->dec_cache);
     free(x);
     *px = NULL;
@@ -181,13 +192,22 @@ int build_experts(experts **out, const experts_cfg *c, const model_dims *dims)
     x->c = *c;
     x->d = dims->d_model;
     x->N = experts_columns(c);
-    x->exp_start = calloc((size_t)c->experts + 1, sizeof(int));
-    x->cache = calloc((size_t)c->experts, sizeof(ffn_cache));
+    x->ranks = dims->ranks > 1 ? dims->ranks : 1;
+    x->rank = dims->ranks > 1 ? dims->rank : 0;
+    x->first = experts_first(c->experts, x->ranks, x->rank);
+    x->local = experts_local(c->experts, x->ranks);
+    x->exp_start = calloc((size_t)x->local + 1, sizeof(int));
+    x->at = calloc((size_t)c->experts + 1, sizeof(int));
+    x->cache = calloc((size_t)x->local, sizeof(ffn_cache));
     x->sums = calloc((size_t)experts_stat_sums_count(c), sizeof(double));
     x->count = calloc((size_t)x->N, sizeof(int));
     x->dec_counts = calloc((size_t)x->N, sizeof(int));
     x->dec = malloc((size_t)(x->N + x->d) * sizeof(float));
-    if (!x->exp_start || !x->cache || !x->sums || !x->count || !x->dec_counts || !x->dec ||
+    x->dec_col = malloc((size_t)c->top_k * sizeof(int32_t));
+    x->dec_weight = malloc((size_t)c->top_k * sizeof(float));
+    x->used = calloc((size_t)x->N, 1);
+    if (!x->exp_start || !x->at || !x->cache || !x->sums || !x->count || !x->dec_counts ||
+        !x->dec || !x->dec_col || !x->dec_weight || !x->used ||
         build_ffn_cache(&x->dec_cache, 1, c->d_ff)) {
         free_experts(&x);
         return -ENOMEM;
@@ -280,6 +300,34 @@ static int owner(const experts_cfg *c, int P, int rank, int e)
     return (rank / c->experts) * c->experts + e; /* the expert's replica in our group */
 }
 
+/* One token's gate (MODEL.md): p = softmax(l) over the N columns in place
+ * of the logits l[N], its log-sum-exp, and the top_k columns by probability
+ * (ties to the lower index) with their weights p_e; used[N] is scratch.
+ * The same code for training and decoding. */
+static void gate_row(float *p, float *lse, int N, int K, int32_t *col, float *weight,
+                     unsigned char *used)
+{
+    float mx = p[0];
+    for (int e = 1; e < N; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    double s = 0.0;
+    for (int e = 0; e < N; e++)
+        s += exp((double)(p[e] - mx));
+    *lse = (float)((double)mx + log(s));
+    for (int e = 0; e < N; e++)
+        p[e] = (float)exp((double)(p[e] - *lse));
+    memset(used, 0, (size_t)N);
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < N; e++)
+            if (!used[e] && (best < 0 || p[e] > p[best]))
+                best = e;
+        used[best] = 1;
+        col[j] = best;
+        weight[j] = p[best];
+    }
+}
+
 /* Gate, top-k and capacity for one row set; fills probs, lse, col, choice,
  * weight; statistics and auxiliary losses in training. */
 static void gate(experts *x, const fwd_args *a, const float *m, const row_set *rs,
@@ -289,32 +337,9 @@ static void gate(experts *x, const fwd_args *a, const float *m, const row_set *r
     int n = rs->n, N = x->N, K = c->top_k, E = c->experts;
     /* NULL pool: the gate stays in fp32 under precision = bf16 */
     linear_forward(NULL, x->probs, m, wg, n, x->d, N, 0.0f);
-    for (int i = 0; i < n; i++) {
-        float *p = x->probs + (size_t)i * N;
-        float mx = p[0];
-        for (int e = 1; e < N; e++)
-            mx = p[e] > mx ? p[e] : mx;
-        double s = 0.0;
-        for (int e = 0; e < N; e++)
-            s += exp((double)(p[e] - mx));
-        x->lse[i] = (float)((double)mx + log(s));
-        for (int e = 0; e < N; e++)
-            p[e] = (float)exp((double)(p[e] - x->lse[i]));
-        /* top_k columns by probability, ties to the lower index */
-        int32_t *cl = x->col + (size_t)i * K;
-        for (int j = 0; j < K; j++) {
-            int best = -1;
-            for (int e = 0; e < N; e++) {
-                bool taken = false;
-                for (int q = 0; q < j; q++)
-                    taken |= cl[q] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
-            cl[j] = best;
-            x->weight[(size_t)i * K + j] = p[best];
-        }
-    }
+    for (int i = 0; i < n; i++)
+        gate_row(x->probs + (size_t)i * N, &x->lse[i], N, K, x->col + (size_t)i * K,
+                 x->weight + (size_t)i * K, x->used);
     bool train = a->mode == FWD_TRAIN;
     if (train)
         memset(x->sums, 0, (size_t)experts_stat_sums_count(c) * sizeof(double));
@@ -365,11 +390,12 @@ static void gate(experts *x, const fwd_args *a, const float *m, const row_set *r
     }
 }
 
-/* Expert e's three matrices. */
-static ffn_weights expert_w(const experts *x, float *const *w, int e)
+/* The three matrices of local expert l (expert first + l): the tensors
+ * hold this rank's experts only. */
+static ffn_weights expert_w(const experts *x, float *const *w, int l)
 {
     size_t df = (size_t)x->d * x->c.d_ff;
-    ffn_weights fw = { .w1 = w[1] + e * df, .w3 = w[2] + e * df, .w2 = w[3] + e * df };
+    ffn_weights fw = { .w1 = w[1] + l * df, .w3 = w[2] + l * df, .w2 = w[3] + l * df };
     return fw;
 }
 
@@ -380,12 +406,6 @@ static int ensure_cache(experts *x, int e, int rows)
     free_ffn_cache(&x->cache[e]);
     int cap = rows < 16 ? 16 : rows + rows / 2;
     return build_ffn_cache(&x->cache[e], cap, x->c.d_ff);
-}
-
-static void add_time(const fwd_args *a, timer_phase p, double t0)
-{
-    if (a->ctx)
-        a->ctx->timers[p] += mode_now() - t0;
 }
 
 /* Rows [o0, o0 + cnt) of src, in the experts' gathered order, to back in
@@ -404,7 +424,7 @@ static int return_rows(experts *x, const fwd_args *a, float *dst)
     double t0 = mode_now();
     int rc = comm_alltoallv(a->ctx ? a->ctx->comm : NULL, x->back, x->recv_counts, dst,
                             x->send_counts, NULL, (size_t)x->d * sizeof(float));
-    add_time(a, PHASE_COMM, t0);
+    mode_time_add(a->ctx, PHASE_COMM, t0);
     return rc;
 }
 
@@ -416,34 +436,41 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
     int P = comm_size(cm), rank = comm_rank(cm), d = x->d, K = c->top_k, E = c->experts;
     int n = rs->n, rc;
     double t0 = mode_now();
+    if (P != x->ranks) /* the experts were placed for another rank count */
+        return -EINVAL;
     if ((rc = ensure_rows(x, n)) || (rc = ensure_ranks(x, P)))
         return rc;
     gate(x, a, m, rs, w[0], capacity);
 
-    /* dispatch order: by expert (so by destination rank), rows in order */
-    x->n_assign = 0;
+    /* dispatch order: by expert (so by destination rank), rows in order,
+     * first choice before second: a counting sort, in time n top_k + E */
+    int *at = x->at;
+    memset(at, 0, ((size_t)E + 1) * sizeof(int));
     for (int i = 0; i < n * K; i++)
-        x->n_assign += x->choice[i] >= 0 && x->choice[i] < E;
+        if (x->choice[i] >= 0 && x->choice[i] < E)
+            at[x->choice[i] + 1]++;
+    memset(x->send_counts, 0, (size_t)P * sizeof(int));
+    for (int e = 0; e < E; e++) {
+        x->send_counts[owner(c, P, rank, e)] += at[e + 1];
+        at[e + 1] += at[e];
+    }
+    x->n_assign = at[E];
     if ((rc = ensure_assign(x, x->n_assign)))
         return rc;
-    memset(x->send_counts, 0, (size_t)P * sizeof(int));
-    int k = 0;
-    for (int e = 0; e < E; e++) {
-        for (int i = 0; i < n; i++) {
-            for (int j = 0; j < K; j++) {
-                if (x->choice[(size_t)i * K + j] != e)
-                    continue;
-                x->a_row[k] = i;
-                x->a_slot[k] = j;
-                float *s = x->send + (size_t)k * (d + 1);
-                memcpy(s, m + (size_t)i * d, (size_t)d * sizeof(float));
-                s[d] = (float)e;
-                x->send_counts[owner(c, P, rank, e)]++;
-                k++;
-            }
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < K; j++) {
+            int e = x->choice[(size_t)i * K + j];
+            if (e < 0 || e >= E)
+                continue;
+            int k = at[e]++;
+            x->a_row[k] = i;
+            x->a_slot[k] = j;
+            float *s = x->send + (size_t)k * (d + 1);
+            memcpy(s, m + (size_t)i * d, (size_t)d * sizeof(float));
+            s[d] = (float)e;
         }
     }
-    add_time(a, PHASE_ROUTING, t0);
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     t0 = mode_now();
     rc = comm_exchange_counts(cm, x->send_counts, x->recv_counts);
     x->n_recv = 0;
@@ -454,28 +481,31 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
     if (!rc)
         rc = comm_alltoallv(cm, x->send, x->send_counts, x->recv, x->recv_counts, NULL,
                             (size_t)(d + 1) * sizeof(float));
-    add_time(a, PHASE_COMM, t0);
+    mode_time_add(a->ctx, PHASE_COMM, t0);
     if (rc)
         return rc;
 
-    /* expert side: gather by expert, SwiGLU_e, back to received order */
+    /* expert side: gather by local expert (received order within each: a
+     * counting sort), SwiGLU_e, back to received order */
     t0 = mode_now();
-    memset(x->exp_start, 0, ((size_t)E + 1) * sizeof(int));
-    for (int r = 0; r < x->n_recv; r++)
-        x->exp_start[(int)x->recv[(size_t)r * (d + 1) + d] + 1]++;
-    for (int e = 0; e < E; e++)
-        x->exp_start[e + 1] += x->exp_start[e];
-    for (int e = 0, o = 0; e < E; e++) {
-        for (int r = 0; r < x->n_recv; r++) {
-            if ((int)x->recv[(size_t)r * (d + 1) + d] != e)
-                continue;
-            x->perm[o] = r;
-            memcpy(x->xin + (size_t)o * d, x->recv + (size_t)r * (d + 1), (size_t)d * sizeof(float));
-            o++;
-        }
+    int L = x->local, *start = x->exp_start;
+    memset(start, 0, ((size_t)L + 1) * sizeof(int));
+    for (int r = 0; r < x->n_recv; r++) {
+        int l = (int)x->recv[(size_t)r * (d + 1) + d] - x->first;
+        if (l < 0 || l >= L) /* a row for an expert this rank does not hold */
+            return -EPROTO;
+        start[l + 1]++;
+    }
+    for (int l = 0; l < L; l++)
+        start[l + 1] += start[l];
+    memcpy(at, start, (size_t)L * sizeof(int));
+    for (int r = 0; r < x->n_recv; r++) {
+        int o = at[(int)x->recv[(size_t)r * (d + 1) + d] - x->first]++;
+        x->perm[o] = r;
+        memcpy(x->xin + (size_t)o * d, x->recv + (size_t)r * (d + 1), (size_t)d * sizeof(float));
     }
     double flops = 0.0;
-    for (int e = 0; e < E && !rc; e++) {
+    for (int e = 0; e < L && !rc; e++) {
         int r0 = x->exp_start[e], cnt = x->exp_start[e + 1] - r0;
         if (cnt == 0)
             continue;
@@ -486,7 +516,7 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
                     cnt, &fw, d, c->d_ff, 0.0f);
     }
     to_received(x, x->yout, 0, x->n_recv);
-    add_time(a, PHASE_EXPERTS, t0);
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
     if ((rc = return_rows(x, a, x->outs)))
@@ -505,7 +535,7 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
     flops = 2.0 * n * d * x->N + (double)x->n_assign * 6.0 * d * c->d_ff;
     if (a->flops_executed)
         *a->flops_executed += flops;
-    add_time(a, PHASE_ROUTING, t0);
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     return 0;
 }
 
@@ -524,7 +554,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
 {
     const experts_cfg *c = &x->c;
     comm *cm = a->ctx ? a->ctx->comm : NULL;
-    int d = x->d, K = c->top_k, E = c->experts, N = x->N, n = rs->n, rc;
+    int d = x->d, K = c->top_k, N = x->N, n = rs->n, rc;
     double t0 = mode_now();
     memset(x->dp, 0, (size_t)n * N * sizeof(float));
     /* y_i += p out: d out = p dy, d p = <dy, out> */
@@ -539,12 +569,12 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
         }
         x->dp[(size_t)i * N + x->col[(size_t)i * K + j]] += dot;
     }
-    add_time(a, PHASE_ROUTING, t0);
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     t0 = mode_now();
     /* the gradients of the outputs travel like the rows did */
     rc = comm_alltoallv(cm, x->grads, x->send_counts, x->back, x->recv_counts, NULL,
                         (size_t)d * sizeof(float));
-    add_time(a, PHASE_COMM, t0);
+    mode_time_add(a->ctx, PHASE_COMM, t0);
     if (rc)
         return rc;
     t0 = mode_now();
@@ -553,7 +583,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
     for (int o = 0; o < x->n_recv; o++)
         memcpy(x->yout + (size_t)o * d, x->back + (size_t)x->perm[o] * d,
                (size_t)d * sizeof(float));
-    for (int e = 0; e < E && !rc; e++) {
+    for (int e = 0; e < x->local && !rc; e++) {
         int r0 = x->exp_start[e], cnt = x->exp_start[e + 1] - r0;
         if (cnt == 0)
             continue;
@@ -565,7 +595,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
                      &x->cache[e], cnt, &fw, d, c->d_ff, x->ws);
         to_received(x, dxin, r0, cnt);
     }
-    add_time(a, PHASE_EXPERTS, t0);
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
     if ((rc = return_rows(x, a, x->grads)))
@@ -603,7 +633,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
         }
     }
     linear_backward(NULL, dm, dw[0], x->dp, m, w[0], n, d, N, 1.0f);
-    add_time(a, PHASE_ROUTING, t0);
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     return 0;
 }
 
@@ -617,27 +647,13 @@ int experts_decode(experts *x, const fwd_args *a, float *y, const float *m, floa
 {
     const experts_cfg *c = &x->c;
     int d = x->d, N = x->N, K = c->top_k, E = c->experts;
-    float *p = x->dec;
+    if (x->local != E) /* decoding computes every expert here */
+        return -EINVAL;
+    float *p = x->dec, lse;
     linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
-    float mx = p[0];
-    for (int e = 1; e < N; e++)
-        mx = p[e] > mx ? p[e] : mx;
-    double s = 0.0;
-    for (int e = 0; e < N; e++)
-        s += exp((double)(p[e] - mx));
-    float lse = (float)((double)mx + log(s));
-    for (int e = 0; e < N; e++)
-        p[e] = (float)exp((double)(p[e] - lse));
-    int first = -1;
-    uint64_t used = 0; /* columns chosen so far (N <= 64 checked at validation) */
+    gate_row(p, &lse, N, K, x->dec_col, x->dec_weight, x->used);
     for (int j = 0; j < K; j++) {
-        int best = -1;
-        for (int e = 0; e < N; e++)
-            if (!(used >> e & 1) && (best < 0 || p[e] > p[best]))
-                best = e;
-        used |= 1ull << best;
-        if (j == 0)
-            first = best;
+        int best = x->dec_col[j];
         /* the same admission as the forward: position order, capacity; the
          * no-op costs nothing and is never dropped */
         if (best == E || x->dec_counts[best] >= capacity)
@@ -647,8 +663,8 @@ int experts_decode(experts *x, const fwd_args *a, float *y, const float *m, floa
         float *out = x->dec + N;
         ffn_forward(NULL, &x->dec_cache, out, m, 1, &fw, d, c->d_ff, 0.0f);
         for (int e = 0; e < d; e++)
-            y[e] += p[best] * out[e];
+            y[e] += x->dec_weight[j] * out[e];
     }
     (void)a;
-    return first;
+    return x->dec_col[0];
 }

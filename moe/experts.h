@@ -7,9 +7,10 @@
  * computes one expert for the tokens of its group.  A token's row travels
  * to its expert's rank and back with one all-to-all routine (comm_alltoallv,
  * counts exchanged first), in the forward pass (dispatch, combine) and the
- * backward pass (their gradients).  Every rank stores every expert's weights
- * and they stay equal: a rank's expert gradients are zero for the experts it
- * does not compute, and the data-parallel all-reduce sums the rest. */
+ * backward pass (their gradients).  A rank stores only the experts it
+ * computes (model_dims ranks and rank: experts_first, experts_local): their
+ * weights, gradients and Adam moments; the tensors' views hold those experts
+ * alone, local expert l being expert first + l. */
 #ifndef MODE_MOE_EXPERTS_H
 #define MODE_MOE_EXPERTS_H
 
@@ -18,6 +19,11 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Experts a layer may have (the no-op aside): the gate's columns are a
+ * plain loop, the dispatch a counting sort, nothing assumes a word of bits
+ * per expert. */
+#define MOE_MAX_EXPERTS 4096
 
 typedef struct experts_cfg {
     int experts;      /* E, real experts */
@@ -57,10 +63,11 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
 int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, const float *m,
                      const row_set *rs, float *const *w, float *const *dw);
 
-/* Decoding, one row at a time with every expert local (all ranks hold all
- * weights): y[d] += ...; the admission counters run over the sequence since
- * the last reset, so the capacity rule matches the forward pass.  Returns
- * the first choice's column (E = the no-op). */
+/* Decoding, one row at a time, in a model that holds every expert (built
+ * for one rank): y[d] += ...; the admission counters run over the sequence
+ * since the last reset, so the capacity rule matches the forward pass.
+ * Returns the first choice's column (E = the no-op), -EINVAL in a model
+ * whose experts are spread over ranks. */
 void experts_decode_reset(experts *x);
 int experts_decode(experts *x, const fwd_args *a, float *y, const float *m, float *const *w,
                    int capacity);

@@ -40,8 +40,9 @@ experts_cfg moe_experts_cfg(const layer_spec *s, const model_dims *dims, bool no
 int moe_validate_experts(const layer_spec *s, bool noop, char *err, int err_len)
 {
     int N = s->experts + (noop ? 1 : 0);
-    if (s->experts < 1 || N > 64)
-        snprintf(err, (size_t)err_len, "experts %d: expected 1 to %d", s->experts, noop ? 63 : 64);
+    if (s->experts < 1 || s->experts > MOE_MAX_EXPERTS)
+        snprintf(err, (size_t)err_len, "experts %d: expected 1 to %d", s->experts,
+                 MOE_MAX_EXPERTS);
     else if (s->top_k < 1 || s->top_k > N)
         snprintf(err, (size_t)err_len, "top_k %d: expected 1 to %d (the gate's columns)", s->top_k,
                  N);
@@ -224,6 +225,8 @@ static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     rmsnorm_forward(m, &rstd, h, l->w[T_MLP_NORM], 1, d);
     memcpy(y, h, (size_t)d * sizeof(float));
     int first = experts_decode(s->x, a, y, m, l->w + T_GATE, experts_capacity(&s->ec, a->seq_len));
+    if (first < 0)
+        return first;
     /* "took the block": the first choice is a real expert (always, for moe) */
     return first < s->ec.experts ? 1 : 0;
 }

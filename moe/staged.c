@@ -265,7 +265,8 @@ static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, 
         return rc;
     rmsnorm_forward(m, &rstd, h, l->w[s->t_norm], 1, d);
     memcpy(ys, h, (size_t)d * sizeof(float));
-    experts_decode(s->x, a, ys, m, l->w + s->t_gate, nominal_capacity(s));
+    if ((rc = experts_decode(s->x, a, ys, m, l->w + s->t_gate, nominal_capacity(s))) < 0)
+        return rc;
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
     return 1;

@@ -66,16 +66,16 @@ static void test_checkpoint_round_trip(void **state)
     char path[128], tmp[140], err[256];
     snprintf(path, sizeof(path), "%s/ckpt.h5", dir);
     model *a = make(12, 1), *b = make(12, 2);
-    assert_int_equal(checkpoint_save(path, a, "[run]\nname = x\n", 17, 99, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, "[run]\nname = x\n", 17, 99, NULL, err, sizeof(err)), 0);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     assert_int_equal(access(tmp, F_OK), -1); /* the temporary is renamed away */
     ckpt_meta meta;
-    assert_int_equal(checkpoint_read_meta(path, &meta, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_read_meta(path, &meta, NULL, err, sizeof(err)), 0);
     assert_int_equal(meta.step, 17);
     assert_true(meta.seed == 99);
     assert_string_equal(meta.config, "[run]\nname = x\n");
     ckpt_meta_clear(&meta);
-    assert_int_equal(checkpoint_load(path, b, true, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_load(path, b, true, NULL, err, sizeof(err)), 0);
     assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
     assert_memory_equal(a->adam_m, b->adam_m, a->n_params * sizeof(float));
     assert_memory_equal(a->adam_v, b->adam_v, a->n_params * sizeof(float));
@@ -88,13 +88,13 @@ static void test_checkpoint_shape_mismatch(void **state)
     char path[128], err[256] = "";
     snprintf(path, sizeof(path), "%s/small.h5", dir);
     model *a = make(12, 1), *b = make(16, 1);
-    assert_int_equal(checkpoint_save(path, a, "", 1, 1, err, sizeof(err)), 0);
-    assert_int_not_equal(checkpoint_load(path, b, false, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, "", 1, 1, NULL, err, sizeof(err)), 0);
+    assert_int_not_equal(checkpoint_load(path, b, false, NULL, err, sizeof(err)), 0);
     print_message("%s\n", err);
     assert_non_null(strstr(err, "dataset 'layers/0/w1' has extent 12 in dimension 1, expected 16"));
     free_model(&b);
     b = make_layers(12, 1, 3); /* a layer the file does not have */
-    assert_int_not_equal(checkpoint_load(path, b, false, err, sizeof(err)), 0);
+    assert_int_not_equal(checkpoint_load(path, b, false, NULL, err, sizeof(err)), 0);
     print_message("%s\n", err);
     assert_non_null(strstr(err, "small.h5: dataset 'layers/2/attn_norm' is missing"));
     free_model(&a);
@@ -230,7 +230,7 @@ static void test_foreign_files(void **state)
     fputs("hello\n", f);
     fclose(f);
     ckpt_meta meta;
-    assert_int_not_equal(checkpoint_read_meta(path, &meta, err, sizeof(err)), 0);
+    assert_int_not_equal(checkpoint_read_meta(path, &meta, NULL, err, sizeof(err)), 0);
     assert_non_null(strstr(err, "not an HDF5 file"));
     run_record *r = NULL;
     assert_int_not_equal(run_record_read(&r, path, true, err, sizeof(err)), 0);
@@ -258,14 +258,14 @@ static void test_full_disk(void **state)
     snprintf(runp, sizeof(runp), "%s/run.h5", mnt);
     snprintf(fill, sizeof(fill), "%s/filler", mnt);
     model *a = make_layers(64, 1, 4), *b = make_layers(64, 2, 4);
-    assert_int_equal(checkpoint_save(path, a, "", 5, 1, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, "", 5, 1, NULL, err, sizeof(err)), 0);
     run_record *r = NULL;
     assert_int_equal(build_run_record(&r, "[run]\n"), 0);
     assert_int_equal(run_record_write_header(r, runp, err, sizeof(err)), 0);
     /* fill the disk, leaving less than another checkpoint needs */
     snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=4k 2>/dev/null; true", fill);
     assert_int_equal(system(cmd), 0);
-    int rc = checkpoint_save(path, b, "", 6, 1, err, sizeof(err));
+    int rc = checkpoint_save(path, b, "", 6, 1, NULL, err, sizeof(err));
     print_message("%s\n", err);
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(err, "ckpt.h5"));
@@ -277,10 +277,10 @@ static void test_full_disk(void **state)
     assert_non_null(strstr(err, "step_00000001.h5"));
     remove(fill);
     ckpt_meta meta;
-    assert_int_equal(checkpoint_read_meta(path, &meta, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_read_meta(path, &meta, NULL, err, sizeof(err)), 0);
     assert_int_equal(meta.step, 5); /* the old one */
     ckpt_meta_clear(&meta);
-    assert_int_equal(checkpoint_load(path, b, true, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_load(path, b, true, NULL, err, sizeof(err)), 0);
     assert_memory_equal(a->params, b->params, a->n_params * sizeof(float));
     run_record *back = NULL;
     assert_int_equal(run_record_read(&back, runp, true, err, sizeof(err)), 0);

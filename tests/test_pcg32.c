@@ -263,6 +263,27 @@ static void test_keyed(void **st)
     assert_int_not_equal(pcg32_next(&z0), pcg32_next(&z1));
 }
 
+/* Skipping ahead is the same as drawing: for strides of 0, 1, a few, and
+ * past the first few thousand, on several streams (expert shards start
+ * their initialisation by it). */
+static void test_advance(void **state)
+{
+    (void)state;
+    static const uint64_t deltas[] = { 0, 1, 2, 3, 7, 64, 1000, 4097 };
+    for (uint64_t seq = 0; seq < 3; seq++) {
+        for (size_t i = 0; i < sizeof deltas / sizeof deltas[0]; i++) {
+            pcg32 a, b;
+            pcg32_seed(&a, 42u + seq, 54u * seq + 1u);
+            b = a;
+            for (uint64_t k = 0; k < deltas[i]; k++)
+                pcg32_next(&a);
+            pcg32_advance(&b, deltas[i]);
+            assert_true(a.state == b.state && a.inc == b.inc);
+            assert_int_equal(pcg32_next(&a), pcg32_next(&b));
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_uniform),
         cmocka_unit_test(test_normal),
         cmocka_unit_test(test_keyed),
+        cmocka_unit_test(test_advance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

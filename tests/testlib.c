@@ -540,18 +540,20 @@ static void gate_row(tl_gate_ref *g, int j, int d, const float *gain, const floa
     for (int e = 0; e < N; e++)
         p[e] = exp(lg[e] - g->lse[j]);
     int32_t *cl = g->col + (size_t)j * K;
-    unsigned long long used = 0;
     for (int k = 0; k <= K && k < N; k++) {
         int best = -1;
-        for (int e = 0; e < N; e++)
-            if (!(used >> e & 1ull) && (best < 0 || lg[e] > lg[best]))
+        for (int e = 0; e < N; e++) {
+            bool used = false; /* one of the columns chosen before */
+            for (int q = 0; q < k && q < K; q++)
+                used |= cl[q] == e;
+            if (!used && (best < 0 || lg[e] > lg[best]))
                 best = e;
+        }
         if (k > 0) /* the order of the first K+1 columns is the routing */
             g->min_gap = fmin(g->min_gap, lg[cl[k - 1]] - lg[best]);
         if (k == K)
             break;
         cl[k] = best;
-        used |= 1ull << best;
     }
 }
 
@@ -569,7 +571,7 @@ void tl_gate_ref_build(model *m, int l, int nseq, const unsigned char *take, boo
     g->noop = noop;
     g->N = g->E + (noop ? 1 : 0);
     int N = g->N, K = g->K;
-    assert_in_range(N, 1, 64);
+    assert_in_range(N, 1, 4097);
     g->row = malloc((size_t)n * sizeof(int));
     g->ss = malloc((size_t)(nseq + 1) * sizeof(int));
     g->pos = malloc((size_t)n * sizeof(int32_t));
@@ -612,8 +614,10 @@ static void admit_reference(const tl_gate_ref *g, int capacity, int32_t *want)
     int K = g->K;
     for (int i = 0; i < g->nseq * g->S * K; i++)
         want[i] = -2;
+    int *count = malloc((size_t)g->N * sizeof(int));
+    assert_non_null(count);
     for (int b = 0; b < g->nseq; b++) {
-        int count[65] = { 0 };
+        memset(count, 0, (size_t)g->N * sizeof(int));
         for (int j = g->ss[b]; j < g->ss[b + 1]; j++) {
             for (int k = 0; k < K; k++) {
                 int e = g->col[(size_t)j * K + k];
@@ -623,6 +627,7 @@ static void admit_reference(const tl_gate_ref *g, int capacity, int32_t *want)
             }
         }
     }
+    free(count);
 }
 
 double tl_check_record(const tl_gate_ref *g, const tl_routing *r, int capacity,

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 struct comm {
@@ -11,6 +12,11 @@ struct comm {
     int rank, size, local_size;
     uint64_t bytes_sent;
     int *displs_send, *displs_recv, *counts_tmp, *bytes_send, *bytes_recv; /* [size] each */
+    /* the item type of the last all-to-all: counts go in items, not bytes,
+     * so that a rank pair is not limited to 2 GiB */
+    MPI_Datatype item_type;
+    size_t item_bytes;
+    comm *parent; /* a sub-communicator (comm_split) shares the parent's byte count */
 };
 
 int comm_init(comm **out, int *argc, char ***argv)
@@ -24,6 +30,7 @@ int comm_init(comm **out, int *argc, char ***argv)
         return -ENOMEM;
     /* Errors come back as codes: we turn them into one message and a
      * collective stop instead of MPI's default abort without context. */
+    c->item_type = MPI_DATATYPE_NULL;
     MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->world, &c->rank);
@@ -46,23 +53,78 @@ int comm_init(comm **out, int *argc, char ***argv)
     return 0;
 }
 
-void comm_finalize(comm **pc)
+static void comm_release(comm *c)
 {
-    comm *c = *pc;
-    if (!c)
-        return;
     free(c->displs_send);
     free(c->displs_recv);
     free(c->counts_tmp);
     free(c->bytes_send);
     free(c->bytes_recv);
+    if (c->item_type != MPI_DATATYPE_NULL)
+        MPI_Type_free(&c->item_type);
     MPI_Comm_free(&c->world);
     free(c);
+}
+
+void comm_finalize(comm **pc)
+{
+    comm *c = *pc;
+    if (!c)
+        return;
+    comm_release(c);
     *pc = NULL;
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin)
         MPI_Finalize();
+}
+
+int comm_split(comm *c, int color, comm **out)
+{
+    *out = NULL;
+    if (!c)
+        return 0;
+    comm *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->item_type = MPI_DATATYPE_NULL;
+    s->parent = c;
+    if (MPI_Comm_split(c->world, color, c->rank, &s->world)) {
+        free(s);
+        return -EIO;
+    }
+    MPI_Comm_set_errhandler(s->world, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->world, &s->rank);
+    MPI_Comm_size(s->world, &s->size);
+    s->local_size = c->local_size;
+    size_t n = (size_t)s->size;
+    s->displs_send = calloc(n, sizeof(int));
+    s->displs_recv = calloc(n, sizeof(int));
+    s->counts_tmp = calloc(n, sizeof(int));
+    s->bytes_send = calloc(n, sizeof(int));
+    s->bytes_recv = calloc(n, sizeof(int));
+    if (!s->displs_send || !s->displs_recv || !s->counts_tmp || !s->bytes_send ||
+        !s->bytes_recv) {
+        comm_release(s);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+void comm_free(comm **pc)
+{
+    if (*pc)
+        comm_release(*pc);
+    *pc = NULL;
+}
+
+/* Bytes sent count towards the world's total, whatever communicator. */
+static void count_sent(comm *c, uint64_t bytes)
+{
+    while (c->parent)
+        c = c->parent;
+    c->bytes_sent += bytes;
 }
 
 int comm_rank(const comm *c)
@@ -89,7 +151,7 @@ int comm_allreduce_sum_float(comm *c, float *buf, size_t n)
         int chunk = n - off > (size_t)INT_MAX ? INT_MAX : (int)(n - off);
         if (MPI_Allreduce(MPI_IN_PLACE, buf + off, chunk, MPI_FLOAT, MPI_SUM, c->world))
             return -EIO;
-        c->bytes_sent += (uint64_t)chunk * sizeof(float);
+        count_sent(c, (uint64_t)chunk * sizeof(float));
         off += (size_t)chunk;
     }
     return 0;
@@ -99,7 +161,7 @@ int comm_allreduce_sum_double(comm *c, double *buf, int n)
 {
     if (!c || c->size == 1)
         return 0;
-    c->bytes_sent += (uint64_t)n * sizeof(double);
+    count_sent(c, (uint64_t)n * sizeof(double));
     return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->world) ? -EIO : 0;
 }
 
@@ -121,9 +183,56 @@ int comm_bcast(comm *c, void *buf, size_t bytes, int root)
 {
     if (!c || c->size == 1)
         return 0;
-    if (bytes > (size_t)INT_MAX)
-        return -EINVAL;
-    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->world) ? -EIO : 0;
+    /* MPI counts are int: in chunks, as the all-reduce (every rank has the
+     * same byte count, so the same chunks) */
+    for (size_t off = 0; off < bytes;) {
+        int chunk = bytes - off > (size_t)INT_MAX ? INT_MAX : (int)(bytes - off);
+        if (MPI_Bcast((char *)buf + off, chunk, MPI_BYTE, root, c->world))
+            return -EIO;
+        if (c->rank == root)
+            count_sent(c, (uint64_t)chunk * (uint64_t)(c->size - 1));
+        off += (size_t)chunk;
+    }
+    return 0;
+}
+
+int comm_gather_bytes(comm *c, const void *send, int bytes, void **recv, int *counts)
+{
+    int P = comm_size(c);
+    *recv = NULL;
+    if (!c || P == 1) {
+        counts[0] = bytes;
+        *recv = malloc((size_t)bytes + 1);
+        if (!*recv)
+            return -ENOMEM;
+        memcpy(*recv, send, (size_t)bytes);
+        return 0;
+    }
+    if (MPI_Gather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, c->world))
+        return -EIO;
+    int *displs = NULL, rc = 0;
+    if (c->rank == 0) {
+        long total = 0;
+        displs = malloc((size_t)P * sizeof(int));
+        for (int p = 0; displs && p < P; p++) {
+            displs[p] = (int)total;
+            total += counts[p];
+        }
+        /* the root cannot refuse alone: it still takes part, with nothing */
+        *recv = displs && total <= INT_MAX ? malloc((size_t)total + 1) : NULL;
+        if (!*recv)
+            rc = -ENOMEM;
+    }
+    if (MPI_Gatherv(send, bytes, MPI_BYTE, rc ? NULL : *recv, counts, displs, MPI_BYTE, 0,
+                    c->world) && !rc)
+        rc = -EIO;
+    count_sent(c, (uint64_t)bytes);
+    free(displs);
+    if (rc) {
+        free(*recv);
+        *recv = NULL;
+    }
+    return rc;
 }
 
 int comm_barrier(comm *c)
@@ -139,7 +248,7 @@ int comm_exchange_counts(comm *c, const int *send_counts, int *recv_counts)
         recv_counts[0] = send_counts[0];
         return 0;
     }
-    c->bytes_sent += (uint64_t)(c->size - 1) * sizeof(int);
+    count_sent(c, (uint64_t)(c->size - 1) * sizeof(int));
     return MPI_Alltoall(send_counts, 1, MPI_INT, recv_counts, 1, MPI_INT, c->world) ? -EIO : 0;
 }
 
@@ -159,26 +268,62 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
             memcpy(recv, send, (size_t)send_counts[0] * item_bytes);
         return 0;
     }
-    /* Counts in bytes so that one routine serves rows of any width. */
+    /* Counts in items of a contiguous type of item_bytes, so that one
+     * routine serves rows of any width and a rank pair may move 2^31 rows,
+     * not 2 GiB.  Only the displacements (sums of a rank's counts, in rows)
+     * could overflow: more than 2^31 rows to or from one rank, which no
+     * batch that fits in memory reaches; the caller then ends the job
+     * (docs/robustness.md), as the other ranks may already be waiting. */
+    if (c->item_bytes != item_bytes || c->item_type == MPI_DATATYPE_NULL) {
+        if (c->item_type != MPI_DATATYPE_NULL)
+            MPI_Type_free(&c->item_type);
+        if (item_bytes > (size_t)INT_MAX ||
+            MPI_Type_contiguous((int)item_bytes, MPI_BYTE, &c->item_type) ||
+            MPI_Type_commit(&c->item_type)) {
+            c->item_type = MPI_DATATYPE_NULL;
+            return -EIO;
+        }
+        c->item_bytes = item_bytes;
+    }
     long sd = 0, rd = 0;
     for (int p = 0; p < size; p++) {
-        long sb = (long)send_counts[p] * (long)item_bytes;
-        long rb = (long)recv_counts[p] * (long)item_bytes;
-        if (sb > INT_MAX || rb > INT_MAX || sd > INT_MAX || rd > INT_MAX)
+        if (sd > INT_MAX || rd > INT_MAX)
             return -EOVERFLOW;
-        c->bytes_send[p] = (int)sb;
-        c->bytes_recv[p] = (int)rb;
         c->displs_send[p] = (int)sd;
         c->displs_recv[p] = (int)rd;
         if (p != c->rank)
-            c->bytes_sent += (uint64_t)sb;
-        sd += sb;
-        rd += rb;
+            count_sent(c, (uint64_t)send_counts[p] * item_bytes);
+        sd += send_counts[p];
+        rd += recv_counts[p];
     }
-    if (MPI_Alltoallv(send, c->bytes_send, c->displs_send, MPI_BYTE, recv, c->bytes_recv,
-                      c->displs_recv, MPI_BYTE, c->world))
+    if (MPI_Alltoallv(send, send_counts, c->displs_send, c->item_type, recv, recv_counts,
+                      c->displs_recv, c->item_type, c->world))
         return -EIO;
     return 0;
+}
+
+int comm_agree(comm *c, int rc, char *msg, int len)
+{
+    if (!c || c->size == 1)
+        return rc;
+    int first = rc ? c->rank : c->size;
+    if (MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, c->world))
+        return -EIO;
+    if (first == c->size)
+        return 0;
+    struct {
+        int rc;
+        char text[1024];
+    } m = { rc, "" };
+    if (c->rank == first && first)
+        snprintf(m.text, sizeof(m.text), "rank %d: %.1000s", first, msg ? msg : "");
+    else if (c->rank == first)
+        snprintf(m.text, sizeof(m.text), "%.1000s", msg ? msg : "");
+    if (MPI_Bcast(&m, (int)sizeof(m), MPI_BYTE, first, c->world))
+        return -EIO;
+    if (msg && len > 0)
+        snprintf(msg, (size_t)len, "%s", m.text);
+    return m.rc ? m.rc : -ECANCELED;
 }
 
 void comm_abort(comm *c, int code)

@@ -25,7 +25,15 @@ int comm_allreduce_sum_double(comm *c, double *buf, int n);
  * says so, every rank learns it, and all stop together instead of hanging). */
 int comm_allreduce_max_int(comm *c, int *v);
 int comm_allreduce_min_int(comm *c, int *v);
+/* Any size: in chunks of at most 2^31 - 1 bytes. */
 int comm_bcast(comm *c, void *buf, size_t bytes, int root);
+/* Rank 0 receives every rank's bytes, in rank order, into a malloc'd *recv
+ * (counts[P] their sizes); other ranks get *recv NULL.  Collective. */
+int comm_gather_bytes(comm *c, const void *send, int bytes, void **recv, int *counts);
+/* The ranks of c with the same color, as a communicator of their own (ranked
+ * as in c); collective over c.  A NULL c gives NULL (one rank). */
+int comm_split(comm *c, int color, comm **out);
+void comm_free(comm **c);
 int comm_barrier(comm *c);
 
 /* recv_counts[p] = what rank p will send this rank, given what this rank
@@ -40,6 +48,12 @@ int comm_exchange_counts(comm *c, const int *send_counts, int *recv_counts);
  * gradients. */
 int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv,
                    const int *recv_counts, int *recv_counts_out, size_t item_bytes);
+
+/* An agreement point (docs/robustness.md): every rank calls it at the same
+ * place with its own outcome; all return the code of the lowest failing
+ * rank (0 when none failed), and msg becomes that rank's message, prefixed
+ * "rank N: " when N is not 0.  Collective. */
+int comm_agree(comm *c, int rc, char *msg, int len);
 
 /* Stop every rank now (after a message has been printed). */
 void comm_abort(comm *c, int code);

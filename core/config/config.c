@@ -1109,5 +1109,6 @@ model_dims config_dims(const run_config *c)
 {
     return (model_dims){ .vocab = c->vocab, .d_model = c->d_model, .n_heads = c->n_heads,
                          .d_head = c->n_heads > 0 ? c->d_model / c->n_heads : 0,
-                         .d_ff = c->d_ff, .n_layers = c->n_layers, .seq_len = c->seq_len };
+                         .d_ff = c->d_ff, .n_layers = c->n_layers, .seq_len = c->seq_len,
+                         .ranks = 1, .rank = 0 };
 }

@@ -2,10 +2,14 @@
 
 #include "core/io/h5util.h"
 
+#include "core/comm/comm.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int write_layer_attrs(hid_t f, const model *m)
 {
@@ -56,59 +60,203 @@ static int write_root_attrs(hid_t f, const model *m, const char *config_text, lo
  * tensor under its MODEL.md path. */
 static const char *const ckpt_prefix[3] = { "", "optim/m/", "optim/v/" };
 
-int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
-                    uint64_t seed, char *err, int err_len)
+/* Who writes what: rank r writes shared tensor t when t mod P = r, and the
+ * slices of its own experts (with P > E only the first group of E ranks:
+ * the others hold replicas of the same experts). */
+static bool writes_tensor(const model_tensor *t, int ti, int P, int rank)
 {
-    h5_out *o = NULL;
-    const float *bufs[3] = { m->params, m->adam_m, m->adam_v };
-    long *ds = malloc((size_t)(3 * m->n_tensors + 1) * sizeof(long));
+    if (!t->desc.expert_dim || P == 1)
+        return ti % P == rank;
+    return P <= t->desc.shape[0] || rank < t->desc.shape[0];
+}
+
+/* Phase messages of the collective save (a fixed layout, so every rank
+ * takes part in the same collectives whatever failed). */
+enum { MSG_LEN = 512 };
+typedef struct save_status {
+    int64_t rc;
+    char msg[MSG_LEN];
+} save_status;
+
+/* Rank 0: create and lay out the file; offsets[3 n_tensors] of the
+ * datasets.  Every rank: nothing. */
+static int lay_out(h5_out **o, const char *path, const model *m, const char *config_text,
+                   long step, uint64_t seed, uint64_t *offsets, char *err, int err_len)
+{
+    int n = m->n_tensors;
+    uint64_t bytes = 0;
+    for (int t = 0; t < n; t++)
+        bytes += 3u * (uint64_t)tensor_numel(&m->tensors[t].desc) * sizeof(float);
+    long *ds = malloc((size_t)(3 * n + 1) * sizeof(long));
     if (!ds)
         return -ENOMEM;
-    int rc = h5_out_create(&o, path, 3 * (uint64_t)m->n_params * sizeof(float), err, err_len);
-    if (rc)
-        goto out;
-    rc = write_root_attrs(h5_out_file(o), m, config_text, step, seed);
+    int rc = h5_out_create(o, path, bytes, err, err_len);
+    if (!rc)
+        rc = write_root_attrs(h5_out_file(*o), m, config_text, step, seed);
     for (int b = 0; !rc && b < 3; b++) {
-        for (int t = 0; !rc && t < m->n_tensors; t++) {
+        for (int t = 0; !rc && t < n; t++) {
             const model_tensor *mt = &m->tensors[t];
             hsize_t dims[3];
             for (int i = 0; i < mt->desc.ndim; i++)
                 dims[i] = (hsize_t)mt->desc.shape[i];
             char name[MODE_TENSOR_PATH + 16];
             snprintf(name, sizeof(name), "%s%s", ckpt_prefix[b], mt->path);
-            ds[b * m->n_tensors + t] = h5_out_dataset(o, name, H5T_IEEE_F32LE, mt->desc.ndim,
-                                                      dims);
-            if (ds[b * m->n_tensors + t] < 0)
+            ds[b * n + t] = h5_out_dataset(*o, name, H5T_IEEE_F32LE, mt->desc.ndim, dims);
+            if (ds[b * n + t] < 0)
                 rc = -EIO;
         }
         if (!rc && b == 0)
-            rc = write_layer_attrs(h5_out_file(o), m);
+            rc = write_layer_attrs(h5_out_file(*o), m);
     }
-    if (rc) {
+    if (rc && *o)
         snprintf(err, (size_t)err_len, "%s: writing the checkpoint failed", path);
-        goto out;
-    }
-    if ((rc = h5_out_layout(o, err, err_len)))
-        goto out;
-    for (int b = 0; !rc && b < 3; b++)
-        for (int t = 0; !rc && t < m->n_tensors; t++)
-            rc = h5_out_write(o, ds[b * m->n_tensors + t], 0, bufs[b] + m->tensors[t].offset,
-                              (uint64_t)m->tensors[t].numel * sizeof(float));
-    if (rc) {
-        snprintf(err, (size_t)err_len, "%s: writing the checkpoint failed: %s", path,
-                 strerror(-rc));
-        goto out;
-    }
-    rc = h5_out_finish(&o, NULL, 0, err, err_len);
-out:
-    h5_out_abandon(&o);
+    if (!rc)
+        rc = h5_out_layout(*o, err, err_len);
+    for (int i = 0; !rc && i < 3 * n; i++)
+        offsets[i] = h5_out_offset(*o, ds[i]);
     free(ds);
     return rc;
 }
 
-static hid_t open_h5(const char *path, char *err, int err_len)
+/* This rank's pieces into the laid-out file: pwrite at the offsets, each
+ * piece's CRC into pieces (at most 3 n_tensors). */
+static int write_share(const char *tmp, const model *m, const uint64_t *offsets, int P, int rank,
+                       h5_piece *pieces, int *n_pieces)
 {
-    return h5_open_checked(path, err, err_len);
+    const float *bufs[3] = { m->params, m->adam_m, m->adam_v };
+    int n = m->n_tensors, rc = 0;
+    *n_pieces = 0;
+    int fd = open(tmp, O_WRONLY);
+    if (fd < 0)
+        return -errno;
+    for (int b = 0; !rc && b < 3; b++) {
+        for (int t = 0; !rc && t < n; t++) {
+            const model_tensor *mt = &m->tensors[t];
+            if (!writes_tensor(mt, t, P, rank) || mt->numel == 0)
+                continue;
+            uint64_t at = offsets[b * n + t] +
+                          (uint64_t)mt->expert0 * (uint64_t)mt->slice * sizeof(float);
+            rc = h5_write_piece(fd, at, bufs[b] + mt->offset,
+                                (uint64_t)mt->numel * sizeof(float), &pieces[(*n_pieces)++]);
+        }
+    }
+    if (!rc && fsync(fd))
+        rc = -errno;
+    if (close(fd) && !rc)
+        rc = -EIO;
+    return rc;
+}
+
+int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
+                    uint64_t seed, comm *cm, char *err, int err_len)
+{
+    int P = comm_size(cm), rank = comm_rank(cm), n = m->n_tensors, rc = 0;
+    size_t off_bytes = (size_t)3 * n * sizeof(uint64_t);
+    /* phase 1, rank 0: the layout; then its status and the offsets to all */
+    char *a = calloc(1, sizeof(save_status) + off_bytes);
+    h5_piece *pieces = malloc((size_t)(3 * n + 1) * sizeof(h5_piece));
+    h5_out *o = NULL;
+    if (!a || !pieces) {
+        free(a);
+        free(pieces);
+        snprintf(err, (size_t)err_len, "%s: out of memory", path);
+        return -ENOMEM; /* before any collective: the caller ends the job */
+    }
+    save_status *st = (save_status *)a;
+    uint64_t *offsets = (uint64_t *)(a + sizeof(save_status));
+    if (rank == 0) {
+        st->rc = lay_out(&o, path, m, config_text, step, seed, offsets, st->msg, MSG_LEN);
+    }
+    if ((rc = comm_bcast(cm, a, sizeof(save_status) + off_bytes, 0)))
+        st->rc = rc;
+    /* phase 2, every rank: its share; the statuses and pieces to rank 0 */
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int n_pieces = 0;
+    size_t mine_bytes = sizeof(save_status) + sizeof(int64_t) + (size_t)(3 * n) * sizeof(h5_piece);
+    char *mine = calloc(1, mine_bytes);
+    save_status *ms = (save_status *)mine;
+    if (!mine) {
+        rc = -ENOMEM;
+    } else if (st->rc) {
+        ms->rc = st->rc; /* nothing to write into */
+    } else if ((ms->rc = write_share(tmp, m, offsets, P, rank, pieces, &n_pieces))) {
+        snprintf(ms->msg, MSG_LEN, "%s: writing the checkpoint's data failed: %s", path,
+                 strerror((int)-ms->rc));
+    }
+    if (mine) {
+        memcpy(mine + sizeof(save_status), &(int64_t){ n_pieces }, sizeof(int64_t));
+        memcpy(mine + sizeof(save_status) + sizeof(int64_t), pieces,
+               (size_t)n_pieces * sizeof(h5_piece));
+    }
+    void *all = NULL;
+    int *counts = malloc((size_t)P * sizeof(int));
+    int grc = counts ? comm_gather_bytes(cm, mine ? mine : (char *)st,
+                                         mine ? (int)mine_bytes : (int)sizeof(save_status), &all,
+                                         counts)
+                     : -ENOMEM;
+    /* phase 3, rank 0: every status; all good, the pieces seal the file;
+     * the outcome to all */
+    save_status fin = { 0 };
+    if (rank == 0) {
+        if (grc || !all) {
+            fin.rc = grc ? grc : -ENOMEM;
+            snprintf(fin.msg, MSG_LEN, "%s: gathering the checkpoint's pieces failed", path);
+        }
+        h5_piece *more = NULL;
+        int n_more = 0;
+        char *at = all;
+        for (int p = 0; !fin.rc && p < P; p++, at += counts[p - 1]) {
+            const save_status *ps = (const save_status *)at;
+            if (ps->rc) {
+                fin.rc = ps->rc;
+                if (p && st->rc == 0)
+                    snprintf(fin.msg, MSG_LEN, "rank %d: %.480s", p, ps->msg);
+                else
+                    snprintf(fin.msg, MSG_LEN, "%s", p ? ps->msg : st->rc ? st->msg : ps->msg);
+                break;
+            }
+            if (p == 0)
+                continue; /* rank 0's own pieces are the writer's */
+            int64_t np;
+            memcpy(&np, at + sizeof(save_status), sizeof(np));
+            h5_piece *grown = realloc(more, (size_t)(n_more + np + 1) * sizeof(h5_piece));
+            if (!grown) {
+                fin.rc = -ENOMEM;
+                break;
+            }
+            more = grown;
+            memcpy(more + n_more, at + sizeof(save_status) + sizeof(int64_t),
+                   (size_t)np * sizeof(h5_piece));
+            n_more += (int)np;
+        }
+        if (!fin.rc && o) {
+            /* rank 0's pieces were written through its own descriptor, not
+             * the h5_out: pass them with the others */
+            h5_piece *both = realloc(more, (size_t)(n_more + n_pieces + 1) * sizeof(h5_piece));
+            if (!both) {
+                fin.rc = -ENOMEM;
+            } else {
+                more = both;
+                memcpy(more + n_more, pieces, (size_t)n_pieces * sizeof(h5_piece));
+                n_more += n_pieces;
+                fin.rc = h5_out_finish(&o, more, n_more, fin.msg, MSG_LEN);
+            }
+        }
+        free(more);
+        h5_out_abandon(&o); /* a failure: the temporary goes, the old file stays */
+    }
+    rc = comm_bcast(cm, &fin, sizeof(fin), 0);
+    if (!rc)
+        rc = (int)fin.rc;
+    if (rc)
+        snprintf(err, (size_t)err_len, "%s", fin.msg[0] ? fin.msg : "writing the checkpoint failed");
+    free(counts);
+    free(all);
+    free(mine);
+    free(pieces);
+    free(a);
+    return rc;
 }
 
 void ckpt_meta_clear(ckpt_meta *meta)
@@ -117,27 +265,81 @@ void ckpt_meta_clear(ckpt_meta *meta)
     memset(meta, 0, sizeof(*meta));
 }
 
-int checkpoint_read_meta(const char *path, ckpt_meta *meta, char *err, int err_len)
+/* The seal, checked by every rank on a 1/P slice of the body: each CRCs
+ * its slice, rank 0 combines them in order and compares with the user
+ * block.  The outcome to all.  Collective. */
+static int check_seal(const char *path, comm *cm, char *err, int err_len)
+{
+    int P = comm_size(cm), rank = comm_rank(cm);
+    if (P == 1)
+        return h5_check_seal(path, err, err_len);
+    struct part {
+        int64_t rc;
+        uint64_t len;
+        uint32_t crc;
+    } mine = { 0, 0, 0 };
+    uint64_t body = 0;
+    mine.rc = h5_body_part_crc(path, rank, P, &mine.crc, &mine.len, &body);
+    void *all = NULL;
+    int *counts = malloc((size_t)P * sizeof(int));
+    int rc = counts ? comm_gather_bytes(cm, &mine, (int)sizeof(mine), &all, counts) : -ENOMEM;
+    save_status fin = { 0 };
+    if (rank == 0) {
+        const struct part *parts = all;
+        uint32_t crc = 0;
+        fin.rc = rc ? rc : all ? 0 : -ENOMEM;
+        for (int p = 0; !fin.rc && p < P; p++) {
+            if (parts[p].rc)
+                fin.rc = parts[p].rc;
+            else
+                crc = h5_crc32_combine(crc, parts[p].crc, parts[p].len);
+        }
+        if (fin.rc)
+            /* missing, unreadable, not ours: the one-process check says which */
+            h5_check_seal(path, fin.msg, MSG_LEN);
+        else
+            fin.rc = h5_seal_matches(path, body, crc, fin.msg, MSG_LEN);
+        if (fin.rc && !fin.msg[0])
+            snprintf(fin.msg, MSG_LEN, "%s: cannot be read", path);
+    }
+    if (comm_bcast(cm, &fin, sizeof(fin), 0) && !fin.rc)
+        fin.rc = -EIO;
+    if (fin.rc)
+        snprintf(err, (size_t)err_len, "%s", fin.msg);
+    free(counts);
+    free(all);
+    return (int)fin.rc;
+}
+
+int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err, int err_len)
 {
     memset(meta, 0, sizeof(*meta));
-    hid_t f = open_h5(path, err, err_len);
-    if (f < 0)
-        return -EIO;
-    int rc = 0;
-    char *seed = h5_attr_read_string(f, "seed");
-    meta->config = h5_attr_read_string(f, "config");
-    if (!meta->config || !seed || h5_attr_read_long(f, "step", &meta->step)) {
+    h5_quiet();
+    int rc = check_seal(path, cm, err, err_len);
+    if (rc)
+        return rc < 0 ? rc : -EIO;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char *seed = f < 0 ? NULL : h5_attr_read_string(f, "seed");
+    meta->config = f < 0 ? NULL : h5_attr_read_string(f, "config");
+    if (f < 0) {
+        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
+        rc = -EIO;
+    } else if (!meta->config || !seed || h5_attr_read_long(f, "step", &meta->step)) {
         snprintf(err, (size_t)err_len,
                  "%s: not a mode checkpoint (missing attribute config, seed or step)", path);
         rc = -EINVAL;
         ckpt_meta_clear(meta);
-    } else
+    } else {
         meta->seed = strtoull(seed, NULL, 10);
+    }
     free(seed);
-    H5Fclose(f);
-    return rc;
+    if (f >= 0)
+        H5Fclose(f);
+    return comm_agree(cm, rc, err, err_len);
 }
 
+/* The tensors into buf: shared ones whole, an expert tensor's rows of the
+ * experts this model holds. */
 static int read_tensors(hid_t f, const char *path, model *m, const char *prefix, float *buf,
                         char *err, int err_len)
 {
@@ -148,7 +350,12 @@ static int read_tensors(hid_t f, const char *path, model *m, const char *prefix,
             dims[i] = (hsize_t)mt->desc.shape[i];
         char name[MODE_TENSOR_PATH + 16], why[256];
         snprintf(name, sizeof(name), "%s%s", prefix, mt->path);
-        int rc = h5_read_floats(f, name, buf + mt->offset, mt->desc.ndim, dims, why, sizeof(why));
+        int rc = mt->desc.expert_dim
+                     ? h5_read_floats_rows(f, name, buf + mt->offset, mt->desc.ndim, dims,
+                                           (hsize_t)mt->expert0, (hsize_t)mt->experts, why,
+                                           sizeof(why))
+                     : h5_read_floats(f, name, buf + mt->offset, mt->desc.ndim, dims, why,
+                                      sizeof(why));
         if (rc) {
             snprintf(err, (size_t)err_len, "%s: %s", path, why);
             return rc;
@@ -157,16 +364,23 @@ static int read_tensors(hid_t f, const char *path, model *m, const char *prefix,
     return 0;
 }
 
-int checkpoint_load(const char *path, model *m, bool with_optim, char *err, int err_len)
+int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char *err,
+                    int err_len)
 {
-    hid_t f = open_h5(path, err, err_len);
-    if (f < 0)
-        return -EIO;
-    int rc = read_tensors(f, path, m, "", m->params, err, err_len);
+    h5_quiet();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int rc = 0;
+    if (f < 0) {
+        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
+        rc = -EIO;
+    }
+    if (!rc)
+        rc = read_tensors(f, path, m, "", m->params, err, err_len);
     if (!rc && with_optim)
         rc = read_tensors(f, path, m, "optim/m/", m->adam_m, err, err_len);
     if (!rc && with_optim)
         rc = read_tensors(f, path, m, "optim/v/", m->adam_v, err, err_len);
-    H5Fclose(f);
-    return rc;
+    if (f >= 0)
+        H5Fclose(f);
+    return comm_agree(cm, rc, err, err_len);
 }

@@ -3,7 +3,9 @@
  * attributes; the root with the resolved config and the model sizes; the
  * Adam moments under optim/m/ and optim/v/ with the same paths; the step.
  * Every random draw is keyed by (seed, step, ...), so seed and step are the
- * whole RNG state.  Written atomically: a crash leaves the previous file. */
+ * whole RNG state.  Written atomically: a crash leaves the previous file;
+ * the CRC-32 of the whole file is combined from every writer's pieces
+ * (docs/hdf5.md). */
 #ifndef MODE_CORE_IO_CHECKPOINT_H
 #define MODE_CORE_IO_CHECKPOINT_H
 
@@ -11,19 +13,35 @@
 
 #include <stdbool.h>
 
+struct comm;
+
 typedef struct ckpt_meta {
     long step;      /* optimizer updates done */
     uint64_t seed;
     char *config;   /* malloc'd resolved INI text */
 } ckpt_meta;
 
+/* Write the checkpoint, collectively over cm (NULL: one process): one file,
+ * MODEL.md's names and whole shapes (experts_w1 is [E][d][f] whatever the
+ * rank count).  Rank 0 lays the file out (h5util.h, h5_out); every rank
+ * writes its share: its own experts' slices, and the shared tensors spread
+ * over the ranks (tensor t by rank t mod P); rank 0 gathers the pieces'
+ * CRCs and seals the file.  No rank ever holds another's experts.  Every
+ * rank returns the same code; err holds the failing rank's message. */
 int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
-                    uint64_t seed, char *err, int err_len);
-/* Read the metadata (config text, step, seed) to rebuild the model. */
-int checkpoint_read_meta(const char *path, ckpt_meta *meta, char *err, int err_len);
+                    uint64_t seed, struct comm *cm, char *err, int err_len);
+/* Check the file's seal (every rank reads a 1/P slice of it, rank 0
+ * combines the CRCs), then read the metadata (config text, step, seed) to
+ * rebuild the model.  Collective over cm. */
+int checkpoint_read_meta(const char *path, ckpt_meta *meta, struct comm *cm, char *err,
+                         int err_len);
 void ckpt_meta_clear(ckpt_meta *meta);
-/* Fill m's parameters (and the Adam moments when with_optim) from path; every
- * tensor must exist with the model's shape. */
-int checkpoint_load(const char *path, model *m, bool with_optim, char *err, int err_len);
+/* Fill m's parameters (and the Adam moments when with_optim) from path: the
+ * shared tensors whole, and only the experts m holds (m->dims ranks and
+ * rank), whatever rank count wrote the file: resharding is reading other
+ * rows.  Every tensor must exist with the model's whole shape.  Collective
+ * over cm (the seal was checked by checkpoint_read_meta). */
+int checkpoint_load(const char *path, model *m, bool with_optim, struct comm *cm, char *err,
+                    int err_len);
 
 #endif

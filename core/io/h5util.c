@@ -67,6 +67,13 @@ int h5_write_ints(hid_t loc, const char *name, const int32_t *data, int ndim, co
 int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
                    char *err, int err_len)
 {
+    return h5_read_floats_rows(loc, name, data, ndim, dims, 0, ndim > 0 ? dims[0] : 1, err,
+                               err_len);
+}
+
+int h5_read_floats_rows(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
+                        hsize_t row0, hsize_t rows, char *err, int err_len)
+{
     int rc = -EINVAL;
     hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
     if (ds < 0) {
@@ -95,12 +102,31 @@ int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsi
             goto out;
         }
     }
-    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    hid_t fspace = H5S_ALL, mspace = H5S_ALL;
+    if (ndim > 0 && (row0 != 0 || rows != dims[0])) {
+        hsize_t start[8] = { row0 }, count[8];
+        for (int i = 0; i < nd; i++)
+            count[i] = i ? dims[i] : rows;
+        fspace = H5Scopy(space);
+        mspace = H5Screate_simple(nd, count, NULL);
+        if (row0 + rows > dims[0] ||
+            H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0) {
+            snprintf(err, (size_t)err_len, "dataset '%s': rows %llu to %llu do not exist", name,
+                     (unsigned long long)row0, (unsigned long long)(row0 + rows));
+            goto close_spaces;
+        }
+    }
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, data) < 0) {
         snprintf(err, (size_t)err_len, "dataset '%s' cannot be read", name);
         rc = -EIO;
-        goto out;
+        goto close_spaces;
     }
     rc = 0;
+close_spaces:
+    if (fspace != H5S_ALL)
+        H5Sclose(fspace);
+    if (mspace != H5S_ALL)
+        H5Sclose(mspace);
 out:
     H5Tclose(type);
     H5Sclose(space);
@@ -319,6 +345,24 @@ static int body_crc(FILE *f, uint32_t *crc, uint64_t *len)
     return ferror(f) ? -EIO : 0;
 }
 
+/* CRC-32 of bytes [from, to) of the file, read back. */
+static int crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc)
+{
+    static uint8_t buf[1 << 16];
+    *crc = 0;
+    while (from < to) {
+        size_t want = to - from < sizeof(buf) ? (size_t)(to - from) : sizeof(buf);
+        ssize_t got = pread(fd, buf, want, (off_t)from);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return -EIO;
+        *crc = h5_crc32(*crc, buf, (size_t)got);
+        from += (uint64_t)got;
+    }
+    return 0;
+}
+
 static void put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -331,6 +375,55 @@ static uint64_t get_u64(const uint8_t *p)
     for (int i = 0; i < 8; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+int h5_body_part_crc(const char *path, int part, int parts, uint32_t *crc, uint64_t *len,
+                     uint64_t *body)
+{
+    *crc = 0;
+    *len = 0;
+    *body = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) ? -errno : 0;
+    if (!rc && (uint64_t)st.st_size < H5_USERBLOCK)
+        rc = -EINVAL;
+    if (!rc) {
+        *body = (uint64_t)st.st_size - H5_USERBLOCK;
+        uint64_t from = H5_USERBLOCK + *body * (uint64_t)part / (uint64_t)parts;
+        uint64_t to = H5_USERBLOCK + *body * (uint64_t)(part + 1) / (uint64_t)parts;
+        *len = to - from;
+        rc = crc_range(fd, from, to, crc);
+    }
+    close(fd);
+    return rc;
+}
+
+int h5_seal_matches(const char *path, uint64_t body, uint32_t crc, char *err, int err_len)
+{
+    uint8_t head[32];
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(head, 1, sizeof(head), f) : 0;
+    if (f)
+        fclose(f);
+    if (got != sizeof(head) || memcmp(head, H5_MAGIC, 8)) {
+        snprintf(err, (size_t)err_len, "%s: not an HDF5 file written by mode", path);
+        return -EINVAL;
+    }
+    if (body != get_u64(head + 8)) {
+        snprintf(err, (size_t)err_len, "%s: truncated or extended: %llu bytes after the header, "
+                 "%llu written", path, (unsigned long long)body,
+                 (unsigned long long)get_u64(head + 8));
+        return -EINVAL;
+    }
+    if (crc != (uint32_t)get_u64(head + 16)) {
+        snprintf(err, (size_t)err_len, "%s: corrupted (CRC-32 %08x, %08x written)", path,
+                 (unsigned)crc, (unsigned)get_u64(head + 16));
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int h5_check_seal(const char *path, char *err, int err_len)
@@ -631,24 +724,6 @@ static int cmp_piece(const void *a, const void *b)
 {
     uint64_t x = ((const h5_piece *)a)->off, y = ((const h5_piece *)b)->off;
     return (x > y) - (x < y);
-}
-
-/* CRC-32 of bytes [from, to) of the file, read back. */
-static int crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc)
-{
-    static uint8_t buf[1 << 16];
-    *crc = 0;
-    while (from < to) {
-        size_t want = to - from < sizeof(buf) ? (size_t)(to - from) : sizeof(buf);
-        ssize_t got = pread(fd, buf, want, (off_t)from);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return -EIO;
-        *crc = h5_crc32(*crc, buf, (size_t)got);
-        from += (uint64_t)got;
-    }
-    return 0;
 }
 
 int h5_out_finish(h5_out **po, const h5_piece *more, int n_more, char *err, int err_len)

@@ -26,6 +26,10 @@ int h5_write_ints(hid_t loc, const char *name, const int32_t *data, int ndim,
  * description of the mismatch in err). */
 int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
                    char *err, int err_len);
+/* Rows [row0, row0 + rows) of dimension 0 of a float dataset whose whole
+ * shape must be dims (a rank's experts of an [E][...] tensor). */
+int h5_read_floats_rows(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
+                        hsize_t row0, hsize_t rows, char *err, int err_len);
 /* Read a 1-D dataset of n values into a malloc'd array (*out), any length. */
 int h5_read_doubles_1d(hid_t loc, const char *name, double **out, hsize_t *n);
 int h5_read_longs_1d(hid_t loc, const char *name, long **out, hsize_t *n);
@@ -56,6 +60,13 @@ hid_t h5_create(const char *path);
 hid_t h5_open_checked(const char *path, char *err, int err_len);
 /* Check the seal of path without opening it in HDF5 (err as above). */
 int h5_check_seal(const char *path, char *err, int err_len);
+/* The seal checked by many readers: part p of parts CRCs its slice of the
+ * body (*crc, *len; *body the whole body's length), then one reader combines
+ * the parts' CRCs in order (h5_crc32_combine) and compares with the user
+ * block (h5_seal_matches: -EINVAL with the reason in err when not). */
+int h5_body_part_crc(const char *path, int part, int parts, uint32_t *crc, uint64_t *len,
+                     uint64_t *body);
+int h5_seal_matches(const char *path, uint64_t body, uint32_t crc, char *err, int err_len);
 uint32_t h5_crc32(uint32_t crc, const void *data, size_t n);
 /* The CRC-32 of A followed by B, from crc(A), crc(B) and B's length. */
 uint32_t h5_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);

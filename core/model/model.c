@@ -87,6 +87,17 @@ static int add_tensor(model *m, int cap, const char *path, const tensor_desc *d,
     t->layer = layer_index;
     t->offset = m->n_params;
     t->numel = tensor_numel(d);
+    t->expert0 = 0;
+    t->experts = d->expert_dim ? d->shape[0] : 0;
+    t->slice = d->expert_dim && d->shape[0] > 0 ? t->numel / d->shape[0] : 0;
+    if (d->expert_dim) { /* this rank's experts only */
+        int E = d->shape[0], P = m->dims.ranks;
+        if (P > 1 && E % P && P % E)
+            return -EDOM; /* E neither a multiple nor a divisor of P */
+        t->expert0 = experts_first(E, P, m->dims.rank);
+        t->experts = experts_local(E, P);
+        t->numel = t->slice * t->experts;
+    }
     /* keep every tensor 16-float aligned for the vector loops */
     m->n_params += ((size_t)t->numel + 15) & ~(size_t)15;
     return 0;
@@ -110,6 +121,11 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
     if (!m)
         return -ENOMEM;
     m->dims = *dims;
+    if (m->dims.ranks < 1) { /* unset: one rank holds everything */
+        m->dims.ranks = 1;
+        m->dims.rank = 0;
+    }
+    dims = &m->dims;
     m->max_seq = max_seq;
     int L = dims->n_layers;
     if (L < 1 || L > MODE_MAX_LAYERS) {
@@ -161,7 +177,13 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
         for (int t = 0; t < n; t++) {
             char path[MODE_TENSOR_PATH];
             snprintf(path, sizeof(path), "layers/%d/%s", l, descs[t].name);
-            add_tensor(m, cap, path, &descs[t], l);
+            if (add_tensor(m, cap, path, &descs[t], l) == -EDOM) {
+                snprintf(err, (size_t)err_len, "layer %d (%s): %d experts cannot be spread "
+                         "over %d ranks: expected a multiple or a divisor of the rank count",
+                         l, ly->kind->name, descs[t].shape[0], dims->ranks);
+                free(descs);
+                goto fail;
+            }
         }
     }
     add_tensor(m, cap, "final_norm", &fnorm, -1);
@@ -231,6 +253,8 @@ void model_init(model *m, uint64_t seed)
         float *p = m->params + mt->offset;
         pcg32 rng;
         pcg32_keyed(&rng, seed, MODEL_INIT_KEY, (uint64_t)t, 0);
+        if (mt->desc.expert_dim) /* two outputs a normal draw */
+            pcg32_advance(&rng, 2u * (uint64_t)mt->expert0 * (uint64_t)mt->slice);
         for (long i = 0; i < mt->numel; i++) {
             switch (mt->desc.init) {
             case INIT_NORMAL: p[i] = mt->desc.init_std * pcg32_normal(&rng); break;

@@ -18,10 +18,14 @@
 
 typedef struct model_tensor {
     char path[MODE_TENSOR_PATH]; /* "tok_emb", "layers/3/wq", ... */
-    tensor_desc desc;
-    int layer;     /* -1 for tok_emb and final_norm */
-    size_t offset; /* into the flat buffers */
-    long numel;
+    tensor_desc desc;  /* the whole tensor's shape (shape[0] = E for experts) */
+    int layer;         /* -1 for tok_emb and final_norm */
+    size_t offset;     /* into the flat buffers */
+    long numel;        /* what this rank holds */
+    /* expert tensors (desc.expert_dim): this rank holds experts
+     * [expert0, expert0 + experts) of shape[0], numel = experts x slice */
+    int expert0, experts;
+    long slice;        /* elements of one expert */
 } model_tensor;
 
 typedef struct model {
@@ -29,7 +33,7 @@ typedef struct model {
     layer *layers;           /* [n_layers] */
     int n_tensors;
     model_tensor *tensors;   /* [n_tensors], in buffer order */
-    size_t n_params;
+    size_t n_params;         /* held by this rank (its experts only) */
     float *params, *grads, *adam_m, *adam_v; /* [n_params] each */
     float *tok_emb, *final_norm;   /* views into params */
     float *dtok_emb, *dfinal_norm; /* views into grads */
@@ -69,13 +73,17 @@ typedef struct fwd_result {
 } fwd_result;
 
 /* Build a model for up to max_seq local sequences from one spec per layer;
- * kinds are looked up in table.  On failure returns non-zero and writes what
- * was wrong (layer index, kind, expected) into err. */
+ * kinds are looked up in table.  dims->ranks and dims->rank place the
+ * experts: this rank allocates only its own (parameters, gradients, both
+ * moments).  On failure returns non-zero and writes what was wrong (layer
+ * index, kind, expected) into err. */
 int build_model(model **out, const model_dims *dims, const layer_spec *specs,
                 const layer_kind *const *table, int max_seq, char *err, int err_len);
 void free_model(model **m);
 
-/* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0). */
+/* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0)
+ * in row-major order, a rank's experts from their place in that stream, so
+ * a sharded model starts from the bits of the whole one. */
 #define MODEL_INIT_KEY 0x494e4954u
 void model_init(model *m, uint64_t seed);
 void model_zero_grad(model *m);

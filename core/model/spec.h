@@ -16,6 +16,11 @@ typedef struct model_dims {
     int d_ff;     /* dense MLP hidden width */
     int n_layers; /* L */
     int seq_len;  /* S */
+    /* Expert parallelism: the ranks the experts are spread over and this
+     * rank's index among them (0, 0 or 1, 0: one rank holds every expert).
+     * A rank allocates, updates and saves only its experts (experts_first,
+     * experts_local); everything else is whole on every rank. */
+    int ranks, rank;
 } model_dims;
 
 /* Hyper-parameters of one layer.  The kind decides which of them it reads
@@ -64,6 +69,18 @@ typedef struct tensor_desc {
 static inline bool experts_held(int E, int P, int rank, int e)
 {
     return P <= E ? e / (E / P) == rank : rank % E == e;
+}
+
+/* The experts a rank holds: [experts_first, experts_first + experts_local);
+ * with P > E each rank holds one, the group of E ranks all of them once. */
+static inline int experts_first(int E, int P, int rank)
+{
+    return P <= 1 ? 0 : P <= E ? rank * (E / P) : rank % E;
+}
+
+static inline int experts_local(int E, int P)
+{
+    return P <= 1 ? E : P <= E ? E / P : 1;
 }
 
 static inline long tensor_numel(const tensor_desc *t)

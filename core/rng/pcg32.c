@@ -24,6 +24,23 @@ static inline void pcg32_step(pcg32 *rng)
     rng->state = rng->state * PCG32_MULT + rng->inc;
 }
 
+void pcg32_advance(pcg32 *rng, uint64_t delta)
+{
+    /* state_{n+delta} = A state_n + C, with A = mult^delta and C the sum of
+     * inc mult^i for i < delta, built by squaring (mult, inc) per bit */
+    uint64_t mult = PCG32_MULT, plus = rng->inc, acc_mult = 1u, acc_plus = 0u;
+    while (delta > 0) {
+        if (delta & 1u) {
+            acc_mult *= mult;
+            acc_plus = acc_plus * mult + plus;
+        }
+        plus = (mult + 1u) * plus;
+        mult *= mult;
+        delta >>= 1;
+    }
+    rng->state = acc_mult * rng->state + acc_plus;
+}
+
 void pcg32_seed(pcg32 *rng, uint64_t initstate, uint64_t initseq)
 {
     /* Exactly the reference sequence: the two steps around adding initstate

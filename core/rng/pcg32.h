@@ -24,6 +24,10 @@ void pcg32_seed(pcg32 *rng, uint64_t initstate, uint64_t initseq);
 void pcg32_keyed(pcg32 *rng, uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
 
 uint32_t pcg32_next(pcg32 *rng);
+/* Skip delta outputs in O(log delta) steps (the LCG jumped ahead: Brown,
+ * "Random number generation with arbitrary stride", 1994), as delta calls
+ * of pcg32_next would; a pcg32_normal is two outputs. */
+void pcg32_advance(pcg32 *rng, uint64_t delta);
 /* Uniform integer in [0, bound), unbiased (rejection as in pcg32_boundedrand_r). */
 uint32_t pcg32_bounded(pcg32 *rng, uint32_t bound);
 /* Uniform float in [0, 1): 24 high bits. */

@@ -101,27 +101,12 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     return 0;
 }
 
-/* Every rank learns whether any rank failed, and every rank ends with the
- * message of the lowest failing rank (prefixed "rank N: " when that is not
- * rank 0), so the program prints one line from rank 0 and nobody hangs.
- * Every rank must call it at the same point (docs/robustness.md). */
+/* An agreement point (docs/robustness.md): every rank learns whether any
+ * rank failed, and ends with the message of the lowest failing rank, so the
+ * program prints one line from rank 0 and nobody hangs. */
 static int agree_msg(mode_ctx *ctx, int rc, char *err, int err_len)
 {
-    int first = rc ? ctx->rank : ctx->size;
-    if (comm_allreduce_min_int(ctx->comm, &first))
-        return -EIO;
-    if (first == ctx->size)
-        return 0;
-    if (err && ctx->size > 1) {
-        char buf[1024] = "";
-        if (ctx->rank == first && first == 0)
-            snprintf(buf, sizeof(buf), "%.1000s", err);
-        else if (ctx->rank == first)
-            snprintf(buf, sizeof(buf), "rank %d: %.900s", first, err);
-        comm_bcast(ctx->comm, buf, sizeof(buf), first);
-        snprintf(err, (size_t)err_len, "%s", buf);
-    }
-    return rc ? rc : -ECANCELED;
+    return comm_agree(ctx->comm, rc, err, err_len);
 }
 
 static int make_dirs(const char *dir)
@@ -447,10 +432,11 @@ static int record_model(trainer *t)
     double *fl = malloc(((size_t)L + 2) * sizeof(double));
     int rc = lp && fl ? 0 : -ENOMEM;
     int64_t total = 0;
-    for (int i = 0; !rc && i < m->n_tensors; i++) {
-        total += m->tensors[i].numel;
+    for (int i = 0; !rc && i < m->n_tensors; i++) { /* whole tensors: every expert */
+        long n = tensor_numel(&m->tensors[i].desc);
+        total += n;
         if (m->tensors[i].layer >= 0)
-            lp[m->tensors[i].layer] += m->tensors[i].numel;
+            lp[m->tensors[i].layer] += n;
     }
     if (!rc) {
         double all = model_flops_per_seq(m, fl); /* fl[0..L): the layers */
@@ -485,16 +471,17 @@ static void free_routing_windows(routing_windows *rw)
  * every rank reaches the agreement at the end. */
 static int save_all(trainer *t, long step, bool last, char *err, int err_len)
 {
-    /* rank 0 writes every expert: each one's current copy comes from its rank */
-    int rc = shard_sync(t->shard, t->ctx, t->m);
-    if (!rc && t->ctx->rank == 0) {
-        rc = run_record_flush(t->rec, t->run_h5, step, err, err_len);
-        if (!rc)
-            rc = checkpoint_save(t->ckpt_h5, t->m, t->ini, step, t->cfg->seed, err, err_len);
-        if (!rc && last)
-            rc = run_record_finish(t->run_h5, err, err_len);
-    }
-    return agree_msg(t->ctx, rc, err, err_len);
+    mode_ctx *ctx = t->ctx;
+    int rc = ctx->rank == 0 ? run_record_flush(t->rec, t->run_h5, step, err, err_len) : 0;
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
+        return rc;
+    /* every rank writes its share: its experts, some shared tensors */
+    if ((rc = checkpoint_save(t->ckpt_h5, t->m, t->ini, step, t->cfg->seed, ctx->comm, err,
+                              err_len)))
+        return rc;
+    if (last && ctx->rank == 0)
+        rc = run_record_finish(t->run_h5, err, err_len);
+    return agree_msg(ctx, rc, err, err_len);
 }
 
 /* The keys whose values differ between two resolved configs (INI text as
@@ -559,7 +546,7 @@ static void config_differences(const char *a, const char *b, char *buf, size_t l
 static int resume_from(trainer *t, char *err, int err_len)
 {
     ckpt_meta meta;
-    int rc = checkpoint_read_meta(t->ckpt_h5, &meta, err, err_len);
+    int rc = checkpoint_read_meta(t->ckpt_h5, &meta, t->ctx->comm, err, err_len);
     if (rc)
         return rc;
     if (strcmp(meta.config, t->ini) != 0) {
@@ -574,8 +561,10 @@ static int resume_from(trainer *t, char *err, int err_len)
     }
     t->start = meta.step;
     ckpt_meta_clear(&meta);
-    rc = checkpoint_load(t->ckpt_h5, t->m, true, err, err_len);
-    if (!rc && t->rec) {
+    /* the experts this rank holds now, whatever rank count wrote the file */
+    if ((rc = checkpoint_load(t->ckpt_h5, t->m, true, t->ctx->comm, err, err_len)))
+        return rc;
+    if (t->rec) {
         /* drop what a crash or a stop left past the checkpoint; the clock
          * and the skip count go on from the last row kept */
         rc = run_record_rewind(t->run_h5, t->start, err, err_len);
@@ -896,6 +885,8 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     trainer t = { .cfg = cfg, .ctx = ctx, .wall0 = mode_now() };
     model_dims dims = config_dims(cfg);
     int P = ctx->size;
+    dims.ranks = P; /* the experts spread over the ranks: each holds its own */
+    dims.rank = ctx->rank;
     int rc = -ENOMEM;
     /* the products' precision lives on the pool that runs them */
     thread_pool *own_pool = NULL, *caller_pool = ctx->pool;

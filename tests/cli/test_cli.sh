@@ -212,32 +212,36 @@ moe)
 			done
 		done
 	done
-	# Each rank updates only its own experts (core/train/shard.h); the
-	# checkpoint must still hold every expert as trained, whichever rank
-	# trained it: the expert weights of 2 and 4 ranks are those of 1 (a stale
-	# expert would be off by about lr x steps, 1e-2 here).
-	values() { # file dataset: the values, one a line
-		h5dump -y -w 0 -d "$2" "$1" | sed -n '/DATA {/,/^ *}/p' | sed '1d;$d' | tr ',' '\n' |
-			sed '/^ *$/d'
-	}
-	for n in 2 4; do
-		for l in 1 2 3; do
-			for t in experts_w1 experts_w3 experts_w2; do
-				values e1/tiny/ckpt.h5 "/layers/$l/$t" >a.txt
-				values "e$n/tiny/ckpt.h5" "/layers/$l/$t" >b.txt
-				[ -s a.txt ] && [ "$(wc -l <a.txt)" = "$(wc -l <b.txt)" ] ||
-					fail "layer $l $t unreadable"
-				paste a.txt b.txt | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
-					END { exit !(m < 1e-4) }' || fail "-n $n checkpoint: layer $l $t differs"
-			done
-		done
+	# Each rank holds, updates and writes only its own experts
+	# (core/train/shard.h, core/io/checkpoint.h); the one file they write
+	# holds the whole tensors: those of 2, 4 and 8 ranks are those of 1
+	# within float rounding (parameters and moments, relative to each
+	# tensor's largest value: sums in another order move gradients by up to
+	# 1e-4 at a near-tie of the routing (the grad_norm tolerance above), the
+	# second moments, of their squares, by 2e-4 seen; 1e-3 allowed, while a
+	# stale or misplaced expert is off by the order of its own size: 24
+	# Adam steps of lr 3e-3 against weights of 0.02).
+	for n in 2 4 8; do
+		"$compare" --tensors e1/tiny/ckpt.h5 "e$n/tiny/ckpt.h5" 1e-3 ||
+			fail "the checkpoint of $n ranks is not that of 1"
 	done
-	# and resuming from it (moments included) is the uninterrupted run
+	# resuming from it at the same rank count is the uninterrupted run, bit
+	# for bit; at another (the experts re-sharded: 2 -> 8, 8 -> 2, 4 -> 1)
+	# within float rounding (the tolerances of the -n comparisons above)
 	for n in 2 4; do
 		run "c$n" "$n" "$layers" moe.experts=4 moe.capacity_factor=1.0 mod.capacity=0.5 \
 			--max-steps 10
 		run "c$n" "$n" "$layers" moe.experts=4 moe.capacity_factor=1.0 mod.capacity=0.5 --resume
 		"$compare" "e$n/tiny/run.h5" "c$n/tiny/run.h5" 0 || fail "resumed -n $n moe run differs"
+	done
+	for pair in 2:8 8:2 4:1; do
+		from=${pair%:*} to=${pair#*:}
+		run "x$from$to" "$from" "$layers" moe.experts=4 moe.capacity_factor=1.0 \
+			mod.capacity=0.5 --max-steps 10
+		run "x$from$to" "$to" "$layers" moe.experts=4 moe.capacity_factor=1.0 \
+			mod.capacity=0.5 --resume
+		"$compare" e1/tiny/run.h5 "x$from$to/tiny/run.h5" 1e-5 1e-3 ||
+			fail "written at $from ranks, resumed at $to: not the uninterrupted run"
 	done
 	h5dump -d layer_stats/3/tokens_noop e1/tiny/run.h5 >/dev/null || fail "no tokens_noop"
 	h5ls e1/tiny/ckpt.h5/layers/3/gate | grep -q "{32, 5}" || fail "integrated gate shape"

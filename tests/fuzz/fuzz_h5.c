@@ -19,7 +19,7 @@ static int load(const char *path)
     char err[512];
 #ifdef FUZZ_CHECKPOINT
     ckpt_meta meta;
-    if (checkpoint_read_meta(path, &meta, err, sizeof(err)))
+    if (checkpoint_read_meta(path, &meta, NULL, err, sizeof(err)))
         return 0;
     run_config c;
     model *m = NULL;
@@ -27,7 +27,7 @@ static int load(const char *path)
         c.d_model * (long)c.d_ff * c.n_layers < (1L << 22) && c.seq_len <= 1024) {
         model_dims dims = config_dims(&c);
         if (build_model(&m, &dims, c.layers, mode_kinds, 1, err, sizeof(err)) == 0)
-            checkpoint_load(path, m, true, err, sizeof(err));
+            checkpoint_load(path, m, true, NULL, err, sizeof(err));
         free_model(&m);
     }
     ckpt_meta_clear(&meta);
