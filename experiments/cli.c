@@ -171,3 +171,10 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
         return rc;
     return checkpoint_load(path, *m, false, ctx->comm, err, err_len);
 }
+
+void cli_fatal_stop(mode_ctx *ctx, const char *msg)
+{
+    fprintf(stderr, "mode-exp: %s\n", msg);
+    fflush(stderr);
+    comm_abort(ctx ? ctx->comm : NULL, 1);
+}

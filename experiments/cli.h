@@ -36,6 +36,11 @@ int choose_threads(const cli *c, mode_ctx *ctx);
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
                           bool sharded, char *err, int err_len);
 
+/* A failure where other ranks may wait in a collective this rank will not
+ * reach (docs/robustness.md): one line "mode-exp: MSG" on stderr, then
+ * every rank ends (MPI_Abort). */
+void cli_fatal_stop(mode_ctx *ctx, const char *msg);
+
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv);

@@ -108,14 +108,16 @@ static void print_log(const train_log *l, void *user)
     fflush(stdout);
 }
 
-/* A failure inside a training step on one rank of several: one line, then
- * every rank ends (docs/robustness.md). */
-static void fatal_stop(const char *msg, void *user)
+static void print_checkpoint(long step, double seconds, void *user)
 {
-    mode_ctx *ctx = user ? ((log_opts *)user)->ctx : NULL;
-    fprintf(stderr, "mode-exp: %s\n", msg);
-    fflush(stderr);
-    comm_abort(ctx ? ctx->comm : NULL, 1);
+    const log_opts *o = user;
+    if (o->quiet)
+        return;
+    if (o->jsonl)
+        printf("{\"checkpoint\":%ld,\"seconds\":%.3f}\n", step, seconds);
+    else
+        printf("ckpt   %6ld  written in %.2f s\n", step, seconds);
+    fflush(stdout);
 }
 
 static int cmd_train(mode_ctx *ctx, int argc, char **argv)
@@ -147,7 +149,8 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl, .ctx = ctx };
     trainer_opts o = { .resume = c.resume, .log = print_log, .log_user = &lo, .argc = argc,
                        .argv = argv, .blas_threads = threads,
-                       .max_steps = c.max_steps, .fatal = fatal_stop };
+                       .max_steps = c.max_steps, .fatal = cli_fatal_stop,
+                       .checkpoint = print_checkpoint };
     rc = train(&cfg, mode_kinds, ctx, &o, err, sizeof(err));
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp: %s\n", err[0] ? err : strerror(-rc));
@@ -197,6 +200,12 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         rc = evaluate(m, ctx, d, c.windows, mode, &ev, err, sizeof(err));
         if (rc && !err[0])
             snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
+        if (rc && ev.local_failure && ctx->size > 1) { /* the others may wait in a forward */
+            char msg[1200];
+            snprintf(msg, sizeof(msg), "eval: rank %d: %.1000s; stopping every rank", ctx->rank,
+                     err);
+            cli_fatal_stop(ctx, msg);
+        }
     }
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp eval: %s\n", err);

@@ -244,12 +244,13 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
         }
     }
     free(cfg);
-    /* rank 0 alone read the folders: its verdict and its message go to all */
-    int bad = rc != 0;
-    comm_allreduce_max_int(ctx->comm, &bad);
-    if (p->n_runs > 0 && !bad)
-        comm_bcast(ctx->comm, act, (size_t)p->n_runs * sizeof(run_action), 0);
-    return bad ? (rc ? rc : -EINVAL) : 0;
+    /* rank 0 alone read the folders: its verdict and its message go to all
+     * (every rank checked the configs; the first failure's message wins) */
+    if (!rc && (rc = comm_fault(ctx->comm, "sweep-plan")))
+        snprintf(err, (size_t)err_len, "planning the sweep failed (injected)");
+    if (!(rc = comm_agree(ctx->comm, rc, err, err_len)) && p->n_runs > 0)
+        rc = comm_bcast(ctx->comm, act, (size_t)p->n_runs * sizeof(run_action), 0);
+    return rc;
 }
 
 /* mode-analyze: $MODE_ANALYZE, else beside mode-exp in the install (same
@@ -349,7 +350,7 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
         progress pr = { r->name };
         trainer_opts to = { .resume = resume, .log = o->progress ? print_progress : NULL,
                             .log_user = &pr, .argc = argc, .argv = argv,
-                            .blas_threads = threads };
+                            .blas_threads = threads, .fatal = cli_fatal_stop };
         rc = train(cfg, mode_kinds, ctx, &to, err, err_len);
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "%s", strerror(-rc));

@@ -419,11 +419,14 @@ static void to_received(experts *x, const float *src, int o0, int cnt)
 
 /* The rows in back (received order) to the ranks they came from, into dst
  * in the order they were sent: the combine's transfer and its gradient's. */
-static int return_rows(experts *x, const fwd_args *a, float *dst)
+static int return_rows(experts *x, const fwd_args *a, float *dst, const char *site)
 {
     double t0 = mode_now();
-    int rc = comm_alltoallv(a->ctx ? a->ctx->comm : NULL, x->back, x->recv_counts, dst,
-                            x->send_counts, NULL, (size_t)x->d * sizeof(float));
+    comm *cm = a->ctx ? a->ctx->comm : NULL;
+    int rc = comm_fault(cm, site);
+    if (!rc)
+        rc = comm_alltoallv(cm, x->back, x->recv_counts, dst, x->send_counts, NULL,
+                            (size_t)x->d * sizeof(float));
     mode_time_add(a->ctx, PHASE_COMM, t0);
     return rc;
 }
@@ -472,6 +475,8 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
     }
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
     t0 = mode_now();
+    if ((rc = comm_fault(cm, "dispatch")))
+        return rc;
     rc = comm_exchange_counts(cm, x->send_counts, x->recv_counts);
     x->n_recv = 0;
     for (int p = 0; !rc && p < P; p++)
@@ -519,7 +524,7 @@ int experts_forward(experts *x, const fwd_args *a, float *y, const float *m, con
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
-    if ((rc = return_rows(x, a, x->outs)))
+    if ((rc = return_rows(x, a, x->outs, "combine")))
         return rc;
 
     /* combine: y += p_e out */
@@ -572,8 +577,10 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
     t0 = mode_now();
     /* the gradients of the outputs travel like the rows did */
-    rc = comm_alltoallv(cm, x->grads, x->send_counts, x->back, x->recv_counts, NULL,
-                        (size_t)d * sizeof(float));
+    rc = comm_fault(cm, "dispatch-grad");
+    if (!rc)
+        rc = comm_alltoallv(cm, x->grads, x->send_counts, x->back, x->recv_counts, NULL,
+                            (size_t)d * sizeof(float));
     mode_time_add(a->ctx, PHASE_COMM, t0);
     if (rc)
         return rc;
@@ -598,7 +605,7 @@ int experts_backward(experts *x, const fwd_args *a, float *dm, const float *dy, 
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     if (rc)
         return rc;
-    if ((rc = return_rows(x, a, x->grads)))
+    if ((rc = return_rows(x, a, x->grads, "combine-grad")))
         return rc;
     t0 = mode_now();
     for (int q = 0; q < x->n_assign; q++) {

@@ -17,6 +17,10 @@ struct comm {
     MPI_Datatype item_type;
     size_t item_bytes;
     comm *parent; /* a sub-communicator (comm_split) shares the parent's byte count */
+    /* fault injection (comm_fault): the site, world rank and step it fires at */
+    long step, fault_step;
+    int fault_rank;
+    char fault_site[32];
 };
 
 int comm_init(comm **out, int *argc, char ***argv)
@@ -31,6 +35,14 @@ int comm_init(comm **out, int *argc, char ***argv)
     /* Errors come back as codes: we turn them into one message and a
      * collective stop instead of MPI's default abort without context. */
     c->item_type = MPI_DATATYPE_NULL;
+    c->step = c->fault_step = -1;
+    const char *f = getenv("MODE_FAULT");
+    int got = f ? sscanf(f, "%31[a-z-]@%d:%ld", c->fault_site, &c->fault_rank, &c->fault_step)
+                : 0;
+    if (got == 2) /* no step: the first time the site is reached */
+        c->fault_step = LONG_MIN;
+    else if (got != 3)
+        c->fault_site[0] = '\0';
     MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->world, &c->rank);
@@ -300,6 +312,21 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
                       c->displs_recv, c->item_type, c->world))
         return -EIO;
     return 0;
+}
+
+void comm_set_step(comm *c, long step)
+{
+    if (c)
+        c->step = step;
+}
+
+int comm_fault(comm *c, const char *site)
+{
+    if (!c || !c->fault_site[0] || c->rank != c->fault_rank ||
+        (c->fault_step != LONG_MIN && c->step != c->fault_step) || strcmp(c->fault_site, site))
+        return 0;
+    c->fault_site[0] = '\0'; /* once */
+    return -EIO;
 }
 
 int comm_agree(comm *c, int rc, char *msg, int len)

@@ -55,6 +55,17 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
  * "rank N: " when N is not 0.  Collective. */
 int comm_agree(comm *c, int rc, char *msg, int len);
 
+/* Fault injection, a testing aid (docs/robustness.md): with
+ * MODE_FAULT=SITE@RANK:STEP in the environment, comm_fault(c, SITE) returns
+ * -EIO once, on world rank RANK at step STEP (comm_set_step; SITE@RANK: the
+ * first time the site is reached), and 0 always otherwise.  Every collective site calls it just before its collective,
+ * so a test can make one rank fail there while the others go on into it.
+ * The sites: dispatch, combine, dispatch-grad, combine-grad (the experts'
+ * all-to-alls), grad-allreduce, stats, eval, routing, checkpoint-layout,
+ * checkpoint-write, checkpoint-gather, sweep-plan. */
+void comm_set_step(comm *c, long step);
+int comm_fault(comm *c, const char *site);
+
 /* Stop every rank now (after a message has been printed). */
 void comm_abort(comm *c, int code);
 

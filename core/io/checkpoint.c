@@ -164,9 +164,10 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
     }
     save_status *st = (save_status *)a;
     uint64_t *offsets = (uint64_t *)(a + sizeof(save_status));
-    if (rank == 0) {
+    if (rank == 0 && (st->rc = comm_fault(cm, "checkpoint-layout")))
+        snprintf(st->msg, MSG_LEN, "%s: laying the checkpoint out failed (injected)", path);
+    else if (rank == 0)
         st->rc = lay_out(&o, path, m, config_text, step, seed, offsets, st->msg, MSG_LEN);
-    }
     if ((rc = comm_bcast(cm, a, sizeof(save_status) + off_bytes, 0)))
         st->rc = rc;
     /* phase 2, every rank: its share; the statuses and pieces to rank 0 */
@@ -180,9 +181,13 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
         rc = -ENOMEM;
     } else if (st->rc) {
         ms->rc = st->rc; /* nothing to write into */
-    } else if ((ms->rc = write_share(tmp, m, offsets, P, rank, pieces, &n_pieces))) {
+    } else if ((ms->rc = comm_fault(cm, "checkpoint-write")) ||
+               (ms->rc = write_share(tmp, m, offsets, P, rank, pieces, &n_pieces))) {
         snprintf(ms->msg, MSG_LEN, "%s: writing the checkpoint's data failed: %s", path,
                  strerror((int)-ms->rc));
+    } else if ((ms->rc = comm_fault(cm, "checkpoint-gather"))) {
+        snprintf(ms->msg, MSG_LEN, "%s: sending the checkpoint's pieces failed (injected)",
+                 path);
     }
     if (mine) {
         memcpy(mine + sizeof(save_status), &(int64_t){ n_pieces }, sizeof(int64_t));

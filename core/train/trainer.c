@@ -45,6 +45,7 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
     long avail = dataset_eval_windows(d, S);
     long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
+    out->local_failure = false;
     token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
     double *seq_ce = malloc((size_t)m->max_seq * sizeof(double));
     int rc = tok && seq_ce ? 0 : -ENOMEM;
@@ -78,6 +79,7 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
         fwd_result r;
         if ((rc = model_forward(m, ctx, &b, mode, &r))) {
             snprintf(err, (size_t)err_len, "evaluation: forward failed (%s)", strerror(-rc));
+            out->local_failure = true;
             break;
         }
         for (int i = 0; i < real; i++) {
@@ -90,9 +92,14 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     free(seq_ce);
     if (rc)
         return rc;
-    rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
-    if (rc)
+    rc = comm_fault(ctx ? ctx->comm : NULL, "eval");
+    if (!rc)
+        rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
+    if (rc) {
+        snprintf(err, (size_t)err_len, "evaluation: its all-reduce failed (%s)", strerror(-rc));
+        out->local_failure = true;
         return rc;
+    }
     double mean = n > 0 ? sums[0] / (double)n : (double)NAN;
     double var = n > 1 ? (sums[1] - (double)n * mean * mean) / (double)(n - 1) : (double)NAN;
     out->loss = mean;
@@ -248,7 +255,9 @@ static int record_stats(trainer *t, long done)
             off += st->sums[l];
         }
     }
-    int rc = comm_allreduce_sum_double(t->ctx->comm, all, st->n_sums);
+    int rc = comm_fault(t->ctx->comm, "stats");
+    if (!rc)
+        rc = comm_allreduce_sum_double(t->ctx->comm, all, st->n_sums);
     off = 0;
     for (int l = 0; !rc && l < L; l++) {
         const layer *ly = &t->m->layers[l];
@@ -343,7 +352,8 @@ static void free_concat_sink(concat_sink *c)
  * keeps the arrays.  Collective. */
 static int record_routing(trainer *t, long done)
 {
-    int S = t->cfg->seq_len, L = t->m->dims.n_layers, rc = 0;
+    int S = t->cfg->seq_len, L = t->m->dims.n_layers;
+    int rc = comm_fault(t->ctx->comm, "routing");
     concat_sink cs = { .sink = { .put = concat_put } };
     token_t *tok = t->rw.tokens;
     for (int i0 = 0; !rc && i0 < t->rw.n; i0 += t->m->max_seq) {
@@ -690,15 +700,17 @@ static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
 }
 
 /* Both held-out evaluations (collective); their row in the record. */
-static int evaluate_both(trainer *t, long done, long windows, train_log *lg)
+static int evaluate_both(trainer *t, long done, long windows, train_log *lg, char *err,
+                         int err_len, bool *local)
 {
-    eval_result topk, causal;
-    char why[512] = "";
-    int rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_TOPK, &topk, why, sizeof(why));
+    eval_result topk, causal = { 0 };
+    int rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_TOPK, &topk, err, err_len);
     if (!rc)
-        rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_CAUSAL, &causal, why, sizeof(why));
-    if (rc)
+        rc = evaluate(t->m, t->ctx, t->d, windows, FWD_EVAL_CAUSAL, &causal, err, err_len);
+    if (rc) {
+        *local = topk.local_failure || causal.local_failure;
         return rc;
+    }
     lg->has_eval = true;
     lg->eval_topk = topk.loss;
     lg->eval_causal = causal.loss;
@@ -723,7 +735,7 @@ static int fail_in_step(trainer *t, const trainer_opts *o, long done, int rc, co
         char msg[2400];
         snprintf(msg, sizeof(msg), "rank %d: %.1000s; stopping every rank (the checkpoint "
                  "%.1000s is whole)", t->ctx->rank, err, t->ckpt_h5);
-        o->fatal(msg, o->log_user);
+        o->fatal(t->ctx, msg);
     }
     return rc;
 }
@@ -749,6 +761,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         long done = step + 1;
         double t0 = mode_now(), comm0 = ctx->timers[PHASE_COMM];
         comm_reset_bytes(ctx->comm);
+        comm_set_step(ctx->comm, done);
         /* a token >= V on any rank stops every rank before the forward */
         rc = sample_batch(t, tok, local, step, seq0, err, err_len);
         if (rc)
@@ -774,7 +787,9 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             break;
         double tc = mode_now(), comm_layers = ctx->timers[PHASE_COMM] - comm0;
         double sums[4] = { r.ce_sum, r.aux_loss, r.side_loss, r.flops_executed };
-        rc = shard_reduce_grads(t->shard, ctx, m);
+        rc = comm_fault(ctx->comm, "grad-allreduce");
+        if (!rc)
+            rc = shard_reduce_grads(t->shard, ctx, m);
         if (!rc)
             rc = comm_allreduce_sum_double(ctx->comm, sums, 4);
         double t_allreduce = mode_now() - tc;
@@ -784,13 +799,13 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
          * and backward */
         double comm_s = comm_layers + t_allreduce, compute = tc - t0 - comm_layers;
         if (rc) {
-            snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", done);
+            fail_in_step(t, o, done, rc, "the gradient all-reduce", err, err_len);
             break;
         }
         double ce = sums[0] / ((double)c->batch * S), loss = ce + sums[1];
         double norm = 0.0, lr = lr_at(&oc, step);
         if ((rc = shard_grad_norm(t->shard, ctx, m, &norm))) {
-            snprintf(err, (size_t)err_len, "step %ld: MPI all-reduce failed", done);
+            fail_in_step(t, o, done, rc, "the gradient norm's all-reduce", err, err_len);
             break;
         }
         bool bad = !isfinite(loss) || !isfinite(norm);
@@ -849,9 +864,14 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             fail_in_step(t, o, done, rc, "recording routing", err, err_len);
             break;
         }
+        bool eval_local = false;
         if (c->eval_every > 0 && (done % c->eval_every == 0 || last) &&
-            (rc = evaluate_both(t, done, last ? c->final_eval_windows : c->eval_windows, &lg))) {
-            fail_in_step(t, o, done, rc, "evaluation", err, err_len);
+            (rc = evaluate_both(t, done, last ? c->final_eval_windows : c->eval_windows, &lg,
+                                err, err_len, &eval_local))) {
+            if (eval_local) /* the other ranks may wait in the forward's collectives */
+                fail_in_step(t, o, done, rc, "evaluation", err, err_len);
+            else /* agreed by every rank (a bad token in a window) */
+                prefix_step(err, err_len, done);
             break;
         }
         if (local_rc) {
@@ -864,8 +884,14 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         if (o->log && ctx->rank == 0 &&
             (lg.has_eval || last || stop || (c->log_every > 0 && done % c->log_every == 0)))
             o->log(&lg, o->log_user);
-        if ((c->ckpt_every > 0 && done % c->ckpt_every == 0) || last || stop)
+        if ((c->ckpt_every > 0 && done % c->ckpt_every == 0) || last || stop) {
+            double ts = mode_now();
             rc = save_all(t, done, last, err, err_len);
+            if (rc) /* agreed: the same message on every rank */
+                prefix_step(err, err_len, done);
+            else if (o->checkpoint && ctx->rank == 0)
+                o->checkpoint(done, mode_now() - ts, o->log_user);
+        }
         if (!rc && sig) {
             snprintf(err, (size_t)err_len,
                      "stopped by signal %d after step %ld; the checkpoint is written and "

@@ -37,7 +37,10 @@ typedef struct trainer_opts {
     /* A failure inside a step, where other ranks may wait in a collective
      * this rank will not reach (docs/robustness.md): prints msg and ends
      * every rank; not called with one rank, where the error comes back. */
-    void (*fatal)(const char *msg, void *user);
+    void (*fatal)(mode_ctx *ctx, const char *msg);
+    /* Called on rank 0 after each checkpoint, with its wall time (the run
+     * file's piece, the sharded checkpoint, and at the end the gathering). */
+    void (*checkpoint)(long step, double seconds, void *user);
 } trainer_opts;
 
 /* Steps the config asks for: run.steps, or what run.flops_budget buys at the
@@ -51,6 +54,10 @@ long config_planned_steps(const run_config *c, double train_flops_per_step);
 typedef struct eval_result {
     double loss, se;
     long windows;
+    /* on failure: true when it was this rank's alone, inside a forward
+     * whose collectives the other ranks may be waiting in (the caller must
+     * end the job: docs/robustness.md); false when every rank agreed on it */
+    bool local_failure;
 } eval_result;
 
 /* Evaluation over n_windows windows spread evenly over the held-out split

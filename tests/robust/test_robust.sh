@@ -1,7 +1,7 @@
 #!/bin/sh
 # Robustness: bad input, signals, crashes, non-finite numbers, failing ranks.
-#   test_robust.sh TEST MODE_EXP COMPARE_RUNS CONFIG
-# TEST: data | checkpoints | signals | kill | nonfinite | ranks | output
+#   test_robust.sh TEST MODE_EXP COMPARE_RUNS CONFIG [SITE]
+# TEST: data | checkpoints | signals | kill | nonfinite | ranks | output | fault SITE
 set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
@@ -176,6 +176,62 @@ ranks)
 	[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] || fail "not one message: $(cat out.txt)"
 	unset MODE_FAULT
 	expect 2 "more ranks than sequences" mpirun -n 4 "$exe" "$config" data.batch=2 --quiet
+	;;
+fault)
+	# One rank fails just before a collective (MODE_FAULT=SITE@RANK:STEP,
+	# core/comm/comm.h) while the others go on into it, on moe, staged and
+	# integrated models at 4 ranks, failing on rank 2 and on rank 0.  Every
+	# rank must exit non-zero within 30 seconds with one message naming the
+	# rank and the step, and the checkpoint of step 2 must load.  Inside a
+	# step the failing rank ends the job (MPI_Abort); at the checkpoint's
+	# agreement points every rank learns of it (docs/robustness.md).
+	site=$5
+	case $site in
+	checkpoint-*) step=4 ;;
+	*) step=3 ;;
+	esac
+	if [ "$site" = sweep-plan ]; then # the sweep's agreement on its plan
+		printf '[sweep]\nbase = %s\nout = sw\n[grid]\nrun.steps = 2, 3\n' "$config" >sw.ini
+		for r in 2 0; do
+			MODE_FAULT=sweep-plan@$r timeout 30 mpirun -n 4 "$exe" sweep sw.ini --no-report \
+				>out.txt 2>&1
+			code=$?
+			[ "$code" -ne 124 ] && [ "$code" -ne 0 ] || fail "sweep-plan on rank $r: exit $code"
+			[ "$(grep -c 'mode-exp sweep:' out.txt)" -eq 1 ] ||
+				fail "sweep-plan on rank $r: not one message: $(cat out.txt)"
+			[ "$r" = 0 ] || grep -q "rank $r: planning the sweep failed" out.txt ||
+				fail "sweep-plan on rank $r: $(cat out.txt)"
+			[ -e sw ] && fail "sweep-plan on rank $r: a refused sweep wrote sw/"
+			echo "ok: $site on rank $r: exit $code: $(cat out.txt)"
+		done
+		echo "ok: fault $site"
+		exit 0
+	fi
+	for case in moe:2 staged:2 integrated:2 moe:0; do
+		kind=${case%:*} r=${case#*:}
+		[ "$site" = checkpoint-layout ] && [ "$r" != 0 ] && continue # rank 0 lays it out
+		rm -rf f
+		MODE_FAULT=$site@$r:$step timeout 30 mpirun -n 4 "$exe" "$config" \
+			"model.layers=dense, $kind" moe.experts=4 mod.capacity=0.5 run.steps=6 \
+			run.ckpt_every=2 run.eval_every=3 run.routing_every=3 run.out=f --quiet \
+			>out.txt 2>&1
+		code=$?
+		[ "$code" -ne 124 ] || fail "$site on rank $r ($kind): the job hung"
+		[ "$code" -ne 0 ] || fail "$site on rank $r ($kind): a failure went unnoticed"
+		[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] ||
+			fail "$site on rank $r ($kind): not one message: $(cat out.txt)"
+		grep 'mode-exp:' out.txt | grep -q "step $step" ||
+			fail "$site on rank $r ($kind): no step $step in $(grep 'mode-exp:' out.txt)"
+		if [ "$r" != 0 ]; then
+			grep 'mode-exp:' out.txt | grep -q "rank $r" ||
+				fail "$site on rank $r ($kind): the rank is not named: $(cat out.txt)"
+		fi
+		h5dump -a step f/tiny/ckpt.h5 | grep -q "(0): 2" ||
+			fail "$site on rank $r ($kind): the checkpoint is not step 2's"
+		"$exe" eval f/tiny/ckpt.h5 --windows 2 >/dev/null 2>&1 ||
+			fail "$site on rank $r ($kind): the checkpoint does not load"
+		echo "ok: $site on rank $r ($kind): exit $code: $(grep 'mode-exp:' out.txt)"
+	done
 	;;
 output)
 	echo file >afile
