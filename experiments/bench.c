@@ -84,14 +84,14 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
         double tc = mode_now();
         if (!rc)
             rc = shard_reduce_grads(sp, ctx, m);
-        ctx->timers[PHASE_COMM] += mode_now() - tc;
+        mode_time_add(ctx, PHASE_COMM, tc);
         /* the norm (with its one-number all-reduce) belongs to the update */
         double to = mode_now(), norm = 0.0;
         if (!rc)
             rc = shard_grad_norm(sp, ctx, m, &norm);
         clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
         shard_adamw(sp, ctx, m, &oc, s + 1, lr_at(&oc, s));
-        ctx->timers[PHASE_OPTIMIZER] += mode_now() - to;
+        mode_time_add(ctx, PHASE_OPTIMIZER, to);
         if (s >= 2) {
             t += mode_now() - t0;
             executed += 3.0 * fr.flops_executed;

@@ -26,6 +26,10 @@ typedef struct opt {
 #define OFF(f) offsetof(cli, f)
 static const opt options[] = {
     { "--resume", OPT_FLAG, OFF(resume) },
+    { "--overwrite", OPT_FLAG, OFF(overwrite) },
+    { "--init-from", OPT_STRING, OFF(init_from) },
+    { "--ids", OPT_FLAG, OFF(ids) },
+    { "--prompt-ids", OPT_STRING, OFF(prompt_ids) },
     { "--quiet", OPT_FLAG, OFF(quiet) },
     { "--jsonl", OPT_FLAG, OFF(jsonl) },
     { "--json", OPT_FLAG, OFF(json) },

@@ -13,10 +13,10 @@ typedef struct cli {
     const char *config;
     int n_over;
     char **over;
-    bool resume, quiet, jsonl, json;
+    bool resume, overwrite, quiet, jsonl, json, ids;
     int threads;
     long max_steps;
-    const char *data, *mode, *prompt;
+    const char *data, *mode, *prompt, *prompt_ids, *init_from;
     long windows, tokens, top_k, seed, steps;
     double temperature;
 } cli;

@@ -37,6 +37,10 @@ static const char usage_main[] =
     "\n"
     "Training options:\n"
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
+    "  --overwrite    start anew in a folder that holds a run (replacing it); without\n"
+    "                 --resume or --overwrite, such a folder is refused, untouched\n"
+    "  --init-from CKPT  a new run whose parameters start from CKPT's (longer training,\n"
+    "                 fine-tuning), with this config; the shapes must match\n"
     "  --quiet        print nothing but errors\n"
     "  --jsonl        one JSON object per logged step instead of text\n"
     "  --threads N    threads per rank (default: cores / ranks on the node)\n"
@@ -147,7 +151,15 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         free(ini);
     }
     log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl, .ctx = ctx };
-    trainer_opts o = { .resume = c.resume, .log = print_log, .log_user = &lo, .argc = argc,
+    if (c.resume && (c.overwrite || c.init_from)) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp: --resume continues a run: it goes with neither "
+                            "--overwrite nor --init-from\n");
+        free(c.over);
+        return 2;
+    }
+    trainer_opts o = { .resume = c.resume, .overwrite = c.overwrite, .init_from = c.init_from,
+                       .log = print_log, .log_user = &lo, .argc = argc,
                        .argv = argv, .blas_threads = threads,
                        .max_steps = c.max_steps, .fatal = cli_fatal_stop,
                        .checkpoint = print_checkpoint };
@@ -187,6 +199,18 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     if (!rc) {
         /* a file given to eval, or the run's data.val_source, is all evaluation
          * data: its windows from the start */
+        bool held = !c.data && strcmp(cfg.val_source, "none") != 0;
+        const char *src = held ? cfg.val_source : c.data ? c.data : cfg.source;
+        size_t sl = strlen(src);
+        bool tokens = sl > 4 && (!strcmp(src + sl - 4, ".bin") || !strcmp(src + sl - 4, ".u32"));
+        if (cfg.vocab != 256 && !tokens) {
+            snprintf(err, sizeof(err), "%s: text is read as bytes (tokens of a 256-token "
+                     "vocabulary), and this checkpoint's vocabulary is %d: give a token file "
+                     "(.bin, .u32) of its tokens", src, cfg.vocab);
+            rc = -EINVAL;
+        }
+    }
+    if (!rc) {
         bool held = !c.data && strcmp(cfg.val_source, "none") != 0;
         bool file = held || (c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic"));
         const char *src = held ? cfg.val_source : c.data ? c.data : cfg.source;

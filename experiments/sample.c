@@ -11,8 +11,8 @@
 #include <string.h>
 
 static const char usage_sample[] =
-    "usage: mode-exp sample CKPT --prompt TEXT --tokens N [--temperature T] [--top-k K]\n"
-    "                       [--seed S]\n"
+    "usage: mode-exp sample CKPT (--prompt TEXT | --prompt-ids I,J,...) --tokens N\n"
+    "                       [--temperature T] [--top-k K] [--seed S] [--ids]\n"
     "  Generate N tokens after the prompt with a KV cache per layer.  Routed layers\n"
     "  decide per token by the causal rule (MODEL.md); a token that skips a layer costs\n"
     "  nothing there and adds no K/V to its cache.  Prints the text, then per routed\n"
@@ -20,6 +20,10 @@ static const char usage_sample[] =
     "  --temperature T  softmax temperature (default 1; 0 = greedy)\n"
     "  --top-k K        sample among the K most likely tokens (default 0 = all)\n"
     "  --seed S         PCG32 seed of the sampler (default 1)\n"
+    "  --prompt TEXT    a text prompt, read as bytes: for byte-level models (vocab 256)\n"
+    "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
+    "  --ids            print token ids (prompt and generated) instead of text; the\n"
+    "                   only output of models whose vocabulary is not bytes\n"
     "  Generation stops at the model's sequence length.\n";
 
 /* Next token from logits[V]: greedy at temperature 0, else softmax(l / T)
@@ -68,11 +72,42 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     cli c;
     if (parse_cli(&c, argc - 2, argv + 2, usage_sample))
         return 2;
-    if (!c.prompt || !c.prompt[0] || c.tokens <= 0) {
-        fprintf(stderr, "mode-exp sample: --prompt TEXT (not empty) and --tokens N (> 0) are "
-                        "needed\n%s", usage_sample);
+    if ((!c.prompt || !c.prompt[0]) == !c.prompt_ids || c.tokens <= 0) {
+        fprintf(stderr, "mode-exp sample: --prompt TEXT (not empty) or --prompt-ids I,J,..., "
+                        "and --tokens N (> 0), are needed\n%s", usage_sample);
         free(c.over);
         return 2;
+    }
+    /* the prompt as tokens: bytes of the text, or the ids given */
+    long plen = 0;
+    token_t *prompt = NULL;
+    if (c.prompt) {
+        plen = (long)strlen(c.prompt);
+        prompt = malloc((size_t)plen * sizeof(token_t));
+        for (long i = 0; prompt && i < plen; i++)
+            prompt[i] = (uint8_t)c.prompt[i];
+    } else {
+        prompt = malloc((strlen(c.prompt_ids) / 2 + 2) * sizeof(token_t));
+        for (const char *q = c.prompt_ids; prompt && *q;) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long v = strtoul(q, &end, 10);
+            if (end == q || errno || v > 0x7fffffffUL || (*end && *end != ',') || *q == '-') {
+                fprintf(stderr, "mode-exp sample: --prompt-ids %s: expected token ids (integers "
+                                ">= 0) separated by commas\n", c.prompt_ids);
+                free(prompt);
+                free(c.over);
+                return 2;
+            }
+            prompt[plen++] = (token_t)v;
+            q = *end ? end + 1 : end;
+        }
+    }
+    if (!prompt || plen == 0) {
+        fprintf(stderr, "mode-exp sample: %s\n", prompt ? "an empty prompt" : "out of memory");
+        free(prompt);
+        free(c.over);
+        return prompt ? 2 : 1;
     }
     choose_threads(&c, ctx);
     char err[1024] = "";
@@ -80,14 +115,21 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     model *m = NULL;
     int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, err, sizeof(err));
     int S = cfg.seq_len, V = cfg.vocab, L = cfg.n_layers;
-    if (!rc && V != 256) {
-        snprintf(err, sizeof(err), "%s: vocab %d: a text prompt needs a byte-level model (256)",
-                 c.config, V);
+    bool ids = c.ids || V != 256; /* text only from a byte-level model */
+    if (!rc && c.prompt && V != 256) {
+        snprintf(err, sizeof(err), "%s: vocab %d: a text prompt is bytes, for a byte-level "
+                 "model (vocab 256); give this model's token ids with --prompt-ids", c.config, V);
         rc = -EINVAL;
     }
-    long plen = (long)strlen(c.prompt);
+    for (long i = 0; !rc && i < plen; i++) {
+        if (prompt[i] >= (token_t)V) {
+            snprintf(err, sizeof(err), "--prompt-ids: token %ld is %u, not below the model's "
+                     "vocabulary of %d", i, (unsigned)prompt[i], V);
+            rc = -EINVAL;
+        }
+    }
     if (!rc && plen >= S) {
-        snprintf(err, sizeof(err), "prompt of %ld bytes: the model's context is %d", plen, S);
+        snprintf(err, sizeof(err), "prompt of %ld tokens: the model's context is %d", plen, S);
         rc = -EINVAL;
     }
     if (!rc && (rc = model_decode_begin(m, S)))
@@ -100,9 +142,13 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         rc = -ENOMEM;
     pcg32 rng;
     pcg32_seed(&rng, (uint64_t)c.seed, 0x53414d50u);
-    if (!rc)
-        fwrite(c.prompt, 1, (size_t)plen, stdout);
-    token_t tok = (uint8_t)c.prompt[0];
+    for (long i = 0; !rc && i < plen; i++) {
+        if (ids)
+            printf("%s%u", i ? " " : "", (unsigned)prompt[i]);
+        else
+            putchar((int)prompt[i]);
+    }
+    token_t tok = prompt[0];
     for (int32_t pos = 0; !rc && pos < S - 1 && generated < c.tokens; pos++) {
         rc = model_decode_step(m, ctx, tok, pos, logits, taken);
         if (rc) {
@@ -110,14 +156,17 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             break;
         }
         if (pos + 1 < plen) {
-            tok = (uint8_t)c.prompt[pos + 1];
+            tok = prompt[pos + 1];
             continue;
         }
         if (pos >= plen) /* taken[] describes a generated token */
             for (int l = 0; l < L; l++)
                 took[l] += taken[l];
         tok = (token_t)sample_token(logits, V, c.temperature, c.top_k, &rng, p);
-        putchar(tok);
+        if (ids)
+            printf(" %u", (unsigned)tok);
+        else
+            putchar((int)tok);
         generated++;
     }
     if (!rc) {
@@ -140,6 +189,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     } else {
         fprintf(stderr, "mode-exp sample: %s\n", err);
     }
+    free(prompt);
     free(logits);
     free(p);
     free(taken);

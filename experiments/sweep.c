@@ -350,7 +350,10 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
         progress pr = { r->name };
         trainer_opts to = { .resume = resume, .log = o->progress ? print_progress : NULL,
                             .log_user = &pr, .argc = argc, .argv = argv,
-                            .blas_threads = threads, .fatal = cli_fatal_stop };
+                            .blas_threads = threads, .fatal = cli_fatal_stop,
+                            /* the sweep inspected the folder: a run to train anew goes
+                             * over whatever an earlier try of it left */
+                            .overwrite = !resume };
         rc = train(cfg, mode_kinds, ctx, &to, err, err_len);
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "%s", strerror(-rc));

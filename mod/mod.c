@@ -104,8 +104,7 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     if (rc)
         return rc;
     mod_router_gather(rt, s->rows.xs, x, d);
-    if (a->ctx)
-        a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
 
     row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     attn_weights aw = attn_weights_at(l->w + s->t_block);
@@ -120,8 +119,7 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
     if (a->flops_executed)
         *a->flops_executed += block_flops(dm, rt->n_sel, rt->sum_sq);
-    if (a->ctx)
-        a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     return 0;
 }
 
@@ -135,8 +133,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     float *dys = a->ws, *dxs = dys + nd, *dh = dxs + nd, *dgate = dh + nd, *sub = dgate + ns;
     double t0 = mode_now();
     mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
-    if (a->ctx)
-        a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
 
     row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     attn_weights aw = attn_weights_at(l->w + s->t_block);
@@ -154,8 +151,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     t0 = mode_now();
     mod_router_gather_backward(rt, dx, dxs, dys, d);
     mod_router_backward(rt, l->w, l->dw, a, dx, x, dgate);
-    if (a->ctx)
-        a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     return 0;
 }
 

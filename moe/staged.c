@@ -132,8 +132,7 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     if (rc)
         return rc;
     mod_router_gather(rt, s->rows.xs, x, d);
-    if (a->ctx)
-        a->ctx->timers[PHASE_ROUTING] += mode_now() - t0;
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
     row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     attn_weights aw = attn_weights_at(l->w + s->t_attn);
     attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);

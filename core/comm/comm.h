@@ -61,8 +61,9 @@ int comm_agree(comm *c, int rc, char *msg, int len);
  * first time the site is reached), and 0 always otherwise.  Every collective site calls it just before its collective,
  * so a test can make one rank fail there while the others go on into it.
  * The sites: dispatch, combine, dispatch-grad, combine-grad (the experts'
- * all-to-alls), grad-allreduce, stats, eval, routing, checkpoint-layout,
- * checkpoint-write, checkpoint-gather, sweep-plan. */
+ * all-to-alls), grad-allreduce, stats, eval, routing, runfile (rank 0's
+ * piece of the run file), checkpoint-layout, checkpoint-write,
+ * checkpoint-gather, sweep-plan. */
 void comm_set_step(comm *c, long step);
 int comm_fault(comm *c, const char *site);
 

@@ -217,6 +217,8 @@ static int write_provenance(hid_t f, const provenance *p)
     rc |= h5_attr_long(g, "blas_threads", p->blas_threads);
     rc |= h5_attr_string(g, "command_line", p->command_line);
     rc |= h5_attr_string(g, "started", p->started);
+    if (p->init_from[0])
+        rc |= h5_attr_string(g, "init_from", p->init_from);
     H5Gclose(g);
     return rc;
 }

@@ -47,6 +47,7 @@ typedef struct provenance {
     char version[32], commit[64], openblas[160], mpi[160], hdf5[32], cpu[160];
     int modified, ranks, blas_threads;
     char command_line[1024], started[64];
+    char init_from[1024]; /* the checkpoint a new run's parameters came from, or "" */
 } provenance;
 
 typedef struct run_record {

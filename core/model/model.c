@@ -314,8 +314,7 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     fwd_args a = make_args(m, ctx, b, mode, r);
     double t0 = mode_now();
     embedding_forward(m->resid, m->tok_emb, m->inputs, n, d);
-    if (ctx)
-        ctx->timers[PHASE_OTHER] += mode_now() - t0;
+    mode_time_add(ctx, PHASE_OTHER, t0);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
         int rc = ly->kind->forward(ly, &a, m->resid + (size_t)(l + 1) * rd,
@@ -343,8 +342,7 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     }
     r->n_positions = counted;
     r->flops_executed += b->nseq * model_head_flops_per_seq(dm);
-    if (ctx)
-        ctx->timers[PHASE_MATMUL] += mode_now() - t0;
+    mode_time_add(ctx, PHASE_MATMUL, t0);
     return 0;
 }
 
@@ -364,8 +362,7 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
     memset(dx, 0, rd * sizeof(float));
     rmsnorm_backward_pool(a.pool, dx, m->dfinal_norm, du, m->resid + (size_t)L * rd,
                           m->final_norm, m->final_rstd, n, d);
-    if (ctx)
-        ctx->timers[PHASE_MATMUL] += mode_now() - t0;
+    mode_time_add(ctx, PHASE_MATMUL, t0);
     for (int l = L - 1; l >= 0; l--) {
         layer *ly = &m->layers[l];
         float *dy = m->dresid[(L - 1 - l) & 1];
@@ -377,8 +374,7 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
     }
     t0 = mode_now();
     embedding_backward(m->dtok_emb, m->dresid[L & 1], m->inputs, n, d);
-    if (ctx)
-        ctx->timers[PHASE_OTHER] += mode_now() - t0;
+    mode_time_add(ctx, PHASE_OTHER, t0);
     return 0;
 }
 

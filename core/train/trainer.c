@@ -185,6 +185,41 @@ typedef struct trainer {
     double wall0, skipped; /* the run's clock (continued over resumes) and skipped steps */
 } trainer;
 
+/* Whether the folder may take this run, before anything is created: a run
+ * there (run.h5, ckpt.h5 or pieces) is refused unless it is resumed or
+ * overwritten, and a resume needs its checkpoint. */
+static int check_folder(const trainer *t, const trainer_opts *o, char *err, int err_len)
+{
+    struct stat st;
+    char records[4200];
+    snprintf(records, sizeof(records), "%s/records", t->dir);
+    bool ckpt = !stat(t->ckpt_h5, &st), run = !stat(t->run_h5, &st) || !stat(records, &st);
+    if (o->resume && !ckpt) {
+        snprintf(err, (size_t)err_len, "%s: no checkpoint to resume (%s is missing): start "
+                 "the run without --resume", t->dir, t->ckpt_h5);
+        return -ENOENT;
+    }
+    if (!o->resume && !o->overwrite && (ckpt || run)) {
+        snprintf(err, (size_t)err_len, "%s holds a run (%s%s%s): --resume continues it, "
+                 "--overwrite replaces it, or choose another run.name or run.out", t->dir,
+                 run ? "run.h5" : "", run && ckpt ? ", " : "", ckpt ? "ckpt.h5" : "");
+        return -EEXIST;
+    }
+    return 0;
+}
+
+/* --overwrite, once every check has passed: the earlier run's files go, so
+ * that nothing of it can be resumed into the new one. */
+static int clear_folder(const trainer *t)
+{
+    if (remove(t->ckpt_h5) && errno != ENOENT)
+        return -errno;
+    if (remove(t->run_h5) && errno != ENOENT)
+        return -errno;
+    return run_record_remove_pieces(t->run_h5);
+}
+
+
 static int setup_stat_tables(trainer *t)
 {
     int L = t->m->dims.n_layers;
@@ -482,7 +517,12 @@ static void free_routing_windows(routing_windows *rw)
 static int save_all(trainer *t, long step, bool last, char *err, int err_len)
 {
     mode_ctx *ctx = t->ctx;
-    int rc = ctx->rank == 0 ? run_record_flush(t->rec, t->run_h5, step, err, err_len) : 0;
+    int rc = 0;
+    if (ctx->rank == 0 && (rc = comm_fault(ctx->comm, "runfile")))
+        snprintf(err, (size_t)err_len, "%s: writing the run file's piece failed (injected)",
+                 t->run_h5);
+    else if (ctx->rank == 0)
+        rc = run_record_flush(t->rec, t->run_h5, step, err, err_len);
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         return rc;
     /* every rank writes its share: its experts, some shared tensors */
@@ -792,8 +832,8 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             rc = shard_reduce_grads(t->shard, ctx, m);
         if (!rc)
             rc = comm_allreduce_sum_double(ctx->comm, sums, 4);
-        double t_allreduce = mode_now() - tc;
-        ctx->timers[PHASE_COMM] += t_allreduce;
+        mode_time_add(ctx, PHASE_COMM, tc);
+        double t_allreduce = ctx->timers[PHASE_COMM] - comm0 - comm_layers;
         /* all communication of the step: the experts' all-to-alls inside the
          * layers and the gradient all-reduce; compute is the rest of forward
          * and backward */
@@ -933,10 +973,25 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     if (!rc)
         rc = build_shard_plan(&t.shard, t.m, ctx);
     if (!rc && ctx->rank == 0)
+        rc = check_folder(&t, o, err, err_len);
+    if (!rc && ctx->rank == 0)
         rc = check_writable(t.dir, err, err_len);
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
     model_init(t.m, cfg->init_seed);
+    if (o->init_from) { /* the parameters of another run; moments and step start anew */
+        ckpt_meta meta;
+        rc = checkpoint_read_meta(o->init_from, &meta, ctx->comm, err, err_len);
+        ckpt_meta_clear(&meta);
+        if (!rc)
+            rc = checkpoint_load(o->init_from, t.m, false, ctx->comm, err, err_len);
+        if (rc) {
+            char why[900];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, (size_t)err_len, "--init-from: %s", why);
+            goto fail;
+        }
+    }
     t.flops_per_seq = model_flops_per_seq(t.m, NULL);
     t.total = config_planned_steps(cfg, 3.0 * t.flops_per_seq * cfg->batch);
     if (t.total <= 0) {
@@ -951,14 +1006,17 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
         goto fail;
     if (o->resume)
         rc = resume_from(&t, err, err_len);
-    else if (ctx->rank == 0) /* a new run: no pieces of an earlier one */
-        rc = run_record_remove_pieces(t.run_h5);
+    else if (ctx->rank == 0 && (rc = clear_folder(&t))) /* --overwrite, or a stray piece */
+        snprintf(err, (size_t)err_len, "%s: cannot remove the earlier run's files: %s", t.dir,
+                 strerror(-rc));
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
     if ((rc = agree_msg(ctx, setup_routing_windows(&t, err, err_len), err, err_len)))
         goto fail;
     if (ctx->rank == 0 && t.start < t.total) {
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
+        if (o->init_from)
+            snprintf(t.rec->prov.init_from, sizeof(t.rec->prov.init_from), "%s", o->init_from);
         rc = record_model(&t);
         if (!rc)
             rc = run_record_write_header(t.rec, t.run_h5, err, err_len);

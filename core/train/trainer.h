@@ -25,7 +25,9 @@ typedef struct train_log {
 typedef void (*train_log_fn)(const train_log *l, void *user);
 
 typedef struct trainer_opts {
-    bool resume;
+    bool resume;          /* continue the run in the folder from its checkpoint */
+    bool overwrite;       /* a new run in a folder that holds one (else refused) */
+    const char *init_from; /* a new run's parameters from this checkpoint, or NULL */
     train_log_fn log;   /* called on rank 0 every log_every steps and at evaluations */
     void *log_user;
     int argc;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Robustness: bad input, signals, crashes, non-finite numbers, failing ranks.
 #   test_robust.sh TEST MODE_EXP COMPARE_RUNS CONFIG [SITE]
-# TEST: data | checkpoints | signals | kill | nonfinite | ranks | output | fault SITE
+# TEST: data | checkpoints | signals | kill | nonfinite | ranks | folders | diskfull | output |
+#       fault SITE
 set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
@@ -187,7 +188,7 @@ fault)
 	# agreement points every rank learns of it (docs/robustness.md).
 	site=$5
 	case $site in
-	checkpoint-*) step=4 ;;
+	checkpoint-* | runfile) step=4 ;;
 	*) step=3 ;;
 	esac
 	if [ "$site" = sweep-plan ]; then # the sweep's agreement on its plan
@@ -209,7 +210,8 @@ fault)
 	fi
 	for case in moe:2 staged:2 integrated:2 moe:0; do
 		kind=${case%:*} r=${case#*:}
-		[ "$site" = checkpoint-layout ] && [ "$r" != 0 ] && continue # rank 0 lays it out
+		# rank 0 alone lays the checkpoint out and writes the run file
+		case $site in checkpoint-layout | runfile) [ "$r" != 0 ] && continue ;; esac
 		rm -rf f
 		MODE_FAULT=$site@$r:$step timeout 30 mpirun -n 4 "$exe" "$config" \
 			"model.layers=dense, $kind" moe.experts=4 mod.capacity=0.5 run.steps=6 \
@@ -231,6 +233,85 @@ fault)
 		"$exe" eval f/tiny/ckpt.h5 --windows 2 >/dev/null 2>&1 ||
 			fail "$site on rank $r ($kind): the checkpoint does not load"
 		echo "ok: $site on rank $r ($kind): exit $code: $(grep 'mode-exp:' out.txt)"
+	done
+	;;
+folders)
+	# a run folder is never replaced by accident
+	"$exe" "$config" run.out=a --quiet || fail "training a"
+	cksum a/tiny/run.h5 a/tiny/ckpt.h5 >before.txt
+	expect 1 "a/tiny holds a run (run.h5, ckpt.h5): --resume continues it, --overwrite" \
+		"$exe" "$config" run.out=a 'model.layers=dense x 3' --quiet
+	cksum a/tiny/run.h5 a/tiny/ckpt.h5 >after.txt
+	cmp -s before.txt after.txt || fail "a refused run touched the earlier one"
+	expect 1 "no checkpoint to resume" "$exe" "$config" run.out=none --resume --quiet
+	nothing_left none
+	expect 2 "goes with neither --overwrite nor --init-from" \
+		"$exe" "$config" run.out=a --resume --overwrite --quiet
+	# a refused resume names what differs
+	expect 1 "differing keys, checkpoint -> now: model.d_ff (64 -> 48)" \
+		"$exe" "$config" run.out=a model.d_ff=48 --resume --quiet
+	# --overwrite starts anew: another seed, other losses, no piece of the old run
+	"$exe" "$config" run.out=a run.seed=9 --overwrite --quiet || fail "--overwrite"
+	"$compare" a/tiny/run.h5 a/tiny/run.h5 0 >/dev/null || fail "overwritten run unreadable"
+	h5dump -a config a/tiny/run.h5 | grep -q "seed = 9" || fail "--overwrite kept the old run"
+	# --init-from: a new run from a checkpoint's parameters, its own config
+	"$exe" "$config" run.out=fresh run.steps=1 --quiet || fail "fresh"
+	"$exe" "$config" run.out=b run.steps=1 optim.lr=1e-4 --init-from a/tiny/ckpt.h5 --quiet ||
+		fail "--init-from"
+	f=$("$compare" --values fresh/tiny/run.h5 metrics/loss) b=$("$compare" --values b/tiny/run.h5 metrics/loss)
+	awk -v f="$f" -v b="$b" 'BEGIN { exit !(b < f - 0.3) }' ||
+		fail "--init-from: first loss $b, not below a fresh start's $f"
+	h5dump -a provenance/init_from b/tiny/run.h5 | grep -q "a/tiny/ckpt.h5" ||
+		fail "no provenance/init_from"
+	expect 1 "init-from: a/tiny/ckpt.h5: dataset 'layers/0/w1' has extent 64 in dimension 1, expected 48" \
+		"$exe" "$config" run.out=c model.d_ff=48 --init-from a/tiny/ckpt.h5 --quiet
+	# eval and sample refuse what does not fit the vocabulary; token ids in and out
+	i=0
+	while [ $i -lt 3000 ]; do printf '\001\001\054\000'; i=$((i + 1)); done >v300.bin # 257, 44
+	"$exe" "$config" data.source=v300.bin data.vocab=300 run.out=v --quiet || fail "vocab 300"
+	echo "some text" >t.txt
+	expect 1 "t.txt: text is read as bytes .* this checkpoint's vocabulary is 300" \
+		"$exe" eval v/tiny/ckpt.h5 --data t.txt
+	expect 1 "vocab 300: a text prompt is bytes.*--prompt-ids" \
+		"$exe" sample v/tiny/ckpt.h5 --prompt ab --tokens 3
+	expect 1 "token 1 is 300, not below the model's vocabulary of 300" \
+		"$exe" sample v/tiny/ckpt.h5 --prompt-ids 257,300 --tokens 3
+	out=$("$exe" sample v/tiny/ckpt.h5 --prompt-ids 257,44 --tokens 3) || fail "sample ids"
+	echo "$out" | head -n 1 | grep -Eq '^257 44( [0-9]+){3}$' || fail "sample ids: $out"
+	;;
+diskfull)
+	# A full disk at a checkpoint, on a real file system: a tmpfs of 5 MiB
+	# holds the first checkpoint (3.4 MiB) but not a second beside it.  One
+	# message naming the file and the room, exit 1 without a crash (HDF5
+	# never writes to a full disk: core/io/h5util.h), the first checkpoint
+	# and the run file whole; at 1 rank and at 4 (the checkpoint written by
+	# all ranks).  Mounting needs root: skipped with the reason otherwise.
+	if [ "$(id -u)" -ne 0 ] || ! mkdir small || ! mount -t tmpfs -o size=5m tmpfs small 2>/dev/null; then
+		echo "skipped: mounting a 5 MiB tmpfs needs root (docs/robustness.md)"
+		exit 77
+	fi
+	trap 'umount "$work/small" 2>/dev/null; rm -rf "$work"' EXIT
+	for n in 1 4; do
+		rm -rf small/f
+		timeout 60 mpirun -n "$n" "$exe" "$config" 'model.layers=dense, moe' moe.experts=4 \
+			model.d_model=64 model.d_ff=256 run.ckpt_every=8 run.out=small/f --quiet \
+			>out.txt 2>&1
+		code=$?
+		[ "$code" -eq 1 ] || fail "-n $n: exit $code, expected 1: $(cat out.txt)"
+		[ "$(grep -c 'mode-exp:' out.txt)" -eq 1 ] || fail "-n $n: not one message: $(cat out.txt)"
+		grep -q "step 16: .*ckpt.h5: no room to write it: it needs about" out.txt ||
+			fail "-n $n: message: $(cat out.txt)"
+		grep -qi "segmentation\|signal" out.txt && fail "-n $n: crashed: $(cat out.txt)"
+		h5dump -a step small/f/tiny/ckpt.h5 | grep -q "(0): 8" ||
+			fail "-n $n: the checkpoint of step 8 is not whole"
+		"$exe" eval small/f/tiny/ckpt.h5 --windows 2 >/dev/null 2>&1 ||
+			fail "-n $n: the checkpoint of step 8 does not load"
+		# the run file reads, with the steps up to the checkpoint's at least (the
+		# piece of step 16 went in before the checkpoint: resume drops it)
+		"$compare" --values small/f/tiny/run.h5 metrics/step | grep -qx 8 ||
+			fail "-n $n: the run file lost the steps of the checkpoint"
+		ls small/f/tiny | grep -q tmp && fail "-n $n: a temporary file was left"
+		echo "ok: -n $n: exit $code: $(cat out.txt)"
 	done
 	;;
 output)
