@@ -5,7 +5,7 @@
 #include "analysis/analyze.h"
 #include "analysis/stats.h"
 #include "core/model/model.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -19,7 +19,7 @@
 #include "analysis/stats.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <math.h>
 #include <stdio.h>

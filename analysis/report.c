@@ -9,7 +9,7 @@
 #include "analysis/rundir.h"
 #include "analysis/stats.h"
 #include "core/train/trainer.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <ctype.h>
 #include <errno.h>
