@@ -3,9 +3,8 @@
  * well it does, and how well the causal rule follows top-k (MoD paper,
  * section 3.5). */
 #include "analysis/analyze.h"
+#include "analysis/modelsize.h"
 #include "analysis/stats.h"
-#include "core/model/model.h"
-#include "moe/kinds.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,42 +18,10 @@ static const char *const rule_cols[RT_COUNT] = { "precision", "recall", "causal_
 typedef struct compare_row {
     char kinds[256], capacity[96];
     long params;
-    bool params_from_ckpt;
+    bool params_recorded; /* from /model, else counted from the config */
     double flops, steps_per_s, loss_topk, loss_causal;
     double rule[RT_COUNT];   /* NaN: no routed layer has the column */
 } compare_row;
-
-static herr_t count_param(hid_t f, const char *name, const H5O_info_t *info, void *op)
-{
-    if (info->type != H5O_TYPE_DATASET || !strncmp(name, "optim/", 6) || !strcmp(name, "optim"))
-        return 0;
-    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
-    if (ds < 0)
-        return -1;
-    hid_t space = H5Dget_space(ds);
-    *(long *)op += (long)H5Sget_simple_extent_npoints(space);
-    H5Sclose(space);
-    H5Dclose(ds);
-    return 0;
-}
-
-/* Parameters stored in the checkpoint beside the run file (every dataset
- * but the Adam moments); -1 when there is none. */
-static long ckpt_params(const run_info *ri)
-{
-    char path[RUN_PATH_LEN + 16];
-    snprintf(path, sizeof(path), "%s/ckpt.h5", ri->dir);
-    if (H5Fis_hdf5(path) <= 0)
-        return -1;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        return -1;
-    long n = 0;
-    if (H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, count_param, &n) < 0)
-        n = -1;
-    H5Fclose(f);
-    return n;
-}
 
 static void capacity_text(const run_info *ri, char *buf, int len)
 {
@@ -84,20 +51,12 @@ static int fill_row(const an_args *a, const run_info *ri, compare_row *row)
         kind_names[l] = ri->cfg.layers[l].kind;
     kinds_summary(row->kinds, (int)sizeof(row->kinds), kind_names, ri->cfg.n_layers);
     capacity_text(ri, row->capacity, (int)sizeof(row->capacity));
-    model_dims dims = config_dims(&ri->cfg);
-    model *m = NULL;
-    if (build_model(&m, &dims, ri->cfg.layers, mode_kinds, 1, err, (int)sizeof(err)))
-        return an_fail(a, EXIT_BAD_INPUT, "%s: its config does not build a model: %s", ri->path,
-                       err);
-    row->flops = model_flops_per_seq(m, NULL);
-    row->params = ckpt_params(ri);
-    row->params_from_ckpt = row->params >= 0;
-    if (!row->params_from_ckpt) {
-        row->params = 0; /* the tensors' sizes, not the buffer's alignment padding */
-        for (int t = 0; t < m->n_tensors; t++)
-            row->params += m->tensors[t].numel;
-    }
-    free_model(&m);
+    model_size size;
+    if (run_model_size(ri, &size, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    row->flops = size.forward_flops;
+    row->params = (long)size.params;
+    row->params_recorded = size.recorded;
     double steps = run_last_value(ri, "metrics/step", NULL);
     double wall = run_last_value(ri, "metrics/wall_s", NULL);
     row->steps_per_s = wall > 0 ? steps / wall : (double)NAN;
@@ -171,7 +130,7 @@ static void write_csv(FILE *f, run_info **ris, const compare_row *rows, int n)
         const compare_row *w = &rows[r];
         char b[6][32];
         fprintf(f, "\"%s\",\"%s\",%s,%ld,%s,%.17g,%s,%s,%s,%s,%s,%s,\"%s\"\n", ris[r]->name,
-                w->kinds, w->capacity, w->params, w->params_from_ckpt ? "ckpt" : "config",
+                w->kinds, w->capacity, w->params, w->params_recorded ? "record" : "config",
                 w->flops, fmt(b[0], 4, w->steps_per_s), fmt(b[1], -1, w->loss_topk),
                 fmt(b[2], -1, w->loss_causal), fmt(b[3], -1, w->rule[RT_PRECISION]),
                 fmt(b[4], -1, w->rule[RT_RECALL]), fmt(b[5], -1, w->rule[RT_CAUSAL_CAP]),

@@ -15,11 +15,10 @@
  * held-out evaluation, are listed and left out of the fits. */
 #include "analysis/analyze.h"
 #include "analysis/isofit.h"
+#include "analysis/modelsize.h"
 #include "analysis/rundir.h"
 #include "analysis/stats.h"
-#include "core/model/model.h"
 #include "core/train/trainer.h"
-#include "moe/kinds.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -94,7 +93,6 @@ static void run_kind(const run_info *ri, char *out, int len)
 static int read_run(const an_args *a, const char *path, iso_run *r)
 {
     run_info *ri = NULL;
-    model *m = NULL;
     char err[RUN_PATH_LEN + 512];
     memset(r, 0, sizeof(*r));
     if (build_run_info(&ri, path, err, (int)sizeof(err))) {
@@ -103,19 +101,18 @@ static int read_run(const an_args *a, const char *path, iso_run *r)
     }
     int rc = 1;
     if (ri->cfg.flops_budget > 0.0) {
-        model_dims dims = config_dims(&ri->cfg);
-        if (build_model(&m, &dims, ri->cfg.layers, mode_kinds, 1, err, (int)sizeof(err))) {
-            an_fail(a, EXIT_BAD_INPUT, "%s: its config does not build a model: %s", path, err);
+        model_size size;
+        if (run_model_size(ri, &size, err, (int)sizeof(err))) {
+            an_fail(a, EXIT_BAD_INPUT, "%s", err);
             rc = -1;
             goto done;
         }
         snprintf(r->name, sizeof(r->name), "%s", ri->name);
         run_kind(ri, r->kind, (int)sizeof(r->kind));
         r->budget = ri->cfg.flops_budget;
-        for (int t = 0; t < m->n_tensors; t++)
-            r->params += (double)m->tensors[t].numel;
-        r->flops = model_flops_per_seq(m, NULL);
-        r->planned = config_planned_steps(&ri->cfg, 3.0 * r->flops * ri->cfg.batch);
+        r->params = (double)size.params;
+        r->flops = size.forward_flops;
+        r->planned = config_planned_steps(&ri->cfg, size.train_flops_per_step);
         double done = run_last_value(ri, "metrics/step", NULL);
         r->done = isfinite(done) ? (long)done : 0;
         r->loss = run_last_value(ri, "eval/loss_topk", NULL);
@@ -132,7 +129,6 @@ static int read_run(const an_args *a, const char *path, iso_run *r)
         rc = 0;
     }
 done:
-    free_model(&m);
     free_run_info(&ri);
     return rc;
 }

@@ -6,10 +6,10 @@
  * as base64 data URIs; the files they come from stay beside the page in
  * <out>/report/, with the tables as Markdown and CSV. */
 #include "analysis/analyze.h"
+#include "analysis/modelsize.h"
 #include "analysis/rundir.h"
 #include "analysis/stats.h"
 #include "core/train/trainer.h"
-#include "moe/kinds.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -51,16 +51,17 @@ static int read_report_run(const an_args *a, report_run *r)
     const char *slash = strrchr(ri->dir, '/');
     snprintf(r->folder, sizeof(r->folder), "%s", slash ? slash + 1 : ri->dir);
     const char *kind_names[MODE_MAX_LAYERS];
-    model_dims dims = config_dims(&ri->cfg);
-    double flops = model_head_flops_per_seq(&dims);
     for (int l = 0; l < ri->cfg.n_layers; l++) {
-        const layer_kind *k = run_layer_kind(ri, l);
         kind_names[l] = ri->cfg.layers[l].kind;
-        flops += k ? k->flops(&ri->cfg.layers[l], &dims) : 0.0;
         r->scores |= run_layer_has_key(ri, l, "capacity");
     }
     kinds_summary(r->kinds, (int)sizeof(r->kinds), kind_names, ri->cfg.n_layers);
-    r->planned = config_planned_steps(&ri->cfg, 3.0 * flops * ri->cfg.batch);
+    model_size size;
+    if (run_model_size(ri, &size, err, (int)sizeof(err))) {
+        free_run_info(&ri);
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    }
+    r->planned = config_planned_steps(&ri->cfg, size.train_flops_per_step);
     double done = run_last_value(ri, "metrics/step", NULL);
     r->done = isfinite(done) ? (long)done : 0;
     run_last_value(ri, "eval/step", &r->evals);
