@@ -386,6 +386,7 @@ void wilson_interval(double k, double n, double z, double *lo, double *hi)
     double p = k / n, z2 = z * z;
     double centre = (p + z2 / (2 * n)) / (1 + z2 / n);
     double half = z / (1 + z2 / n) * sqrt(p * (1 - p) / n + z2 / (4 * n * n));
-    *lo = fmax(0.0, centre - half);
-    *hi = fmin(1.0, centre + half);
+    /* exact at the ends, where centre - half is 0 or 1 up to rounding */
+    *lo = k <= 0.0 ? 0.0 : fmax(0.0, centre - half);
+    *hi = k >= n ? 1.0 : fmin(1.0, centre + half);
 }
