@@ -67,11 +67,14 @@ static int read_recorded(const run_info *ri, model_size *out)
         free(f);
         return -EINVAL;
     }
-    out->forward_flops = 0.0;
-    for (long i = 0; i < n; i++) /* the layers, then the head */
+    /* summed as the trainer does (model_flops_per_seq: the head, then the
+     * layers in order), so that the same budget plans the same steps */
+    out->forward_flops = f[n - 1];
+    for (long i = 0; i + 1 < n; i++)
         out->forward_flops += f[i];
     free(f);
-    out->train_flops_per_step = 3.0 * out->forward_flops * ri->cfg.batch;
+    double step = run_last_value(ri, "model/train_flops_per_step", NULL);
+    out->train_flops_per_step = isfinite(step) ? step : 3.0 * out->forward_flops * ri->cfg.batch;
     out->recorded = isfinite(out->forward_flops);
     return out->recorded ? 0 : -EINVAL;
 }
