@@ -28,11 +28,12 @@ void take_interval(const double *c, double *lo, double *hi)
 void take_replicates(const tokens_report *t, const token_layer *tl, bool pos, int i,
                      sample_summary *s)
 {
-    double v[64];
-    int n = t->n_runs < 64 ? t->n_runs : 64;
+    double *v = malloc((size_t)t->n_runs * sizeof(double));
+    int n = v ? t->n_runs : 0;
     for (int r = 0; r < n; r++)
         v[r] = take_rate(pos ? tl->run_pos[r][i] : tl->run_cls[r][i]);
     summarize(v, n, s);
+    free(v);
 }
 
 /* Every token's class, position bucket and decision, for the permutation
