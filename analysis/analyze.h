@@ -12,18 +12,20 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-enum { AN_MAX_FILES = 32 };
 enum { EXIT_BAD_INPUT = 1, EXIT_USAGE = 2 };
 
 typedef struct an_args {
     const char *cmd;                   /* the subcommand's name, for messages */
-    const char *files[AN_MAX_FILES];   /* the run files */
+    const char *const *files;          /* the run files (a folder of runs given to a command
+                                          over many runs stands for its runs) */
     int n_files;
     const char *out;                   /* --out DIR, or NULL: the first file's folder */
     bool svg;                          /* --svg: an SVG beside every PNG */
     long step;                         /* --step N, or -1: the last recorded */
     long seq;                          /* --seq I */
     bool all_steps;                    /* --all-steps */
+    const char *baseline;              /* --baseline GROUP, or NULL: "dense" when there is one */
+    const char *key;                   /* --key section.key (sweep) */
 } an_args;
 
 int cmd_heatmap(const an_args *a);
@@ -32,27 +34,20 @@ int cmd_curves(const an_args *a);
 int cmd_compare(const an_args *a);
 int cmd_tokens(const an_args *a);
 int cmd_isoflop(const an_args *a);
+int cmd_sweep(const an_args *a);
 int cmd_report(const an_args *a);
 
 /* "mode-analyze CMD: " and the message on stderr; returns code. */
 int an_fail(const an_args *a, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Open every run file named on the command line (ris[n_files]); on failure
- * prints the message, frees what was opened and returns EXIT_BAD_INPUT. */
-int an_open_runs(const an_args *a, run_info **ris);
-void an_close_runs(const an_args *a, run_info **ris);
 /* Open the one run file of a routing figure: EXIT_BAD_INPUT, with the
  * message saying why, when it cannot be read or holds no routing records. */
 int an_open_routed_run(const an_args *a, run_info **ri);
-/* Names that tell the runs apart: the config's [run] name, or the folder
- * holding the file where two runs share a name. */
-void an_unique_names(run_info **ris, int n);
-
-/* path = the output folder (created when missing) / name.  Returns 0, or
- * EXIT_BAD_INPUT after a message. */
-int an_out_path(const an_args *a, const run_info *first, const char *name, char *path,
-                int len);
+/* path = the output folder (--out, else dir, else the first run file's
+ * folder; created when missing) / name.  Returns 0, or EXIT_BAD_INPUT after
+ * a message. */
+int an_out_path(const an_args *a, const char *dir, const char *name, char *path, int len);
 /* Say that path was written (stdout). */
 void an_wrote(const char *path);
 

@@ -1,213 +1,227 @@
-/* mode-analyze compare: one row per run, printed and written as Markdown
- * (compare.md) and CSV (compare.csv): what the model is, what it costs, how
- * well it does, and how well the causal rule follows top-k (MoD paper,
- * section 3.5). */
-#include "analysis/analyze.h"
-#include "analysis/stats.h"
-#include "core/model/model.h"
-#include "experiments/kinds.h"
+/* mode-analyze compare: one row per group of replicates, printed and
+ * written as Markdown (compare.md), with the runs themselves in compare.csv
+ * and the groups in compare_groups.csv: what the model is, what it costs,
+ * how well it does over its seeds (mean, sd, 95% interval, the difference to
+ * a baseline and whether it exceeds the seed spread by Welch's test), and
+ * how well the causal rule follows top-k (MoD paper, section 3.5). */
+#include "analysis/runset.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { RT_PRECISION, RT_RECALL, RT_CAUSAL_CAP, RT_COUNT };
-static const char *const rule_cols[RT_COUNT] = { "precision", "recall", "causal_capacity" };
-#define TAIL_SHARE 0.1 /* the causal rule's statistics: mean of the last 10% of steps */
-
-typedef struct compare_row {
-    char kinds[256], capacity[96];
-    long params;
-    bool params_from_ckpt;
-    double flops, steps_per_s, loss_topk, loss_causal;
-    double rule[RT_COUNT];   /* NaN: no routed layer has the column */
-} compare_row;
-
-static herr_t count_param(hid_t f, const char *name, const H5O_info_t *info, void *op)
+static void write_legend(FILE *f, const an_runset *rs)
 {
-    if (info->type != H5O_TYPE_DATASET || !strncmp(name, "optim/", 6) || !strcmp(name, "optim"))
-        return 0;
-    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
-    if (ds < 0)
-        return -1;
-    hid_t space = H5Dget_space(ds);
-    *(long *)op += (long)H5Sget_simple_extent_npoints(space);
-    H5Sclose(space);
-    H5Dclose(ds);
-    return 0;
+    fprintf(f, "Groups of replicates: runs whose configs differ only in [run] name, out, seed, "
+               "init_seed or data_seed. Loss: the final held-out loss, mean ± sd over the n "
+               "replicates, and the 95%% interval of the mean (Student's t, n - 1 degrees of "
+               "freedom; - with one replicate). SE: the standard error of one run's loss over "
+               "its evaluation windows (within-run precision; sd is the between-seed "
+               "spread).");
+    if (rs->baseline >= 0)
+        fprintf(f, " Δ: the difference to the baseline group %s; p: Welch's two-sided t-test "
+                   "of it (unequal variances, Welch-Satterthwaite degrees of freedom; - with "
+                   "fewer than two replicates on either side).",
+                rs->g.groups[rs->baseline].name);
+    fprintf(f, "\n\n");
 }
 
-/* Parameters stored in the checkpoint beside the run file (every dataset
- * but the Adam moments); -1 when there is none. */
-static long ckpt_params(const run_info *ri)
+static void write_md(FILE *f, const an_runset *rs)
 {
-    char path[RUN_PATH_LEN + 16];
-    snprintf(path, sizeof(path), "%s/ckpt.h5", ri->dir);
-    if (H5Fis_hdf5(path) <= 0)
-        return -1;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0)
-        return -1;
-    long n = 0;
-    if (H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, count_param, &n) < 0)
-        n = -1;
-    H5Fclose(f);
-    return n;
-}
-
-static void capacity_text(const run_info *ri, char *buf, int len)
-{
-    int w = 0;
-    double seen[MODE_MAX_LAYERS];
-    int n = 0;
-    buf[0] = '\0';
-    for (int l = 0; l < ri->cfg.n_layers && w < len; l++) {
-        double c = ri->cfg.layers[l].capacity;
-        bool dup = false;
-        for (int j = 0; j < n; j++)
-            dup |= seen[j] == c;
-        if (!run_layer_has_key(ri, l, "capacity") || dup)
-            continue;
-        seen[n++] = c;
-        w += snprintf(buf + w, (size_t)(len - w), "%s%g", n > 1 ? "/" : "", c);
-    }
-    if (!n)
-        snprintf(buf, (size_t)len, "-");
-}
-
-static int fill_row(const an_args *a, const run_info *ri, compare_row *row)
-{
-    char err[512];
-    const char *kind_names[MODE_MAX_LAYERS];
-    for (int l = 0; l < ri->cfg.n_layers; l++)
-        kind_names[l] = ri->cfg.layers[l].kind;
-    kinds_summary(row->kinds, (int)sizeof(row->kinds), kind_names, ri->cfg.n_layers);
-    capacity_text(ri, row->capacity, (int)sizeof(row->capacity));
-    model_dims dims = config_dims(&ri->cfg);
-    model *m = NULL;
-    if (build_model(&m, &dims, ri->cfg.layers, mode_kinds, 1, err, (int)sizeof(err)))
-        return an_fail(a, EXIT_BAD_INPUT, "%s: its config does not build a model: %s", ri->path,
-                       err);
-    row->flops = model_flops_per_seq(m, NULL);
-    row->params = ckpt_params(ri);
-    row->params_from_ckpt = row->params >= 0;
-    if (!row->params_from_ckpt) {
-        row->params = 0; /* the tensors' sizes, not the buffer's alignment padding */
-        for (int t = 0; t < m->n_tensors; t++)
-            row->params += m->tensors[t].numel;
-    }
-    free_model(&m);
-    double steps = run_last_value(ri, "metrics/step", NULL);
-    double wall = run_last_value(ri, "metrics/wall_s", NULL);
-    row->steps_per_s = wall > 0 ? steps / wall : (double)NAN;
-    row->loss_topk = run_last_value(ri, "eval/loss_topk", NULL);
-    row->loss_causal = run_last_value(ri, "eval/loss_causal", NULL);
-    for (int k = 0; k < RT_COUNT; k++) {
-        double sum = 0.0;
-        int n_layers = 0;
-        for (int l = 0; l < ri->cfg.n_layers; l++) {
-            char col[96];
-            double *v = NULL;
-            long n = 0;
-            snprintf(col, sizeof(col), "layer_stats/%d/%s", l, rule_cols[k]);
-            if (!run_read_column(ri, col, &v, &n) && n > 0) {
-                sum += tail_mean(v, n, TAIL_SHARE);
-                n_layers++;
-            }
-            free(v);
+    write_legend(f, rs);
+    bool vs = rs->baseline >= 0;
+    fprintf(f, "| group | n | layers | capacity | params | FLOPs/fwd/seq | steps/s | "
+               "loss top-k | 95%% CI | SE |%s loss causal | 95%% CI | SE |%s precision | "
+               "recall | causal capacity |\n",
+            vs ? " Δ top-k | p |" : "", vs ? " Δ causal | p |" : "");
+    fprintf(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |%s ---: | "
+               "---: | ---: |%s ---: | ---: | ---: |\n",
+            vs ? " ---: | ---: |" : "", vs ? " ---: | ---: |" : "");
+    for (int j = 0; j < rs->g.n_groups; j++) {
+        const run_group *grp = &rs->g.groups[j];
+        const an_group_stats *st = &rs->stats[j];
+        const an_run *r = &rs->runs[grp->members[0]];
+        char b[16][64];
+        fmt_params(b[0], 64, (double)r->size.params);
+        number_label(b[1], 64, r->size.forward_flops, 3);
+        fmt_mean_sd(b[2], 64, &st->topk, 4);
+        fmt_interval(b[3], 64, &st->topk, 4);
+        fmt_mean_sd(b[4], 64, &st->causal, 4);
+        fmt_interval(b[5], 64, &st->causal, 4);
+        fprintf(f, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |", grp->name, st->used,
+                r->kinds, r->capacity, b[0], b[1], fmt_num(b[6], 64, st->steps_per_s, 2, false),
+                b[2], b[3], fmt_num(b[7], 64, st->se_topk, 4, false));
+        if (vs) {
+            fmt_p(b[8], 64, st->vs_topk.p);
+            fprintf(f, " %s | %s |",
+                    j == rs->baseline ? "baseline" : fmt_num(b[9], 64, st->vs_topk.diff, 4, true),
+                    j == rs->baseline ? "" : b[8]);
         }
-        row->rule[k] = n_layers ? sum / n_layers : (double)NAN;
+        fprintf(f, " %s | %s | %s |", b[4], b[5], fmt_num(b[15], 64, st->se_causal, 4, false));
+        if (vs) {
+            fmt_p(b[10], 64, st->vs_causal.p);
+            fprintf(f, " %s | %s |",
+                    j == rs->baseline ? "baseline"
+                                      : fmt_num(b[11], 64, st->vs_causal.diff, 4, true),
+                    j == rs->baseline ? "" : b[10]);
+        }
+        fprintf(f, " %s | %s | %s |\n", fmt_num(b[12], 64, st->rule[RT_PRECISION], 3, false),
+                fmt_num(b[13], 64, st->rule[RT_RECALL], 3, false),
+                fmt_num(b[14], 64, st->rule[RT_CAUSAL_CAP], 3, false));
     }
-    return 0;
-}
-
-/* v with digits decimals (or 17 significant digits when digits < 0), or
- * "-" for NaN. */
-static const char *fmt(char *buf, int digits, double v)
-{
-    if (isnan(v))
-        return "-";
-    if (digits < 0)
-        snprintf(buf, 32, "%.17g", v);
-    else
-        snprintf(buf, 32, "%.*f", digits, v);
-    return buf;
-}
-
-static void params_text(char *buf, long n)
-{
-    if (n >= 1000000)
-        snprintf(buf, 32, "%.2fM", (double)n / 1e6);
-    else if (n >= 1000)
-        snprintf(buf, 32, "%.1fk", (double)n / 1e3);
-    else
-        snprintf(buf, 32, "%ld", n);
-}
-
-static void write_md(FILE *f, run_info **ris, const compare_row *rows, int n)
-{
-    fprintf(f, "| run | layers | capacity | params | FLOPs/fwd/seq | steps/s | loss top-k | "
-               "loss causal | precision | recall | causal capacity |\n");
-    fprintf(f, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (int r = 0; r < n; r++) {
-        const compare_row *w = &rows[r];
-        char b[8][32];
-        params_text(b[0], w->params);
-        number_label(b[1], 32, w->flops, 3);
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", ris[r]->name,
-                w->kinds, w->capacity, b[0], b[1], fmt(b[2], 2, w->steps_per_s),
-                fmt(b[3], 4, w->loss_topk), fmt(b[4], 4, w->loss_causal),
-                fmt(b[5], 3, w->rule[RT_PRECISION]), fmt(b[6], 3, w->rule[RT_RECALL]),
-                fmt(b[7], 3, w->rule[RT_CAUSAL_CAP]));
+    /* what the statistics are over, where not every replicate is complete */
+    bool first = true;
+    for (int j = 0; j < rs->g.n_groups; j++) {
+        const run_group *grp = &rs->g.groups[j];
+        const an_group_stats *st = &rs->stats[j];
+        int complete = 0;
+        for (int m = 0; m < grp->n; m++)
+            complete += rs->runs[grp->members[m]].complete;
+        if (complete == grp->n)
+            continue;
+        fprintf(f, "%s%s: ", first ? "\n" : "", grp->name);
+        first = false;
+        if (st->in_progress)
+            fprintf(f, "no replicate is complete; the %d with an evaluation are at their latest "
+                       "(steps %ld to %ld)\n", st->used, st->eval_lo, st->eval_hi);
+        else
+            fprintf(f, "%d of %d replicates complete; the statistics are over those\n", complete,
+                    grp->n);
     }
 }
 
-static void write_csv(FILE *f, run_info **ris, const compare_row *rows, int n)
+/* One row per run: its group, the keys that vary, its seeds, its numbers. */
+static void write_runs_csv(FILE *f, const an_runset *rs)
 {
-    fprintf(f, "run,layers,capacity,params,params_from,flops_per_seq,steps_per_s,loss_topk,"
-               "loss_causal,precision,recall,causal_capacity,file\n");
-    for (int r = 0; r < n; r++) {
-        const compare_row *w = &rows[r];
-        char b[6][32];
-        fprintf(f, "\"%s\",\"%s\",%s,%ld,%s,%.17g,%s,%s,%s,%s,%s,%s,\"%s\"\n", ris[r]->name,
-                w->kinds, w->capacity, w->params, w->params_from_ckpt ? "ckpt" : "config",
-                w->flops, fmt(b[0], 4, w->steps_per_s), fmt(b[1], -1, w->loss_topk),
-                fmt(b[2], -1, w->loss_causal), fmt(b[3], -1, w->rule[RT_PRECISION]),
-                fmt(b[4], -1, w->rule[RT_RECALL]), fmt(b[5], -1, w->rule[RT_CAUSAL_CAP]),
-                ris[r]->path);
+    fputs("group", f);
+    for (int k = 0; k < rs->g.n_varying; k++) {
+        fputc(',', f);
+        csv_field(f, rs->g.varying[k]);
+    }
+    fputs(",seed,init_seed,data_seed,run,layers,capacity,params,params_from,flops_per_seq,"
+          "steps,planned,complete,steps_per_s,eval_step,loss_topk,se_topk,loss_causal,"
+          "se_causal,eval_windows,precision,recall,causal_capacity,used,file\n", f);
+    for (int i = 0; i < rs->n; i++) {
+        const an_run *r = &rs->runs[i];
+        csv_field(f, rs->g.groups[rs->g.group_of[i]].name);
+        for (int k = 0; k < rs->g.n_varying; k++) {
+            fputc(',', f);
+            csv_field(f, run_key_value(&r->keys, rs->g.varying[k]));
+        }
+        fprintf(f, ",%llu,%llu,%llu,", (unsigned long long)r->cfg->seed,
+                (unsigned long long)r->cfg->init_seed, (unsigned long long)r->cfg->data_seed);
+        csv_field(f, r->name);
+        fputc(',', f);
+        csv_field(f, r->kinds);
+        fputc(',', f);
+        csv_field(f, r->capacity);
+        fprintf(f, ",%lld,%s", (long long)r->size.params, r->size.recorded ? "record" : "config");
+        csv_num(f, r->size.forward_flops);
+        fprintf(f, ",%ld,%ld,%d", r->done, r->planned, r->complete);
+        csv_num(f, r->steps_per_s);
+        if (r->eval_step >= 0)
+            fprintf(f, ",%ld", r->eval_step);
+        else
+            fputs(",", f);
+        csv_num(f, r->loss_topk);
+        csv_num(f, r->se_topk);
+        csv_num(f, r->loss_causal);
+        csv_num(f, r->se_causal);
+        csv_num(f, r->windows);
+        for (int k = 0; k < RT_COUNT; k++)
+            csv_num(f, r->rule[k]);
+        fprintf(f, ",%d,", an_run_used(rs, i));
+        csv_field(f, r->path);
+        fputc('\n', f);
+    }
+}
+
+static void csv_summary(FILE *f, const sample_summary *s, double se)
+{
+    csv_num(f, s->mean);
+    csv_num(f, s->sd);
+    csv_num(f, s->ci_lo);
+    csv_num(f, s->ci_hi);
+    csv_num(f, se);
+}
+
+static void csv_welch(FILE *f, const welch_result *w)
+{
+    csv_num(f, w->diff);
+    csv_num(f, w->t);
+    csv_num(f, w->df);
+    csv_num(f, w->p);
+}
+
+static void write_groups_csv(FILE *f, const an_runset *rs)
+{
+    fputs("group,n", f);
+    for (int k = 0; k < rs->g.n_varying; k++) {
+        fputc(',', f);
+        csv_field(f, rs->g.varying[k]);
+    }
+    fputs(",layers,capacity,params,flops_per_seq,steps_per_s,loss_topk_mean,loss_topk_sd,"
+          "loss_topk_ci_lo,loss_topk_ci_hi,se_topk,loss_causal_mean,loss_causal_sd,"
+          "loss_causal_ci_lo,loss_causal_ci_hi,se_causal,baseline,diff_topk,t_topk,df_topk,"
+          "p_topk,diff_causal,t_causal,df_causal,p_causal,precision,recall,causal_capacity,"
+          "in_progress\n", f);
+    for (int j = 0; j < rs->g.n_groups; j++) {
+        const an_group_stats *st = &rs->stats[j];
+        const an_run *r = &rs->runs[rs->g.groups[j].members[0]];
+        csv_field(f, rs->g.groups[j].name);
+        fprintf(f, ",%d", st->used);
+        for (int k = 0; k < rs->g.n_varying; k++) {
+            fputc(',', f);
+            csv_field(f, run_key_value(&r->keys, rs->g.varying[k]));
+        }
+        fputc(',', f);
+        csv_field(f, r->kinds);
+        fputc(',', f);
+        csv_field(f, r->capacity);
+        fprintf(f, ",%lld", (long long)r->size.params);
+        csv_num(f, r->size.forward_flops);
+        csv_num(f, st->steps_per_s);
+        csv_summary(f, &st->topk, st->se_topk);
+        csv_summary(f, &st->causal, st->se_causal);
+        fputc(',', f);
+        if (rs->baseline >= 0)
+            csv_field(f, rs->g.groups[rs->baseline].name);
+        csv_welch(f, &st->vs_topk);
+        csv_welch(f, &st->vs_causal);
+        for (int k = 0; k < RT_COUNT; k++)
+            csv_num(f, st->rule[k]);
+        fprintf(f, ",%d\n", st->in_progress);
     }
 }
 
 int cmd_compare(const an_args *a)
 {
-    run_info *ris[AN_MAX_FILES];
-    compare_row rows[AN_MAX_FILES];
-    char md[RUN_PATH_LEN + 64], csv[RUN_PATH_LEN + 64];
+    an_runset rs;
+    char path[RUN_PATH_LEN + 64];
     an_text t = { 0 };
-    memset(rows, 0, sizeof(rows));
-    if (an_open_runs(a, ris))
+    if (an_read_runs(a, &rs))
         return EXIT_BAD_INPUT;
     int rc = EXIT_BAD_INPUT;
-    an_unique_names(ris, a->n_files);
-    for (int r = 0; r < a->n_files; r++)
-        if (fill_row(a, ris[r], &rows[r]))
-            goto done;
-    if (an_out_path(a, ris[0], "compare.md", md, (int)sizeof(md)) ||
-        an_out_path(a, ris[0], "compare.csv", csv, (int)sizeof(csv)))
+    write_md(stdout, &rs);
+    if (an_out_path(a, NULL, "compare.md", path, (int)sizeof(path)) ||
+        an_text_begin(a, &t, path))
         goto done;
-    write_md(stdout, ris, rows, a->n_files);
-    if (an_text_begin(a, &t, md))
+    write_md(t.f, &rs);
+    if (an_text_commit(a, &t) || an_out_path(a, NULL, "compare.csv", path, (int)sizeof(path)) ||
+        an_text_begin(a, &t, path))
         goto done;
-    write_md(t.f, ris, rows, a->n_files);
-    if (an_text_commit(a, &t) || an_text_begin(a, &t, csv))
+    write_runs_csv(t.f, &rs);
+    if (an_text_commit(a, &t) ||
+        an_out_path(a, NULL, "compare_groups.csv", path, (int)sizeof(path)) ||
+        an_text_begin(a, &t, path))
         goto done;
-    write_csv(t.f, ris, rows, a->n_files);
+    write_groups_csv(t.f, &rs);
     if (an_text_commit(a, &t))
         goto done;
     rc = 0;
 done:
     an_text_abort(&t);
-    an_close_runs(a, ris);
+    an_free_runs(&rs);
     return rc;
 }

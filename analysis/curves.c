@@ -1,7 +1,11 @@
-/* mode-analyze curves: held-out loss of several runs against training FLOPs
- * (nominal, MODEL.md; log scale), wall time and steps, the isoFLOP view of
- * the MoD paper's section 4: top-k routing solid, the causal rule dashed. */
-#include "analysis/analyze.h"
+/* mode-analyze curves: held-out loss of groups of replicates against
+ * training FLOPs (nominal, MODEL.md; log scale), wall time and steps, the
+ * isoFLOP view of the MoD paper's section 4.  Per group: the mean over its
+ * replicates at every evaluation step they all reached, top-k routing solid
+ * inside a band from the lowest to the highest replicate (with three seeds
+ * the range shows every replicate, with no assumption on their
+ * distribution), the causal rule's mean dashed. */
+#include "analysis/runset.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,16 +15,25 @@
 enum { CV_PANEL_W = 440, CV_PANEL_H = 340, CV_TOP = 58, CV_LEGEND_COL = 220 };
 enum { X_FLOPS, X_WALL, X_STEPS, X_COUNT };
 
+/* One run's evaluations, each with the metrics of its step. */
 typedef struct curve {
     long n;
-    double *x[X_COUNT];   /* [n] at the evaluation steps */
+    double *x[X_COUNT]; /* [n] */
     double *topk, *causal;
 } curve;
 
+/* A group's: the means at the steps every replicate reached, and the
+ * replicates' range of the top-k loss. */
+typedef struct group_curve {
+    int n_runs;
+    curve mean;
+    double *lo, *hi;
+} group_curve;
+
 typedef struct curves_fig {
-    run_info **ris;
-    curve *c;
-    int n_runs, width, height, legend_cols, n_items;
+    const an_runset *rs;
+    group_curve *gc;
+    int width, height, legend_cols, n_items, max_n;
     legend_item *items;
 } curves_fig;
 
@@ -38,69 +51,154 @@ static void free_curve(curve *c)
     memset(c, 0, sizeof(*c));
 }
 
-/* Each evaluation with the metrics of its step; -1 and a message on error. */
-static int read_curve(const an_args *a, const run_info *ri, curve *c)
+static int alloc_curve(curve *c, long n)
 {
-    double *ms = NULL, *flops = NULL, *wall = NULL, *es = NULL;
+    c->n = n;
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(double);
+    for (int k = 0; k < X_COUNT; k++)
+        c->x[k] = malloc(bytes);
+    c->topk = malloc(bytes);
+    c->causal = malloc(bytes);
+    return c->x[X_FLOPS] && c->x[X_WALL] && c->x[X_STEPS] && c->topk && c->causal ? 0 : -1;
+}
+
+/* Each evaluation with the metrics of its step; EXIT_BAD_INPUT and a
+ * message on error. */
+static int read_curve(const an_args *a, const char *path, curve *c)
+{
+    run_info *ri = NULL;
+    double *ms = NULL, *flops = NULL, *wall = NULL, *es = NULL, *topk = NULL, *causal = NULL;
     long nm = 0, nf = 0, nw = 0, ne = 0, n2 = 0, n3 = 0;
-    int rc = -1;
+    char err[RUN_PATH_LEN + 512];
+    if (build_run_info(&ri, path, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    int rc = EXIT_BAD_INPUT;
     if (run_read_column(ri, "metrics/step", &ms, &nm) ||
         run_read_column(ri, "metrics/train_flops", &flops, &nf) ||
         run_read_column(ri, "metrics/wall_s", &wall, &nw) || nf != nm || nw != nm) {
-        an_fail(a, EXIT_BAD_INPUT, "%s: /metrics/step, train_flops or wall_s missing or uneven",
-                ri->path);
-        goto fail;
+        an_fail(a, rc, "%s: /metrics/step, train_flops or wall_s missing or uneven", ri->path);
+        goto done;
     }
     if (run_read_column(ri, "eval/step", &es, &ne) ||
-        run_read_column(ri, "eval/loss_topk", &c->topk, &n2) ||
-        run_read_column(ri, "eval/loss_causal", &c->causal, &n3) || n2 != ne || n3 != ne) {
-        an_fail(a, EXIT_BAD_INPUT, "%s: /eval/step, loss_topk or loss_causal missing or uneven",
-                ri->path);
-        goto fail;
+        run_read_column(ri, "eval/loss_topk", &topk, &n2) ||
+        run_read_column(ri, "eval/loss_causal", &causal, &n3) || n2 != ne || n3 != ne) {
+        an_fail(a, rc, "%s: /eval/step, loss_topk or loss_causal missing or uneven", ri->path);
+        goto done;
     }
     if (ne == 0) {
-        an_fail(a, EXIT_BAD_INPUT, "%s: no held-out evaluations (run.eval_every = %ld)",
-                ri->path, ri->cfg.eval_every);
-        goto fail;
+        an_fail(a, rc, "%s: no held-out evaluations (run.eval_every = %ld)", ri->path,
+                ri->cfg.eval_every);
+        goto done;
     }
-    c->n = ne;
-    for (int k = 0; k < X_COUNT; k++)
-        if (!(c->x[k] = malloc((size_t)ne * sizeof(double))))
-            goto fail;
-    for (long i = 0; i < ne; i++) {
-        long j = 0;
-        while (j < nm && ms[j] != es[i])
+    if (alloc_curve(c, ne)) {
+        an_fail(a, rc, "out of memory");
+        goto done;
+    }
+    for (long i = 0, j = 0; i < ne; i++) {
+        while (j < nm && ms[j] < es[i]) /* both ascending */
             j++;
-        c->x[X_FLOPS][i] = j < nm ? flops[j] : (double)NAN;
-        c->x[X_WALL][i] = j < nm ? wall[j] : (double)NAN;
+        bool at = j < nm && ms[j] == es[i];
+        c->x[X_FLOPS][i] = at ? flops[j] : (double)NAN;
+        c->x[X_WALL][i] = at ? wall[j] : (double)NAN;
         c->x[X_STEPS][i] = es[i];
+        c->topk[i] = topk[i];
+        c->causal[i] = causal[i];
     }
     rc = 0;
-fail:
+done:
     free(ms);
     free(flops);
     free(wall);
     free(es);
+    free(topk);
+    free(causal);
+    free_run_info(&ri);
     return rc;
 }
 
-/* The range of the finite values of every run's v (positive ones for a log
- * axis), padded. */
+/* The group's curve over the steps every replicate evaluated: of the
+ * replicates compare's statistics are over (the complete ones when there
+ * are any, so that a run still in progress does not cut the curve short),
+ * else of all. */
+static int group_curve_of(const an_args *a, const an_runset *rs, int gi, group_curve *g)
+{
+    const run_group *every = &rs->g.groups[gi];
+    run_group used = *every;
+    used.n = 0;
+    used.members = malloc((size_t)every->n * sizeof(int));
+    for (int m = 0; used.members && m < every->n; m++)
+        if (an_run_used(rs, every->members[m]))
+            used.members[used.n++] = every->members[m];
+    const run_group *grp = used.n ? &used : every;
+    curve *c = calloc((size_t)grp->n, sizeof(curve));
+    int rc = c && used.members ? 0 : an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    for (int m = 0; !rc && m < grp->n; m++)
+        rc = read_curve(a, rs->runs[grp->members[m]].path, &c[m]);
+    if (!rc && alloc_curve(&g->mean, c[0].n))
+        rc = an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    if (!rc) {
+        g->lo = malloc((size_t)c[0].n * sizeof(double));
+        g->hi = malloc((size_t)c[0].n * sizeof(double));
+        if (!g->lo || !g->hi)
+            rc = an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    }
+    g->n_runs = grp->n;
+    long out = 0;
+    for (long i = 0; !rc && i < c[0].n; i++) {
+        double step = c[0].x[X_STEPS][i], sum[X_COUNT] = { 0 }, st = 0, sc = 0;
+        double lo = HUGE_VAL, hi = -HUGE_VAL;
+        int all = 1;
+        for (int m = 0; m < grp->n && all; m++) {
+            long j = 0;
+            while (j < c[m].n && c[m].x[X_STEPS][j] != step)
+                j++;
+            if (j == c[m].n) {
+                all = 0;
+                break;
+            }
+            for (int k = 0; k < X_COUNT; k++)
+                sum[k] += c[m].x[k][j];
+            st += c[m].topk[j];
+            sc += c[m].causal[j];
+            lo = fmin(lo, c[m].topk[j]);
+            hi = fmax(hi, c[m].topk[j]);
+        }
+        if (!all)
+            continue;
+        for (int k = 0; k < X_COUNT; k++)
+            g->mean.x[k][out] = sum[k] / grp->n;
+        g->mean.topk[out] = st / grp->n;
+        g->mean.causal[out] = sc / grp->n;
+        g->lo[out] = lo;
+        g->hi[out++] = hi;
+    }
+    g->mean.n = out;
+    for (int m = 0; c && m < grp->n; m++)
+        free_curve(&c[m]);
+    free(c);
+    free(used.members);
+    return rc;
+}
+
+/* The range of the finite values of every group's curves (positive ones for
+ * a log axis), padded; which: an x axis, or X_COUNT for the losses. */
 static void range_of(const curves_fig *f, int which, bool logx, double *lo, double *hi)
 {
     *lo = HUGE_VAL;
     *hi = -HUGE_VAL;
-    for (int r = 0; r < f->n_runs; r++)
-        for (long i = 0; i < f->c[r].n; i++) {
-            const curve *c = &f->c[r];
-            double vals[2] = { which < X_COUNT ? c->x[which][i] : c->topk[i],
-                               which < X_COUNT ? c->x[which][i] : c->causal[i] };
-            for (int k = 0; k < 2; k++)
+    for (int j = 0; j < f->rs->g.n_groups; j++) {
+        const group_curve *g = &f->gc[j];
+        for (long i = 0; i < g->mean.n; i++) {
+            double vals[3] = { which < X_COUNT ? g->mean.x[which][i] : g->lo[i],
+                               which < X_COUNT ? g->mean.x[which][i] : g->hi[i],
+                               which < X_COUNT ? g->mean.x[which][i] : g->mean.causal[i] };
+            for (int k = 0; k < 3; k++)
                 if (isfinite(vals[k]) && (!logx || vals[k] > 0)) {
                     *lo = fmin(*lo, vals[k]);
                     *hi = fmax(*hi, vals[k]);
                 }
         }
+    }
     if (!isfinite(*lo)) {
         *lo = logx ? 1.0 : 0.0;
         *hi = logx ? 10.0 : 1.0;
@@ -118,14 +216,19 @@ static void range_of(const curves_fig *f, int which, bool logx, double *lo, doub
 static void draw_curves(cairo_t *cr, void *user)
 {
     const curves_fig *f = user;
-    char buf[256];
+    char buf[320];
     plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
     plot_font(cr, 15, true, false);
     plot_text(cr, 20, 14, 0.0, 0.0, "Held-out loss");
     plot_font(cr, 12, false, false);
     plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
-    snprintf(buf, sizeof(buf), "%d run%s; solid: top-k routing over whole windows, dashed: the "
-             "causal rule (what sampling can do)", f->n_runs, f->n_runs > 1 ? "s" : "");
+    if (f->max_n > 1)
+        snprintf(buf, sizeof(buf), "%d group%s of replicates: mean over the replicates; solid: "
+                 "top-k routing, in a band from the lowest to the highest replicate; dashed: "
+                 "the causal rule", f->rs->g.n_groups, f->rs->g.n_groups > 1 ? "s" : "");
+    else
+        snprintf(buf, sizeof(buf), "%d run%s; solid: top-k routing over whole windows, dashed: "
+                 "the causal rule (what sampling can do)", f->rs->n, f->rs->n > 1 ? "s" : "");
     plot_text(cr, 20, 36, 0.0, 0.0, buf);
     double y0, y1;
     range_of(f, X_COUNT, false, &y0, &y1);
@@ -134,12 +237,18 @@ static void draw_curves(cairo_t *cr, void *user)
                          .h = CV_PANEL_H - 86, .y0 = y0, .y1 = y1, .logx = k == X_FLOPS };
         range_of(f, k, ax.logx, &ax.x0, &ax.x1);
         plot_axes_draw(cr, &ax, x_titles[k], x_labels[k], "held-out loss (nats/token)");
-        for (int r = 0; r < f->n_runs; r++) {
-            const curve *c = &f->c[r];
-            plot_polyline(cr, &ax, c->x[k], c->causal, (int)c->n, palette_color(r), 1.8, true,
-                          false);
-            plot_polyline(cr, &ax, c->x[k], c->topk, (int)c->n, palette_color(r), 2.0, false,
-                          true);
+        for (int j = 0; j < f->rs->g.n_groups; j++) {
+            const group_curve *g = &f->gc[j];
+            if (g->n_runs > 1)
+                plot_band(cr, &ax, g->mean.x[k], g->lo, g->hi, (int)g->mean.n, palette_color(j),
+                          0.2);
+        }
+        for (int j = 0; j < f->rs->g.n_groups; j++) {
+            const group_curve *g = &f->gc[j];
+            plot_polyline(cr, &ax, g->mean.x[k], g->mean.causal, (int)g->mean.n,
+                          palette_color(j), 1.8, true, false);
+            plot_polyline(cr, &ax, g->mean.x[k], g->mean.topk, (int)g->mean.n, palette_color(j),
+                          2.0, false, true);
         }
     }
     plot_legend(cr, 80, CV_TOP + CV_PANEL_H, CV_LEGEND_COL, f->legend_cols, f->items, f->n_items);
@@ -147,37 +256,51 @@ static void draw_curves(cairo_t *cr, void *user)
 
 int cmd_curves(const an_args *a)
 {
-    run_info *ris[AN_MAX_FILES];
-    curve c[AN_MAX_FILES];
-    legend_item items[AN_MAX_FILES + 2];
+    an_runset rs;
     char path[RUN_PATH_LEN + 64];
-    curves_fig f = { .ris = ris, .c = c, .n_runs = a->n_files, .items = items };
-    memset(c, 0, sizeof(c));
-    memset(items, 0, sizeof(items));
-    if (an_open_runs(a, ris))
+    if (an_read_runs(a, &rs))
         return EXIT_BAD_INPUT;
-    int rc = EXIT_BAD_INPUT;
-    an_unique_names(ris, a->n_files);
-    for (int r = 0; r < a->n_files; r++)
-        if (read_curve(a, ris[r], &c[r]))
-            goto done;
-    for (int r = 0; r < a->n_files; r++) {
-        legend_item *it = &items[f.n_items++];
-        snprintf(it->label, sizeof(it->label), "%.79s", ris[r]->name);
-        it->color = palette_color(r);
-        it->mark = MARK_LINE;
+    int G = rs.g.n_groups, rc = EXIT_BAD_INPUT;
+    curves_fig f = { .rs = &rs };
+    f.gc = calloc((size_t)G, sizeof(group_curve));
+    f.items = calloc((size_t)G + 3, sizeof(legend_item));
+    if (!f.gc || !f.items) {
+        an_fail(a, rc, "out of memory");
+        goto done;
     }
-    items[f.n_items++] = (legend_item){ "top-k routing", rgb_hex(COLOR_AXIS), MARK_LINE };
-    items[f.n_items++] = (legend_item){ "causal rule", rgb_hex(COLOR_AXIS), MARK_DASH };
+    for (int j = 0; j < G; j++)
+        if (group_curve_of(a, &rs, j, &f.gc[j]))
+            goto done;
+    for (int j = 0; j < G; j++) {
+        legend_item *it = &f.items[f.n_items++];
+        int n = f.gc[j].n_runs;
+        if (n > 1)
+            snprintf(it->label, sizeof(it->label), "%.60s (n=%d)", rs.g.groups[j].name, n);
+        else
+            snprintf(it->label, sizeof(it->label), "%.79s", rs.g.groups[j].name);
+        it->color = palette_color(j);
+        it->mark = MARK_LINE;
+        f.max_n = n > f.max_n ? n : f.max_n;
+    }
+    f.items[f.n_items++] = (legend_item){ "top-k routing", rgb_hex(COLOR_AXIS), MARK_LINE };
+    f.items[f.n_items++] = (legend_item){ "causal rule", rgb_hex(COLOR_AXIS), MARK_DASH };
+    if (f.max_n > 1)
+        f.items[f.n_items++] = (legend_item){ "range of the replicates", rgb_hex(0xc8c8c8),
+                                              MARK_BOX };
     f.width = X_COUNT * CV_PANEL_W + 20;
     f.legend_cols = (f.width - 100) / CV_LEGEND_COL;
     f.height = CV_TOP + CV_PANEL_H + legend_rows(f.n_items, f.legend_cols) * LEGEND_ROW_H + 12;
-    if (an_out_path(a, ris[0], "curves.png", path, (int)sizeof(path)))
+    if (an_out_path(a, NULL, "curves.png", path, (int)sizeof(path)))
         goto done;
     rc = an_save_figure(a, path, f.width, f.height, draw_curves, &f);
 done:
-    for (int r = 0; r < a->n_files; r++)
-        free_curve(&c[r]);
-    an_close_runs(a, ris);
+    for (int j = 0; f.gc && j < G; j++) {
+        free_curve(&f.gc[j].mean);
+        free(f.gc[j].lo);
+        free(f.gc[j].hi);
+    }
+    free(f.gc);
+    free(f.items);
+    an_free_runs(&rs);
     return rc;
 }

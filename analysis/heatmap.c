@@ -265,7 +265,7 @@ int cmd_heatmap(const an_args *a)
     h.height = HM_TOP + L * HM_ROW + 4 + HM_TEXT + HM_TICKS + HM_XLABEL +
                legend_rows(h.n_items, h.legend_cols) * LEGEND_ROW_H + 10;
     snprintf(name, sizeof(name), "heatmap_step%ld_seq%d.png", h.step, h.seq);
-    if (an_out_path(a, ri, name, path, (int)sizeof(path)))
+    if (an_out_path(a, ri->dir, name, path, (int)sizeof(path)))
         goto done;
     rc = an_save_figure(a, path, h.width, h.height, draw_heatmap, &h);
 done:

@@ -1,65 +1,30 @@
 /* mode-analyze isoflop: the isoFLOP analysis of the MoD paper (Fig. 4) over
  * a folder of runs trained at fixed training-FLOP budgets (run.flops_budget,
- * as `mode-exp sweep` with an [isoflop] design makes them).
+ * as `mode-exp sweep` with an [isoflop] design makes them), with replicates.
  *
- * Left: final held-out loss (top-k routing) against parameters per budget,
- * one curve per kind, with the least-squares parabola in log parameters
- * whose minimum is the compute-optimal size and loss (analysis/isofit.c).
- * Right: the same losses against the FLOPs of one forward pass relative to
- * the best dense run of the budget: MoD's point is that its optimum is
- * cheaper per forward pass at an equal or better loss.
+ * Per budget and kind, each size is a group of replicates (seeds): its mean
+ * final held-out loss (top-k routing) with a 95% interval.  A least-squares
+ * parabola in log parameters through the means gives the compute-optimal
+ * size N* and loss* (analysis/isofit.c).  How sure that optimum is: the
+ * same fit through each seed's points alone (seed s of every size, the
+ * seeds paired as the sweep pairs them), whose optima spread as the seeds
+ * do: the sd and 95% interval (Student's t over the seeds) of loss* and of
+ * log10 N*, and Welch's test of each kind's seed optima against the dense
+ * kind's.  (A bootstrap over seeds would resample three values per size:
+ * too few to say more than the per-seed fits show directly.)
  *
  * A run's kind is the last part of its name when the name is a sweep's
- * "iso-<budget>-<size>-<kind>", else its repeating pattern of layer kinds
- * ("dense", "dense+mod").  Runs short of their planned steps, or without a
- * held-out evaluation, are listed and left out of the fits. */
-#include "analysis/analyze.h"
-#include "analysis/isofit.h"
+ * "iso-<budget>-<size>-<kind>[-s<seed>]", else its repeating pattern of
+ * layer kinds ("dense", "dense+mod").  Runs short of their planned steps,
+ * or without an evaluation at the last step, are listed and left out. */
+#include "analysis/isoflop.h"
+
 #include "analysis/rundir.h"
-#include "analysis/stats.h"
-#include "core/model/model.h"
-#include "core/train/trainer.h"
-#include "experiments/kinds.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define ISO_PI 3.14159265358979323846
-
-enum { ISO_MAX_BUDGETS = 16, ISO_MAX_KINDS = 8, ISO_KIND_LEN = 64 };
-enum { IF_PANEL_W = 600, IF_PANEL_H = 440, IF_TOP = 62, IF_LEGEND_COL = 200 };
-
-typedef struct iso_run {
-    char name[128], kind[ISO_KIND_LEN];
-    double budget, params, flops, loss, loss_causal, rel_flops;
-    long done, planned;
-    bool dense, usable;
-    const char *why; /* why it is left out of the fits */
-    int b, k;
-} iso_run;
-
-typedef struct iso_group {
-    int n;
-    isofit fit;
-    int best; /* run index, -1 */
-} iso_group;
-
-typedef struct iso_data {
-    const char *dir;
-    iso_run *runs;
-    int n_runs, n_other;
-    double budgets[ISO_MAX_BUDGETS];
-    int n_b;
-    char kinds[ISO_MAX_KINDS][ISO_KIND_LEN];
-    bool kind_dense[ISO_MAX_KINDS];
-    int n_k, dense_kind;
-    iso_group groups[ISO_MAX_BUDGETS][ISO_MAX_KINDS];
-    double ref_flops[ISO_MAX_BUDGETS];
-    bool ref_dense[ISO_MAX_BUDGETS];
-    int legend_rows, width, height;
-} iso_data;
 
 /* "dense+mod": the shortest repeating group of the layer kinds. */
 static void pattern_kind(const run_config *c, char *out, int len)
@@ -78,66 +43,21 @@ static void pattern_kind(const run_config *c, char *out, int len)
         w += snprintf(out + w, (size_t)(len - w), "%s%s", l ? "+" : "", c->layers[l].kind);
 }
 
-static void run_kind(const run_info *ri, char *out, int len)
+static void run_kind(const an_run *r, char *out, int len)
 {
-    const char *name = ri->cfg.name, *dash = strrchr(name, '-');
+    char base[128];
+    group_base_name(r->cfg->name, base, (int)sizeof(base)); /* without -s<seed> */
+    const char *dash = strrchr(base, '-');
     int dashes = 0;
-    for (const char *c = name; *c; c++)
+    for (const char *c = base; *c; c++)
         dashes += *c == '-';
-    if (!strncmp(name, "iso-", 4) && dashes >= 3 && dash[1])
+    if (!strncmp(base, "iso-", 4) && dashes >= 3 && dash[1])
         snprintf(out, (size_t)len, "%s", dash + 1);
     else
-        pattern_kind(&ri->cfg, out, len);
+        pattern_kind(r->cfg, out, len);
 }
 
-/* One run file's numbers; 1 when it is no isoFLOP run (no budget), -1 on error. */
-static int read_run(const an_args *a, const char *path, iso_run *r)
-{
-    run_info *ri = NULL;
-    model *m = NULL;
-    char err[RUN_PATH_LEN + 512];
-    memset(r, 0, sizeof(*r));
-    if (build_run_info(&ri, path, err, (int)sizeof(err))) {
-        an_fail(a, EXIT_BAD_INPUT, "%s", err);
-        return -1;
-    }
-    int rc = 1;
-    if (ri->cfg.flops_budget > 0.0) {
-        model_dims dims = config_dims(&ri->cfg);
-        if (build_model(&m, &dims, ri->cfg.layers, mode_kinds, 1, err, (int)sizeof(err))) {
-            an_fail(a, EXIT_BAD_INPUT, "%s: its config does not build a model: %s", path, err);
-            rc = -1;
-            goto done;
-        }
-        snprintf(r->name, sizeof(r->name), "%s", ri->name);
-        run_kind(ri, r->kind, (int)sizeof(r->kind));
-        r->budget = ri->cfg.flops_budget;
-        for (int t = 0; t < m->n_tensors; t++)
-            r->params += (double)m->tensors[t].numel;
-        r->flops = model_flops_per_seq(m, NULL);
-        r->planned = config_planned_steps(&ri->cfg, 3.0 * r->flops * ri->cfg.batch);
-        double done = run_last_value(ri, "metrics/step", NULL);
-        r->done = isfinite(done) ? (long)done : 0;
-        r->loss = run_last_value(ri, "eval/loss_topk", NULL);
-        r->loss_causal = run_last_value(ri, "eval/loss_causal", NULL);
-        double eval_step = run_last_value(ri, "eval/step", NULL);
-        r->dense = true;
-        for (int l = 0; l < ri->cfg.n_layers; l++)
-            r->dense &= !strcmp(ri->cfg.layers[l].kind, "dense");
-        r->why = r->done < r->planned        ? "incomplete"
-                 : !isfinite(r->loss)        ? "no held-out evaluation"
-                 : eval_step != (double)r->done ? "no evaluation at the last step"
-                                             : NULL;
-        r->usable = !r->why;
-        rc = 0;
-    }
-done:
-    free_model(&m);
-    free_run_info(&ri);
-    return rc;
-}
-
-static int budget_index(iso_data *d, double b)
+static int budget_index(const iso_data *d, double b)
 {
     for (int i = 0; i < d->n_b; i++)
         if (fabs(d->budgets[i] - b) <= 1e-9 * b)
@@ -151,16 +71,48 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* The runs with a budget, their kinds and whether they count. */
+static int collect_runs(const an_args *a, iso_data *d)
+{
+    d->runs = calloc((size_t)(d->rs.n ? d->rs.n : 1), sizeof(iso_run));
+    if (!d->runs)
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    for (int i = 0; i < d->rs.n; i++) {
+        const an_run *r = &d->rs.runs[i];
+        if (!(r->cfg->flops_budget > 0.0)) {
+            d->n_other++;
+            continue;
+        }
+        iso_run *ir = &d->runs[d->n_runs++];
+        ir->run = i;
+        run_kind(r, ir->kind, (int)sizeof(ir->kind));
+        ir->dense = true;
+        for (int l = 0; l < r->cfg->n_layers; l++)
+            ir->dense &= !strcmp(r->cfg->layers[l].kind, "dense");
+        ir->why = !r->complete                   ? "incomplete"
+                  : !isfinite(r->loss_topk)      ? "no held-out evaluation"
+                  : r->eval_step != r->done      ? "no evaluation at the last step"
+                                                 : NULL;
+        ir->usable = !ir->why;
+    }
+    if (d->n_runs == 0)
+        return an_fail(a, EXIT_BAD_INPUT, "%s: no run has run.flops_budget set (an isoFLOP "
+                       "sweep's runs do: mode-exp sweep with an [isoflop] design)", d->dir);
+    return 0;
+}
+
 /* Budgets ascending, kinds dense first then in order of appearance. */
 static int index_runs(const an_args *a, iso_data *d)
 {
-    for (int i = 0; i < d->n_runs; i++)
-        if (budget_index(d, d->runs[i].budget) < 0) {
+    for (int i = 0; i < d->n_runs; i++) {
+        double b = d->rs.runs[d->runs[i].run].cfg->flops_budget;
+        if (budget_index(d, b) < 0) {
             if (d->n_b == ISO_MAX_BUDGETS)
                 return an_fail(a, EXIT_BAD_INPUT, "%s: more than %d budgets", d->dir,
                                ISO_MAX_BUDGETS);
-            d->budgets[d->n_b++] = d->runs[i].budget;
+            d->budgets[d->n_b++] = b;
         }
+    }
     qsort(d->budgets, (size_t)d->n_b, sizeof(double), cmp_double);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < d->n_runs; i++) {
@@ -183,7 +135,7 @@ static int index_runs(const an_args *a, iso_data *d)
     d->dense_kind = d->n_k > 0 && d->kind_dense[0] ? 0 : -1;
     for (int i = 0; i < d->n_runs; i++) {
         iso_run *r = &d->runs[i];
-        r->b = budget_index(d, r->budget);
+        r->b = budget_index(d, d->rs.runs[r->run].cfg->flops_budget);
         for (int k = 0; k < d->n_k; k++)
             if (!strcmp(d->kinds[k], r->kind))
                 r->k = k;
@@ -191,82 +143,178 @@ static int index_runs(const an_args *a, iso_data *d)
     return 0;
 }
 
-/* The fits, and per budget the reference of the relative FLOPs: the best
- * dense run, else the best run. */
-static void fit_groups(iso_data *d)
+/* Each replicate group of budget runs is a point: its usable replicates'
+ * losses summarised. */
+static int make_points(const an_args *a, iso_data *d)
 {
-    double *x = malloc((size_t)(d->n_runs ? d->n_runs : 1) * sizeof(double));
-    double *y = malloc((size_t)(d->n_runs ? d->n_runs : 1) * sizeof(double));
-    int *idx = malloc((size_t)(d->n_runs ? d->n_runs : 1) * sizeof(int));
+    d->points = calloc((size_t)d->n_runs, sizeof(iso_point));
+    double *y = malloc((size_t)d->n_runs * sizeof(double));
+    double *yc = malloc((size_t)d->n_runs * sizeof(double));
+    if (!d->points || !y || !yc) {
+        free(y);
+        free(yc);
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    }
+    for (int i = 0; i < d->n_runs; i++) {
+        iso_run *r = &d->runs[i];
+        int grp = d->rs.g.group_of[r->run], p = 0;
+        while (p < d->n_points && d->points[p].group != grp)
+            p++;
+        r->point = p;
+        if (p < d->n_points)
+            continue;
+        iso_point *pt = &d->points[d->n_points++];
+        const an_run *ar = &d->rs.runs[r->run];
+        pt->group = grp;
+        pt->b = r->b;
+        pt->k = r->k;
+        pt->params = (double)ar->size.params;
+        pt->flops = ar->size.forward_flops;
+        int n = 0;
+        for (int j = 0; j < d->n_runs; j++)
+            if (d->rs.g.group_of[d->runs[j].run] == grp) {
+                pt->n_runs++;
+                if (d->runs[j].usable) {
+                    y[n] = d->rs.runs[d->runs[j].run].loss_topk;
+                    yc[n++] = d->rs.runs[d->runs[j].run].loss_causal;
+                }
+            }
+        summarize(y, n, &pt->loss);
+        summarize(yc, n, &pt->loss_causal);
+    }
+    free(y);
+    free(yc);
+    return 0;
+}
+
+double iso_n_opt(const iso_data *d, const iso_group *g)
+{
+    if (g->fit.status == ISOFIT_INTERIOR)
+        return exp(g->fit.x_opt);
+    return g->best >= 0 ? d->points[g->best].params : (double)NAN;
+}
+
+/* The fits of one seed's points of budget b and kind k: its optimum. */
+static bool seed_optimum(const iso_data *d, int b, int k, uint64_t seed, double *x, double *y,
+                         double *n_opt, double *loss_opt)
+{
+    int n = 0;
+    double params[ISO_MAX_SEEDS * 8];
+    for (int i = 0; i < d->n_runs && n < ISO_MAX_SEEDS * 8; i++) {
+        const iso_run *r = &d->runs[i];
+        const an_run *ar = &d->rs.runs[r->run];
+        if (r->b != b || r->k != k || !r->usable || ar->cfg->seed != seed)
+            continue;
+        params[n] = (double)ar->size.params;
+        x[n] = log(params[n]);
+        y[n++] = ar->loss_topk;
+    }
+    isofit f;
+    isoflop_optimum(x, y, n, &f);
+    if (f.status == ISOFIT_EMPTY)
+        return false;
+    *n_opt = f.status == ISOFIT_INTERIOR ? exp(f.x_opt) : params[f.best];
+    *loss_opt = f.y_opt;
+    return true;
+}
+
+static void fit_group(iso_data *d, int b, int k, double *x, double *y, int *idx)
+{
+    iso_group *g = &d->groups[b][k];
+    g->n_points = 0;
+    for (int p = 0; p < d->n_points; p++) {
+        const iso_point *pt = &d->points[p];
+        if (pt->b != b || pt->k != k || pt->loss.n == 0)
+            continue;
+        x[g->n_points] = log(pt->params);
+        y[g->n_points] = pt->loss.mean;
+        idx[g->n_points++] = p;
+    }
+    isoflop_optimum(x, y, g->n_points, &g->fit);
+    g->best = g->fit.best >= 0 ? idx[g->fit.best] : -1;
+    /* the seeds, in order of appearance */
+    uint64_t seeds[ISO_MAX_SEEDS];
+    int n_seeds = 0;
+    for (int i = 0; i < d->n_runs; i++) {
+        const iso_run *r = &d->runs[i];
+        uint64_t s = d->rs.runs[r->run].cfg->seed;
+        bool seen = false;
+        for (int j = 0; j < n_seeds; j++)
+            seen |= seeds[j] == s;
+        if (r->b == b && r->k == k && r->usable && !seen && n_seeds < ISO_MAX_SEEDS)
+            seeds[n_seeds++] = s;
+    }
+    g->n_seeds = 0;
+    double logn[ISO_MAX_SEEDS];
+    for (int j = 0; j < n_seeds; j++) {
+        double n_opt, loss_opt;
+        if (seed_optimum(d, b, k, seeds[j], x, y, &n_opt, &loss_opt)) {
+            g->seed_n[g->n_seeds] = n_opt;
+            g->seed_loss[g->n_seeds] = loss_opt;
+            logn[g->n_seeds++] = log10(n_opt);
+        }
+    }
+    summarize(g->seed_loss, g->n_seeds, &g->seed_loss_s);
+    summarize(logn, g->n_seeds, &g->seed_log10n);
+}
+
+/* The fits, and per budget the reference of the relative FLOPs: the dense
+ * size of the lowest mean loss, else the size of the lowest. */
+static int fit_groups(const an_args *a, iso_data *d)
+{
+    size_t n = (size_t)(d->n_runs > ISO_MAX_SEEDS * 8 ? d->n_runs : ISO_MAX_SEEDS * 8);
+    double *x = malloc(n * sizeof(double)), *y = malloc(n * sizeof(double));
+    int *idx = malloc(n * sizeof(int));
+    if (!x || !y || !idx) {
+        free(x);
+        free(y);
+        free(idx);
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    }
     for (int b = 0; b < d->n_b; b++) {
+        for (int k = 0; k < d->n_k; k++)
+            fit_group(d, b, k, x, y, idx);
         for (int k = 0; k < d->n_k; k++) {
             iso_group *g = &d->groups[b][k];
-            g->n = 0;
-            g->best = -1;
-            for (int i = 0; x && y && idx && i < d->n_runs; i++) {
-                const iso_run *r = &d->runs[i];
-                if (r->b != b || r->k != k || !r->usable)
-                    continue;
-                x[g->n] = log(r->params);
-                y[g->n] = r->loss;
-                idx[g->n++] = i;
-            }
-            isoflop_optimum(x, y, g->n, &g->fit);
-            g->best = g->fit.best >= 0 ? idx[g->fit.best] : -1;
+            if (d->dense_kind >= 0)
+                welch_test(&g->seed_loss_s, &d->groups[b][d->dense_kind].seed_loss_s,
+                           &g->vs_dense);
+            else
+                g->vs_dense.diff = g->vs_dense.t = g->vs_dense.df = g->vs_dense.p = (double)NAN;
         }
         int ref = -1;
         for (int dense = 1; dense >= 0 && ref < 0; dense--)
-            for (int i = 0; i < d->n_runs; i++) {
-                const iso_run *r = &d->runs[i];
-                if (r->b == b && r->usable && (r->dense || !dense) &&
-                    (ref < 0 || r->loss < d->runs[ref].loss))
-                    ref = i;
+            for (int p = 0; p < d->n_points; p++) {
+                const iso_point *pt = &d->points[p];
+                if (pt->b == b && pt->loss.n > 0 && (d->kind_dense[pt->k] || !dense) &&
+                    (ref < 0 || pt->loss.mean < d->points[ref].loss.mean))
+                    ref = p;
             }
-        d->ref_flops[b] = ref >= 0 ? d->runs[ref].flops : (double)NAN;
-        d->ref_dense[b] = ref >= 0 && d->runs[ref].dense;
+        d->ref_flops[b] = ref >= 0 ? d->points[ref].flops : (double)NAN;
+        d->ref_dense[b] = ref >= 0 && d->kind_dense[d->points[ref].k];
     }
-    for (int i = 0; i < d->n_runs; i++)
-        d->runs[i].rel_flops = d->runs[i].flops / d->ref_flops[d->runs[i].b];
+    for (int p = 0; p < d->n_points; p++)
+        d->points[p].rel_flops = d->points[p].flops / d->ref_flops[d->points[p].b];
     free(x);
     free(y);
     free(idx);
+    return 0;
 }
 
 /* ---- tables ---------------------------------------------------------------- */
 
-static void params_text(char *buf, int len, double n)
-{
-    if (!isfinite(n))
-        snprintf(buf, (size_t)len, "-");
-    else if (n >= 1e6)
-        snprintf(buf, (size_t)len, "%.2fM", n / 1e6);
-    else if (n >= 1e3)
-        snprintf(buf, (size_t)len, "%.1fk", n / 1e3);
-    else
-        snprintf(buf, (size_t)len, "%.0f", n);
-}
-
 /* v formatted into buf (an array), or "-" when it is not finite. */
 #define NUM(buf, f, v) (isfinite(v) ? (snprintf(buf, sizeof(buf), f, v), (const char *)buf) : "-")
-
-/* N* of a group: the vertex's, or the best sampled run's own count. */
-static double n_opt(const iso_data *d, const iso_group *g)
-{
-    if (g->fit.status == ISOFIT_INTERIOR)
-        return exp(g->fit.x_opt);
-    return g->best >= 0 ? d->runs[g->best].params : (double)NAN;
-}
 
 /* The dense kind's optimum of budget b, NaN without one. */
 static double dense_opt(const iso_data *d, int b)
 {
-    return d->dense_kind >= 0 && d->groups[b][d->dense_kind].n > 0
+    return d->dense_kind >= 0 && d->groups[b][d->dense_kind].n_points > 0
                ? d->groups[b][d->dense_kind].fit.y_opt
                : (double)NAN;
 }
 
-/* Runs of budget b and kind k. */
-static int group_runs(const iso_data *d, int b, int k)
+static int runs_of(const iso_data *d, int b, int k)
 {
     int total = 0;
     for (int i = 0; i < d->n_runs; i++)
@@ -274,44 +322,76 @@ static int group_runs(const iso_data *d, int b, int k)
     return total;
 }
 
+static const char *point_name(const iso_data *d, int p)
+{
+    return p >= 0 ? d->rs.g.groups[d->points[p].group].name : "-";
+}
+
+/* "9.1k to 14.2k" of the seeds' N*, "-" without two */
+static void seed_range(char *buf, int len, const iso_group *g)
+{
+    if (g->n_seeds < 2) {
+        snprintf(buf, (size_t)len, "-");
+        return;
+    }
+    double lo = HUGE_VAL, hi = -HUGE_VAL;
+    for (int s = 0; s < g->n_seeds; s++) {
+        lo = fmin(lo, g->seed_n[s]);
+        hi = fmax(hi, g->seed_n[s]);
+    }
+    char a[24], b[24];
+    fmt_params(a, (int)sizeof(a), lo);
+    fmt_params(b, (int)sizeof(b), hi);
+    snprintf(buf, (size_t)len, "%s to %s", a, b);
+}
+
 static void write_frontier_md(FILE *f, const iso_data *d)
 {
-    fprintf(f, "| budget | kind | runs | fit | N* (params) | loss* | loss* - dense | "
-               "loss* / dense | best run | its loss |\n");
-    fprintf(f, "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
+    fprintf(f, "| budget | kind | sizes | seeds | fit | N* | N* of the seeds | loss* | "
+               "loss* of the seeds | 95%% CI | loss* - dense | p | loss* / dense | best size | "
+               "its loss |\n");
+    fprintf(f, "| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+               "---: | ---: | --- | ---: |\n");
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
-            int total = group_runs(d, b, k);
-            if (!total)
+            if (!runs_of(d, b, k))
                 continue;
-            char bl[32], np[32], s[4][40];
+            char bl[32], np[32], rng[96], s[6][64];
             number_label(bl, (int)sizeof(bl), d->budgets[b], 4);
-            params_text(np, (int)sizeof(np), n_opt(d, g));
+            fmt_params(np, (int)sizeof(np), iso_n_opt(d, g));
+            seed_range(rng, (int)sizeof(rng), g);
+            fmt_mean_sd(s[0], 64, &g->seed_loss_s, 4);
+            fmt_interval(s[1], 64, &g->seed_loss_s, 4);
+            fmt_p(s[2], 64, k == d->dense_kind ? (double)NAN : g->vs_dense.p);
             double dn = dense_opt(d, b), y = g->fit.y_opt;
-            fprintf(f, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", bl, d->kinds[k],
-                    g->n, isofit_status_text(g->fit.status), np, NUM(s[0], "%.4f", y),
-                    NUM(s[1], "%+.4f", y - dn), NUM(s[2], "%.4f", y / dn),
-                    g->best >= 0 ? d->runs[g->best].name : "-",
-                    g->best >= 0 ? NUM(s[3], "%.4f", d->runs[g->best].loss) : "-");
+            char y4[32], dy[32], ry[32];
+            fprintf(f, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+                       "%s |\n",
+                    bl, d->kinds[k], g->n_points, g->n_seeds, isofit_status_text(g->fit.status),
+                    np, rng, NUM(y4, "%.4f", y), s[0], s[1], NUM(dy, "%+.4f", y - dn), s[2],
+                    NUM(ry, "%.4f", y / dn), point_name(d, g->best),
+                    g->best >= 0 ? NUM(s[3], "%.4f", d->points[g->best].loss.mean) : "-");
         }
 }
 
-static void write_runs_md(FILE *f, const iso_data *d)
+static void write_points_md(FILE *f, const iso_data *d)
 {
-    fprintf(f, "| run | budget | kind | params | FLOPs/fwd/seq | relative FLOPs | steps | "
-               "loss top-k | loss causal | note |\n");
-    fprintf(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
-    for (int i = 0; i < d->n_runs; i++) {
-        const iso_run *r = &d->runs[i];
-        char bl[32], np[32], fl[32], s[3][40];
-        number_label(bl, (int)sizeof(bl), r->budget, 4);
-        params_text(np, (int)sizeof(np), r->params);
-        number_label(fl, (int)sizeof(fl), r->flops, 3);
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %ld/%ld | %s | %s | %s |\n", r->name, bl,
-                r->kind, np, fl, NUM(s[0], "%.3f", r->rel_flops), r->done, r->planned,
-                NUM(s[1], "%.4f", r->loss), NUM(s[2], "%.4f", r->loss_causal),
-                r->why ? r->why : "");
+    fprintf(f, "| size (group) | budget | kind | params | FLOPs/fwd/seq | relative FLOPs | n | "
+               "loss top-k | 95%% CI | loss causal |\n");
+    fprintf(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int p = 0; p < d->n_points; p++) {
+        const iso_point *pt = &d->points[p];
+        char bl[32], np[32], fl[32], s[4][64];
+        number_label(bl, (int)sizeof(bl), d->budgets[pt->b], 4);
+        fmt_params(np, (int)sizeof(np), pt->params);
+        number_label(fl, (int)sizeof(fl), pt->flops, 3);
+        fmt_mean_sd(s[0], 64, &pt->loss, 4);
+        fmt_interval(s[1], 64, &pt->loss, 4);
+        fmt_mean_sd(s[2], 64, &pt->loss_causal, 4);
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s |\n",
+                point_name(d, p), bl, d->kinds[pt->k], np, fl,
+                NUM(s[3], "%.3f", pt->rel_flops), pt->loss.n, pt->n_runs, s[0], s[1], s[2]);
     }
 }
 
@@ -319,13 +399,30 @@ static void write_md(FILE *f, const iso_data *d)
 {
     fprintf(f, "# isoFLOP analysis of %s\n\n", d->dir);
     fprintf(f, "Final held-out loss (top-k routing) against parameters N at each training-FLOP "
-               "budget; per budget and kind a least-squares parabola in ln N, whose minimum "
-               "gives the compute-optimal N* and loss* (the best sampled run where the "
-               "parabola has no minimum inside the sampled sizes).\n\n");
+               "budget. Each size is the mean over its seeds; per budget and kind a "
+               "least-squares parabola in ln N through the means gives the compute-optimal N* "
+               "and loss* (the best sampled size where the parabola has no minimum inside the "
+               "sampled sizes). Their uncertainty: the same fit through each seed's points "
+               "alone; the table gives those optima's range of N*, their loss* as mean ± sd "
+               "with a 95%% interval (Student's t over the seeds), and p, Welch's two-sided "
+               "test of the seeds' loss* against the dense kind's.\n\n");
     write_frontier_md(f, d);
-    fprintf(f, "\n## Runs\n\nRelative FLOPs: forward FLOPs per sequence over those of the "
-               "best dense run of the same budget.\n\n");
-    write_runs_md(f, d);
+    fprintf(f, "\n## Sizes\n\nEach size's replicates: n of them usable (complete, evaluated "
+               "at the last step); relative FLOPs: forward FLOPs per sequence over those of "
+               "the best dense size of the same budget.\n\n");
+    write_points_md(f, d);
+    int left = 0;
+    for (int i = 0; i < d->n_runs; i++)
+        left += !d->runs[i].usable;
+    if (left) {
+        fprintf(f, "\nLeft out:\n\n");
+        for (int i = 0; i < d->n_runs; i++)
+            if (!d->runs[i].usable) {
+                const an_run *r = &d->rs.runs[d->runs[i].run];
+                fprintf(f, "- %s: %s (step %ld of %ld)\n", r->name, d->runs[i].why, r->done,
+                        r->planned);
+            }
+    }
     if (d->n_other)
         fprintf(f, "\n%d run%s without run.flops_budget left out.\n", d->n_other,
                 d->n_other > 1 ? "s" : "");
@@ -333,266 +430,71 @@ static void write_md(FILE *f, const iso_data *d)
 
 static void write_csv(FILE *f, const iso_data *d)
 {
-    fprintf(f, "budget,kind,runs,fit,n_opt,loss_opt,dense_loss_opt,loss_minus_dense,"
-               "loss_over_dense,best_run,best_params,best_loss,a,b,c\n");
+    fprintf(f, "budget,kind,sizes,seeds,fit,n_opt,loss_opt,dense_loss_opt,loss_minus_dense,"
+               "loss_over_dense,p_vs_dense,seed_n_opt_lo,seed_n_opt_hi,seed_log10_n_opt_mean,"
+               "seed_log10_n_opt_sd,seed_loss_opt_mean,seed_loss_opt_sd,seed_loss_opt_ci_lo,"
+               "seed_loss_opt_ci_hi,best_size,best_params,best_loss,a,b,c\n");
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
-            int total = group_runs(d, b, k);
-            if (!total)
+            if (!runs_of(d, b, k))
                 continue;
-            char s[10][40];
-            double dn = dense_opt(d, b), y = g->fit.y_opt;
-            const iso_run *best = g->best >= 0 ? &d->runs[g->best] : NULL;
-            fprintf(f, "%.17g,%s,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", d->budgets[b],
-                    d->kinds[k], g->n,
-                    g->fit.status == ISOFIT_INTERIOR  ? "parabola"
-                    : g->fit.status == ISOFIT_EMPTY   ? "none"
-                                                      : "best_sampled",
-                    NUM(s[0], "%.17g", n_opt(d, g)), NUM(s[1], "%.17g", y),
-                    NUM(s[2], "%.17g", dn), NUM(s[3], "%.17g", y - dn),
-                    NUM(s[4], "%.17g", y / dn), best ? best->name : "",
-                    best ? NUM(s[5], "%.17g", best->params) : "",
-                    best ? NUM(s[6], "%.17g", best->loss) : "", NUM(s[7], "%.17g", g->fit.a),
-                    NUM(s[8], "%.17g", g->fit.b), NUM(s[9], "%.17g", g->fit.c));
+            double dn = dense_opt(d, b), y = g->fit.y_opt, lo = HUGE_VAL, hi = -HUGE_VAL;
+            for (int s = 0; s < g->n_seeds; s++) {
+                lo = fmin(lo, g->seed_n[s]);
+                hi = fmax(hi, g->seed_n[s]);
+            }
+            fprintf(f, "%.17g,", d->budgets[b]);
+            csv_field(f, d->kinds[k]);
+            fprintf(f, ",%d,%d,%s", g->n_points, g->n_seeds,
+                    g->fit.status == ISOFIT_INTERIOR ? "parabola"
+                    : g->fit.status == ISOFIT_EMPTY  ? "none"
+                                                     : "best_sampled");
+            csv_num(f, iso_n_opt(d, g));
+            csv_num(f, y);
+            csv_num(f, dn);
+            csv_num(f, y - dn);
+            csv_num(f, y / dn);
+            csv_num(f, k == d->dense_kind ? (double)NAN : g->vs_dense.p);
+            csv_num(f, g->n_seeds ? lo : (double)NAN);
+            csv_num(f, g->n_seeds ? hi : (double)NAN);
+            csv_num(f, g->seed_log10n.mean);
+            csv_num(f, g->seed_log10n.sd);
+            csv_num(f, g->seed_loss_s.mean);
+            csv_num(f, g->seed_loss_s.sd);
+            csv_num(f, g->seed_loss_s.ci_lo);
+            csv_num(f, g->seed_loss_s.ci_hi);
+            fputc(',', f);
+            if (g->best >= 0)
+                csv_field(f, point_name(d, g->best));
+            csv_num(f, g->best >= 0 ? d->points[g->best].params : (double)NAN);
+            csv_num(f, g->best >= 0 ? d->points[g->best].loss.mean : (double)NAN);
+            csv_num(f, g->fit.a);
+            csv_num(f, g->fit.b);
+            csv_num(f, g->fit.c);
+            fputc('\n', f);
         }
 }
 
 static void write_runs_csv(FILE *f, const iso_data *d)
 {
-    fprintf(f, "run,budget,kind,params,flops_per_seq,rel_flops,steps,planned,loss_topk,"
-               "loss_causal,used\n");
+    fprintf(f, "run,size,seed,budget,kind,params,flops_per_seq,rel_flops,steps,planned,"
+               "loss_topk,loss_causal,used\n");
     for (int i = 0; i < d->n_runs; i++) {
-        const iso_run *r = &d->runs[i];
-        char s[3][40];
-        fprintf(f, "%s,%.17g,%s,%.17g,%.17g,%s,%ld,%ld,%s,%s,%d\n", r->name, r->budget, r->kind,
-                r->params, r->flops, NUM(s[0], "%.17g", r->rel_flops), r->done, r->planned,
-                NUM(s[1], "%.17g", r->loss), NUM(s[2], "%.17g", r->loss_causal), r->usable);
-    }
-}
-
-/* ---- the figure --------------------------------------------------------------- */
-
-/* Marker of kind k: circle, square, triangle, diamond, then again. */
-static void marker(cairo_t *cr, double x, double y, int k, rgb c, double size)
-{
-    double s = size;
-    cairo_new_path(cr);
-    switch (k % 4) {
-    case 0: cairo_arc(cr, x, y, s, 0, 2 * ISO_PI); break;
-    case 1: cairo_rectangle(cr, x - s * 0.9, y - s * 0.9, 1.8 * s, 1.8 * s); break;
-    case 2:
-        cairo_move_to(cr, x, y - 1.2 * s);
-        cairo_line_to(cr, x + 1.1 * s, y + 0.8 * s);
-        cairo_line_to(cr, x - 1.1 * s, y + 0.8 * s);
-        cairo_close_path(cr);
-        break;
-    default:
-        cairo_move_to(cr, x, y - 1.3 * s);
-        cairo_line_to(cr, x + 1.1 * s, y);
-        cairo_line_to(cr, x, y + 1.3 * s);
-        cairo_line_to(cr, x - 1.1 * s, y);
-        cairo_close_path(cr);
-        break;
-    }
-    plot_color(cr, c, 1.0);
-    cairo_fill_preserve(cr);
-    cairo_set_line_width(cr, 1.0);
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_stroke(cr);
-}
-
-static void range(double *lo, double *hi, bool logx)
-{
-    if (!isfinite(*lo)) {
-        *lo = logx ? 1.0 : 0.0;
-        *hi = logx ? 10.0 : 1.0;
-    } else if (logx) {
-        double pad = *hi > *lo ? pow(*hi / *lo, 0.08) : 2.0;
-        *lo /= pad;
-        *hi *= pad;
-    } else {
-        double pad = *hi > *lo ? 0.08 * (*hi - *lo) : fmax(0.05, 0.05 * fabs(*hi));
-        *lo -= pad;
-        *hi += pad;
-    }
-}
-
-/* Thin lines through the usable runs of each budget and kind, in the order
- * of x (params or relative FLOPs). */
-static void connect_runs(cairo_t *cr, const iso_data *d, const plot_axes *ax, bool rel)
-{
-    double *x = malloc((size_t)(d->n_runs ? d->n_runs : 1) * sizeof(double));
-    double *y = malloc((size_t)(d->n_runs ? d->n_runs : 1) * sizeof(double));
-    for (int b = 0; x && y && b < d->n_b; b++)
-        for (int k = 0; k < d->n_k; k++) {
-            int n = 0;
-            for (int i = 0; i < d->n_runs; i++) { /* insertion in ascending x */
-                const iso_run *r = &d->runs[i];
-                if (r->b != b || r->k != k || !r->usable)
-                    continue;
-                double v = rel ? r->rel_flops : r->params;
-                int j = n++;
-                for (; j > 0 && x[j - 1] > v; j--) {
-                    x[j] = x[j - 1];
-                    y[j] = y[j - 1];
-                }
-                x[j] = v;
-                y[j] = r->loss;
-            }
-            plot_polyline(cr, ax, x, y, n, palette_color(b), rel ? 1.0 : 0.7, k % 2 == 1,
-                          false);
-        }
-    free(x);
-    free(y);
-}
-
-static void draw_left(cairo_t *cr, const iso_data *d, const plot_axes *ax)
-{
-    connect_runs(cr, d, ax, false);
-    for (int b = 0; b < d->n_b; b++)
-        for (int k = 0; k < d->n_k; k++) {
-            const isofit *f = &d->groups[b][k].fit;
-            if (!isfinite(f->a))
-                continue;
-            enum { NP = 60 };
-            double px[NP], py[NP];
-            for (int i = 0; i < NP; i++) {
-                double x = f->x_lo + (f->x_hi - f->x_lo) * i / (NP - 1);
-                px[i] = exp(x);
-                py[i] = f->a * x * x + f->b * x + f->c;
-            }
-            plot_polyline(cr, ax, px, py, NP, palette_color(b), 1.8, k % 2 == 1, false);
-        }
-    for (int i = 0; i < d->n_runs; i++) {
-        const iso_run *r = &d->runs[i];
-        if (!isfinite(r->loss))
-            continue;
-        rgb c = r->usable ? palette_color(r->b) : rgb_hex(0xbbbbbb);
-        marker(cr, axes_px(ax, r->params), axes_py(ax, r->loss), r->k, c, 4.5);
-    }
-    /* the optimum of each interior fit: a ring around a larger marker */
-    for (int b = 0; b < d->n_b; b++)
-        for (int k = 0; k < d->n_k; k++) {
-            const isofit *f = &d->groups[b][k].fit;
-            if (f->status != ISOFIT_INTERIOR)
-                continue;
-            double x = axes_px(ax, exp(f->x_opt)), y = axes_py(ax, f->y_opt);
-            cairo_new_path(cr);
-            cairo_arc(cr, x, y, 9.0, 0, 2 * ISO_PI);
-            plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
-            cairo_set_line_width(cr, 1.5);
-            cairo_stroke(cr);
-            marker(cr, x, y, k, palette_color(b), 5.5);
-        }
-}
-
-static void draw_right(cairo_t *cr, const iso_data *d, const plot_axes *ax)
-{
-    /* x = 1: the reference run's cost */
-    cairo_save(cr);
-    static const double dot[] = { 2.0, 3.0 };
-    cairo_set_dash(cr, dot, 2, 0);
-    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
-    cairo_set_line_width(cr, 1.0);
-    cairo_move_to(cr, axes_px(ax, 1.0), ax->y);
-    cairo_line_to(cr, axes_px(ax, 1.0), ax->y + ax->h);
-    cairo_stroke(cr);
-    cairo_restore(cr);
-    connect_runs(cr, d, ax, true);
-    for (int i = 0; i < d->n_runs; i++) {
-        const iso_run *r = &d->runs[i];
-        if (r->usable && isfinite(r->rel_flops))
-            marker(cr, axes_px(ax, r->rel_flops), axes_py(ax, r->loss), r->k,
-                   palette_color(r->b), 4.5);
-    }
-}
-
-static void draw_isoflop(cairo_t *cr, void *user)
-{
-    const iso_data *d = user;
-    char buf[512];
-    plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
-    plot_font(cr, 15, true, false);
-    snprintf(buf, sizeof(buf), "isoFLOP analysis of %s", d->dir);
-    plot_text(cr, 20, 14, 0.0, 0.0, buf);
-    plot_font(cr, 12, false, false);
-    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
-    plot_text(cr, 20, 36, 0.0, 0.0, "final held-out loss (top-k routing); colour: training-FLOP "
-              "budget, marker: kind; lines: least-squares parabolas in log parameters, ringed: "
-              "their minima");
-    double y0 = HUGE_VAL, y1 = -HUGE_VAL, n0 = HUGE_VAL, n1 = -HUGE_VAL, r0 = HUGE_VAL,
-           r1 = -HUGE_VAL;
-    for (int i = 0; i < d->n_runs; i++) {
-        const iso_run *r = &d->runs[i];
-        if (!isfinite(r->loss))
-            continue;
-        y0 = fmin(y0, r->loss);
-        y1 = fmax(y1, r->loss);
-        n0 = fmin(n0, r->params);
-        n1 = fmax(n1, r->params);
-        if (r->usable && isfinite(r->rel_flops)) {
-            r0 = fmin(r0, r->rel_flops);
-            r1 = fmax(r1, r->rel_flops);
-        }
-    }
-    for (int b = 0; b < d->n_b; b++) /* the ringed minima are drawn too */
-        for (int k = 0; k < d->n_k; k++)
-            if (d->groups[b][k].fit.status == ISOFIT_INTERIOR) {
-                y0 = fmin(y0, d->groups[b][k].fit.y_opt);
-                y1 = fmax(y1, d->groups[b][k].fit.y_opt);
-            }
-    r0 = fmin(r0, 1.0);
-    r1 = fmax(r1, 1.0);
-    range(&y0, &y1, false);
-    range(&n0, &n1, true);
-    range(&r0, &r1, true);
-    plot_axes left = { .x = 84, .y = IF_TOP + 30, .w = IF_PANEL_W - 110, .h = IF_PANEL_H - 90,
-                       .x0 = n0, .x1 = n1, .y0 = y0, .y1 = y1, .logx = true };
-    plot_axes right = left;
-    right.x += IF_PANEL_W;
-    right.x0 = r0;
-    right.x1 = r1;
-    plot_axes_draw(cr, &left, "loss against parameters at each budget", "parameters N",
-                   "held-out loss (nats/token)");
-    bool all_dense = true;
-    for (int b = 0; b < d->n_b; b++)
-        all_dense &= d->ref_dense[b];
-    plot_axes_draw(cr, &right, "loss against the cost of a forward pass",
-                   all_dense ? "FLOPs per forward pass / best dense run's (same budget)"
-                             : "FLOPs per forward pass / best run's (same budget)",
-                   "held-out loss (nats/token)");
-    draw_left(cr, d, &left);
-    draw_right(cr, d, &right);
-    /* legend: budgets (colours), then kinds (markers and line styles) */
-    double ly = IF_TOP + IF_PANEL_H;
-    legend_item items[ISO_MAX_BUDGETS];
-    for (int b = 0; b < d->n_b; b++) {
-        char bl[32];
-        number_label(bl, (int)sizeof(bl), d->budgets[b], 4);
-        snprintf(items[b].label, sizeof(items[b].label), "budget %s FLOPs", bl);
-        items[b].color = palette_color(b);
-        items[b].mark = MARK_BOX;
-    }
-    int cols = (d->width - 100) / IF_LEGEND_COL;
-    plot_legend(cr, 84, ly, IF_LEGEND_COL, cols, items, d->n_b);
-    ly += legend_rows(d->n_b, cols) * LEGEND_ROW_H + 4;
-    plot_font(cr, 11, false, false);
-    for (int k = 0; k < d->n_k; k++) {
-        double x = 84 + (k % cols) * IF_LEGEND_COL, y = ly + (k / cols) * LEGEND_ROW_H;
-        static const double dash[] = { 5.0, 3.0 };
-        cairo_set_dash(cr, dash, k % 2 ? 2 : 0, 0);
-        plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
-        cairo_set_line_width(cr, 1.8);
-        cairo_move_to(cr, x, y + 7);
-        cairo_line_to(cr, x + 24, y + 7);
-        cairo_stroke(cr);
-        cairo_set_dash(cr, NULL, 0, 0);
-        marker(cr, x + 12, y + 7, k, rgb_hex(COLOR_AXIS), 4.5);
-        plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
-        snprintf(buf, sizeof(buf), "%s%s", d->kinds[k],
-                 d->kind_dense[k] && strcmp(d->kinds[k], "dense") ? " (dense)" : "");
-        plot_text(cr, x + 30, y + 7, 0.0, 0.5, buf);
+        const iso_run *ir = &d->runs[i];
+        const an_run *r = &d->rs.runs[ir->run];
+        csv_field(f, r->name);
+        fputc(',', f);
+        csv_field(f, point_name(d, ir->point));
+        fprintf(f, ",%llu,%.17g,", (unsigned long long)r->cfg->seed, r->cfg->flops_budget);
+        csv_field(f, ir->kind);
+        fprintf(f, ",%lld", (long long)r->size.params);
+        csv_num(f, r->size.forward_flops);
+        csv_num(f, d->points[ir->point].rel_flops);
+        fprintf(f, ",%ld,%ld", r->done, r->planned);
+        csv_num(f, r->loss_topk);
+        csv_num(f, r->loss_causal);
+        fprintf(f, ",%d\n", ir->usable);
     }
 }
 
@@ -611,35 +513,21 @@ int cmd_isoflop(const an_args *a)
         an_fail(a, EXIT_BAD_INPUT, "%s", err);
         goto done;
     }
-    d->runs = calloc((size_t)n_paths, sizeof(iso_run));
-    if (!d->runs)
+    if (an_read_run_paths(a, (const char *const *)paths, n_paths, &d->rs))
         goto done;
-    for (int i = 0; i < n_paths; i++) {
-        int r = read_run(a, paths[i], &d->runs[d->n_runs]);
-        if (r < 0)
-            goto done;
-        if (r == 0)
-            d->n_runs++;
-        else
-            d->n_other++;
-    }
-    if (d->n_runs == 0) {
-        an_fail(a, EXIT_BAD_INPUT, "%s: no run has run.flops_budget set (an isoFLOP sweep's runs "
-                "do: mode-exp sweep with an [isoflop] design)", d->dir);
+    if (collect_runs(a, d) || index_runs(a, d) || make_points(a, d) || fit_groups(a, d))
         goto done;
-    }
-    if (index_runs(a, d))
-        goto done;
-    fit_groups(d);
     /* the output folder: --out, else the sweep's folder */
     an_args o = *a;
     if (!o.out)
         o.out = d->dir;
     write_frontier_md(stdout, d);
     for (int i = 0; i < d->n_runs; i++)
-        if (d->runs[i].why)
-            printf("left out: %s (%s, step %ld of %ld)\n", d->runs[i].name, d->runs[i].why,
-                   d->runs[i].done, d->runs[i].planned);
+        if (d->runs[i].why) {
+            const an_run *r = &d->rs.runs[d->runs[i].run];
+            printf("left out: %s (%s, step %ld of %ld)\n", r->name, d->runs[i].why, r->done,
+                   r->planned);
+        }
     if (an_out_path(&o, NULL, "isoflop.md", path, (int)sizeof(path)) ||
         an_text_begin(&o, &t, path))
         goto done;
@@ -655,15 +543,13 @@ int cmd_isoflop(const an_args *a)
     write_runs_csv(t.f, d);
     if (an_text_commit(&o, &t) || an_out_path(&o, NULL, "isoflop.png", path, (int)sizeof(path)))
         goto done;
-    d->width = 2 * IF_PANEL_W + 20;
-    int cols = (d->width - 100) / IF_LEGEND_COL;
-    d->height = IF_TOP + IF_PANEL_H + (legend_rows(d->n_b, cols) + legend_rows(d->n_k, cols)) *
-                LEGEND_ROW_H + 20;
-    rc = an_save_figure(&o, path, d->width, d->height, draw_isoflop, d);
+    rc = isoflop_figure(&o, d, path);
 done:
     an_text_abort(&t);
     free_run_files(&paths, n_paths);
+    an_free_runs(&d->rs);
     free(d->runs);
+    free(d->points);
     free(d);
     return rc;
 }

@@ -2,16 +2,20 @@
  *
  *   mode-analyze heatmap RUN.h5 [--step N] [--seq I]   which tokens took each block
  *   mode-analyze weights RUN.h5                        router weight histograms
- *   mode-analyze curves RUN.h5 [RUN.h5 ...]            held-out loss curves
- *   mode-analyze compare RUN.h5 [RUN.h5 ...]           a table of runs
- *   mode-analyze tokens RUN.h5 [--step N] [--all-steps] take rate per token class
+ *   mode-analyze curves RUN.h5|DIR ...                 held-out loss curves per group
+ *   mode-analyze compare RUN.h5|DIR ... [--baseline G] a table of groups of replicates
+ *   mode-analyze sweep RUN.h5|DIR ... --key S.K        final loss against a swept key
+ *   mode-analyze tokens RUN.h5 ... [--step N] [--all-steps] take rate per token class
  *   mode-analyze isoflop SWEEP_DIR                     isoFLOP fits and frontier
- *   mode-analyze report DIR                            every analysis on one HTML page
+ *   mode-analyze report DIR [--baseline G]             every analysis on one HTML page
  *
  * Every subcommand takes --out DIR (default: the first run file's folder),
  * --svg (an SVG beside every PNG) and --help, and prints the paths it wrote.
- * The subcommands are rows of one table below. */
+ * The subcommands over many runs take folders of runs too, and group
+ * replicates (analysis/groups.h).  The subcommands are rows of one table
+ * below. */
 #include "analysis/analyze.h"
+#include "analysis/rundir.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -20,7 +24,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4 };
+enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16 };
+enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
 
 typedef struct an_command {
     const char *name;
@@ -48,45 +53,75 @@ static const an_command commands[] = {
       "staged) over the recorded sequences: the first recorded step against the\n"
       "last. Writes weights.png.\n",
       "RUN.h5", 1, 1, 0, cmd_weights },
-    { "curves", "held-out loss against FLOPs, wall time and steps",
+    { "curves", "held-out loss against FLOPs, wall time and steps, per group",
       "Held-out loss (top-k routing solid, the causal rule dashed) against training\n"
-      "FLOPs (log scale), wall time and steps, one colour per run. Writes curves.png.\n",
-      "RUN.h5 [RUN.h5 ...]", 1, AN_MAX_FILES, 0, cmd_curves },
-    { "compare", "a table of runs: sizes, speed, losses, the causal rule",
-      "One row per run: layer kinds, capacity, parameters (from ckpt.h5 beside the\n"
-      "run file, else counted from the config), forward FLOPs per sequence,\n"
-      "steps/s, final held-out losses, and the causal rule's precision, recall and\n"
-      "capacity (mean of the last 10% of steps over routed layers). Prints it and\n"
-      "writes compare.md and compare.csv.\n",
-      "RUN.h5 [RUN.h5 ...]", 1, AN_MAX_FILES, 0, cmd_compare },
-    { "tokens", "take rate per token class and position; degenerate routers",
+      "FLOPs (log scale), wall time and steps, one colour per group of replicates\n"
+      "(runs whose configs differ only in [run] name, out, seed, init_seed,\n"
+      "data_seed): the mean over the replicates at each evaluation they all reached,\n"
+      "in a band from the lowest to the highest replicate. Writes curves.png.\n",
+      "RUN.h5|DIR ...", 1, MANY, 0, cmd_curves },
+    { "compare", "a table of groups of replicates: sizes, speed, losses, spread",
+      "One row per group of replicates (runs whose configs differ only in [run]\n"
+      "name, out, seed, init_seed, data_seed; the group is the run name without\n"
+      "-s<seed>): layer kinds, capacity, parameters and forward FLOPs per sequence\n"
+      "(recorded in the run file, else counted from the config), steps/s, n, the\n"
+      "final held-out loss (top-k and causal) as mean +- sd with its 95% interval\n"
+      "(Student's t), the within-run standard error over evaluation windows, the\n"
+      "difference to the baseline group with Welch's two-sided p, and the causal\n"
+      "rule's precision, recall and capacity (mean of the last 10% of steps over\n"
+      "routed layers). Groups with a complete replicate use their complete ones.\n"
+      "  --baseline GROUP   the group differences are taken to (default: dense,\n"
+      "                     when there is a group of that name)\n"
+      "Prints it and writes compare.md, compare.csv (one row per run: group, the\n"
+      "keys that vary, the seeds, the numbers) and compare_groups.csv.\n",
+      "RUN.h5|DIR ... [--baseline GROUP]", 1, MANY, OPT_BASELINE, cmd_compare },
+    { "sweep", "final held-out loss against a swept key, with 95% intervals",
+      "The final held-out loss (top-k) of every group of replicates against the\n"
+      "value of one numeric config key that varies across the runs (e.g.\n"
+      "mod.capacity): the mean with its 95% interval as error bars, one series per\n"
+      "combination of the other keys that vary (e.g. mod.router), and the groups\n"
+      "the key does not apply to (e.g. dense) as horizontal bands (mean and 95%\n"
+      "interval), the baseline first.\n"
+      "  --key SECTION.KEY  the swept key (required)\n"
+      "  --baseline GROUP   as for compare\n"
+      "Prints the table and writes sweep_<key>.md, sweep_<key>.csv, sweep_<key>.png.\n",
+      "RUN.h5|DIR ... --key SECTION.KEY", 1, MANY, OPT_BASELINE | OPT_KEY, cmd_sweep },
+    { "tokens", "take rate per token class and position, with intervals",
       "How often each class of token (Brown: parts of speech; synthetic:\n"
-      "difficulty) takes each routed block, over the recorded sequences, and by\n"
-      "position bucket; the mutual information of the decision with the class and\n"
+      "difficulty) takes each routed block, over the recorded held-out windows, and\n"
+      "by position bucket, with 95% Wilson intervals; given replicates of one config\n"
+      "(several RUN.h5), the counts are pooled and the spread across replicates is\n"
+      "shown as mean +- sd; the mutual information of the decision with the class and\n"
       "with the position; routers that pick the same positions in every sequence.\n"
       "  --step N      a recorded step (default: the last)\n"
       "  --all-steps   pool every recorded step\n"
       "Prints it and writes tokens.md, tokens.csv and tokens.png.\n",
-      "RUN.h5 [--step N | --all-steps]", 1, 1, OPT_STEP | OPT_ALL_STEPS, cmd_tokens },
-    { "isoflop", "isoFLOP fits: loss against parameters per budget and kind",
+      "RUN.h5 ... [--step N | --all-steps]", 1, MANY, OPT_STEP | OPT_ALL_STEPS, cmd_tokens },
+    { "isoflop", "isoFLOP fits with their uncertainty: loss against parameters per budget",
       "For a folder of runs with training-FLOP budgets (run.flops_budget; mode-exp\n"
       "sweep with an [isoflop] design): the final held-out loss (top-k) against the\n"
-      "parameter count for each budget, one curve per kind, with the least-squares\n"
-      "parabola in log parameters whose minimum gives the compute-optimal size and\n"
-      "loss (the best sampled run where it has no minimum inside the sampled sizes);\n"
-      "and the loss against the FLOPs of a forward pass relative to the best dense\n"
-      "run of the budget (MoD paper, Fig. 4). A run's kind is the end of its name\n"
-      "iso-<budget>-<size>-<kind>, else its layer pattern. Incomplete runs are left\n"
-      "out. Prints the frontier and writes isoflop.md, isoflop.csv (budget, kind,\n"
-      "N*, loss*, against dense), isoflop_runs.csv and isoflop.png.\n",
+      "parameter count for each budget, one curve per kind: each size's mean over\n"
+      "its seeds with a 95% interval, and the least-squares parabola in log\n"
+      "parameters through the means, whose minimum gives the compute-optimal size\n"
+      "and loss (the best sampled size where it has no minimum inside the sampled\n"
+      "sizes). The optimum's uncertainty: the same fit through each seed's points\n"
+      "alone, and the spread of those optima (sd and 95% interval of loss* and of\n"
+      "log10 N*). Also the loss against the FLOPs of a forward pass relative to\n"
+      "the best dense size of the budget (MoD paper, Fig. 4). A run's kind is the\n"
+      "end of its name iso-<budget>-<size>-<kind>[-s<seed>], else its layer\n"
+      "pattern. Incomplete runs are left out. Prints the frontier and writes\n"
+      "isoflop.md, isoflop.csv, isoflop_runs.csv and isoflop.png.\n",
       "SWEEP_DIR", 1, 1, 0, cmd_isoflop },
     { "report", "every analysis of a folder of runs on one HTML page",
       "Writes DIR/report.html (with --out, OUT/report.html), a self-contained page\n"
-      "(images as data URIs) with the runs and their state, compare, curves, isoflop\n"
-      "when runs have training-FLOP budgets, and for every routed run its heatmap\n"
-      "(last recorded step), router weights and token classes. The figures and\n"
-      "tables themselves go beside it into report/.\n",
-      "DIR", 1, 1, 0, cmd_report },
+      "(images as data URIs) with the runs and their state, and grouped by\n"
+      "replicates: compare, a sweep figure for every numeric key that varies,\n"
+      "curves, isoflop when runs have training-FLOP budgets, and for every routed\n"
+      "group the heatmap and router weights of its first replicate and the token\n"
+      "classes over all of them. The figures and tables themselves go beside it\n"
+      "into report/.\n"
+      "  --baseline GROUP   as for compare\n",
+      "DIR [--baseline GROUP]", 1, 1, OPT_BASELINE, cmd_report },
 };
 enum { N_COMMANDS = (int)(sizeof(commands) / sizeof(commands[0])) };
 
@@ -142,7 +177,64 @@ static bool parse_long(const char *s, long *v)
     return !errno && end != s && !*end && *v >= 0;
 }
 
-static int parse_args(const an_command *c, an_args *a, int argc, char **argv)
+/* The positional arguments: a folder given to a command over many runs
+ * stands for its runs (rundir.h). */
+typedef struct file_list {
+    const char **files;
+    int n, cap;
+    char **owned; /* the folders' paths, freed at the end */
+    int n_owned;
+} file_list;
+
+static int add_file(file_list *l, const char *path)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        const char **grown = realloc(l->files, (size_t)cap * sizeof(char *));
+        if (!grown)
+            return -1;
+        l->files = grown;
+        l->cap = cap;
+    }
+    l->files[l->n++] = path;
+    return 0;
+}
+
+static int add_folder(const an_args *a, file_list *l, const char *dir)
+{
+    char **paths = NULL, err[RUN_PATH_LEN + 256];
+    int n = 0;
+    if (list_run_files(dir, &paths, &n, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    char **grown = realloc(l->owned, (size_t)(l->n_owned + n) * sizeof(char *));
+    if (!grown) {
+        free_run_files(&paths, n);
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    }
+    l->owned = grown;
+    for (int i = 0; i < n; i++) {
+        l->owned[l->n_owned++] = paths[i];
+        if (add_file(l, paths[i])) {
+            for (int j = i + 1; j < n; j++)
+                free(paths[j]);
+            free(paths);
+            return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+        }
+    }
+    free(paths);
+    return 0;
+}
+
+static void free_file_list(file_list *l)
+{
+    for (int i = 0; i < l->n_owned; i++)
+        free(l->owned[i]);
+    free(l->owned);
+    free(l->files);
+    memset(l, 0, sizeof(*l));
+}
+
+static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, char **argv)
 {
     memset(a, 0, sizeof(*a));
     a->cmd = c->name;
@@ -150,8 +242,10 @@ static int parse_args(const an_command *c, an_args *a, int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         bool missing = false;
         const char *v;
+        struct stat st;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage_cmd(stdout, c);
+            free_file_list(l);
             exit(0);
         } else if (!strcmp(argv[i], "--svg")) {
             a->svg = true;
@@ -166,42 +260,45 @@ static int parse_args(const an_command *c, an_args *a, int argc, char **argv)
             if (!parse_long(v, &a->seq))
                 return an_fail(a, EXIT_USAGE, "--seq %s: expected a sequence index (0, 1, ...)",
                                v);
+        } else if ((c->options & OPT_BASELINE) &&
+                   (v = opt_value(argc, argv, &i, "--baseline", &missing))) {
+            a->baseline = v;
+        } else if ((c->options & OPT_KEY) && (v = opt_value(argc, argv, &i, "--key", &missing))) {
+            if (!strchr(v, '.'))
+                return an_fail(a, EXIT_USAGE, "--key %s: expected SECTION.KEY (e.g. "
+                               "mod.capacity)", v);
+            a->key = v;
         } else if (missing) {
             return an_fail(a, EXIT_USAGE, "%s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return an_fail(a, EXIT_USAGE, "unknown option %s (see mode-analyze %s --help)",
                            argv[i], c->name);
-        } else if (a->n_files == c->max_files) {
+        } else if (l->n == c->max_files) {
             return an_fail(a, EXIT_USAGE, "%s: too many run files (at most %d)", argv[i],
                            c->max_files);
-        } else {
-            a->files[a->n_files++] = argv[i];
+        } else if (c->max_files > 1 && !stat(argv[i], &st) && S_ISDIR(st.st_mode)) {
+            if (add_folder(a, l, argv[i]))
+                return EXIT_BAD_INPUT;
+        } else if (add_file(l, argv[i])) {
+            return an_fail(a, EXIT_BAD_INPUT, "out of memory");
         }
     }
+    a->files = l->files;
+    a->n_files = l->n;
     if (a->n_files < c->min_files)
         return an_fail(a, EXIT_USAGE, "no run file given (see mode-analyze %s --help)", c->name);
     if (a->all_steps && a->step >= 0)
         return an_fail(a, EXIT_USAGE, "--step and --all-steps exclude each other");
-    return 0;
-}
-
-int an_open_runs(const an_args *a, run_info **ris)
-{
-    char err[RUN_PATH_LEN + 512];
-    for (int i = 0; i < a->n_files; i++) {
-        ris[i] = NULL;
-        if (build_run_info(&ris[i], a->files[i], err, (int)sizeof(err))) {
-            an_close_runs(a, ris);
-            return an_fail(a, EXIT_BAD_INPUT, "%s", err);
-        }
-    }
+    if ((c->options & OPT_KEY) && !a->key)
+        return an_fail(a, EXIT_USAGE, "--key SECTION.KEY is required (e.g. --key mod.capacity)");
     return 0;
 }
 
 int an_open_routed_run(const an_args *a, run_info **ri)
 {
-    if (an_open_runs(a, ri))
-        return EXIT_BAD_INPUT;
+    char err[RUN_PATH_LEN + 512];
+    if (build_run_info(ri, a->files[0], err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
     if ((*ri)->n_steps == 0 || !(*ri)->tokens) {
         char why[1200];
         run_no_routing_reason(*ri, why, (int)sizeof(why));
@@ -212,26 +309,20 @@ int an_open_routed_run(const an_args *a, run_info **ri)
     return 0;
 }
 
-void an_close_runs(const an_args *a, run_info **ris)
+int an_out_path(const an_args *a, const char *dir, const char *name, char *path, int len)
 {
-    for (int i = 0; i < a->n_files; i++)
-        free_run_info(&ris[i]);
-}
-
-void an_unique_names(run_info **ris, int n)
-{
-    for (int i = 0; i < n; i++) {
-        bool clash = false;
-        for (int j = 0; j < n; j++)
-            clash |= j != i && !strcmp(ris[i]->cfg.name, ris[j]->cfg.name);
-        if (clash)
-            snprintf(ris[i]->name, sizeof(ris[i]->name), "%.127s", ris[i]->dir);
+    char first[RUN_PATH_LEN];
+    if (a->out) {
+        dir = a->out;
+    } else if (!dir) { /* the first run file's folder */
+        snprintf(first, sizeof(first), "%s", a->n_files ? a->files[0] : ".");
+        char *slash = strrchr(first, '/');
+        if (slash)
+            *(slash == first ? slash + 1 : slash) = '\0';
+        else
+            snprintf(first, sizeof(first), ".");
+        dir = first;
     }
-}
-
-int an_out_path(const an_args *a, const run_info *first, const char *name, char *path, int len)
-{
-    const char *dir = a->out ? a->out : first->dir;
     struct stat st;
     if (stat(dir, &st) && mkdir(dir, 0777) && errno != EEXIST)
         return an_fail(a, EXIT_BAD_INPUT, "%s: cannot create the output folder (%s)", dir,
@@ -305,8 +396,12 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name))
             continue;
         an_args a;
-        int rc = parse_args(&commands[i], &a, argc - 2, argv + 2);
-        return rc ? rc : commands[i].run(&a);
+        file_list l = { 0 };
+        int rc = parse_args(&commands[i], &a, &l, argc - 2, argv + 2);
+        if (!rc)
+            rc = commands[i].run(&a);
+        free_file_list(&l);
+        return rc;
     }
     fprintf(stderr, "mode-analyze: unknown command '%s'\n\n", argv[1]);
     usage_main(stderr);

@@ -99,6 +99,17 @@ void plot_dot(cairo_t *cr, double x, double y, double rad)
     cairo_fill(cr);
 }
 
+void plot_dot_at(cairo_t *cr, double x, double y, double rad, rgb c)
+{
+    cairo_new_sub_path(cr);
+    cairo_arc(cr, x, y, rad + 1.2, 0, 2 * PLOT_PI);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_fill(cr);
+    cairo_arc(cr, x, y, rad, 0, 2 * PLOT_PI);
+    plot_color(cr, c, 1.0);
+    cairo_fill(cr);
+}
+
 double axes_px(const plot_axes *a, double v)
 {
     if (a->logx)
@@ -208,6 +219,98 @@ void plot_polyline(cairo_t *cr, const plot_axes *a, const double *x, const doubl
         cairo_new_sub_path(cr);
         cairo_arc(cr, axes_px(a, x[i]), axes_py(a, y[i]), width + 1.2, 0, 2 * PLOT_PI);
         cairo_fill(cr);
+    }
+    cairo_restore(cr);
+}
+
+void plot_band(cairo_t *cr, const plot_axes *a, const double *x, const double *lo,
+               const double *hi, int n, rgb c, double alpha)
+{
+    cairo_save(cr);
+    cairo_rectangle(cr, a->x, a->y, a->w, a->h);
+    cairo_clip(cr);
+    plot_color(cr, c, alpha);
+    for (int i = 0; i < n;) {
+        int j = i; /* the run [i, j) of usable points */
+        while (j < n && isfinite(x[j]) && isfinite(lo[j]) && isfinite(hi[j]) &&
+               (!a->logx || x[j] > 0))
+            j++;
+        if (j - i >= 2) {
+            cairo_new_path(cr);
+            for (int k = i; k < j; k++)
+                cairo_line_to(cr, axes_px(a, x[k]), axes_py(a, hi[k]));
+            for (int k = j - 1; k >= i; k--)
+                cairo_line_to(cr, axes_px(a, x[k]), axes_py(a, lo[k]));
+            cairo_close_path(cr);
+            cairo_fill(cr);
+        }
+        i = j > i ? j : i + 1;
+    }
+    cairo_restore(cr);
+}
+
+void plot_error_bar(cairo_t *cr, const plot_axes *a, double x, double dx, double lo, double hi,
+                    rgb c, double cap)
+{
+    if (!isfinite(x) || !isfinite(lo) || !isfinite(hi) || (a->logx && x <= 0))
+        return;
+    double px = axes_px(a, x) + dx, y0 = axes_py(a, lo), y1 = axes_py(a, hi);
+    cairo_save(cr);
+    cairo_rectangle(cr, a->x, a->y, a->w, a->h);
+    cairo_clip(cr);
+    plot_color(cr, c, 1.0);
+    cairo_set_line_width(cr, 1.3);
+    cairo_move_to(cr, px, y0);
+    cairo_line_to(cr, px, y1);
+    cairo_move_to(cr, px - cap / 2, y0);
+    cairo_line_to(cr, px + cap / 2, y0);
+    cairo_move_to(cr, px - cap / 2, y1);
+    cairo_line_to(cr, px + cap / 2, y1);
+    cairo_stroke(cr);
+    cairo_restore(cr);
+}
+
+void plot_error_bar_x(cairo_t *cr, const plot_axes *a, double y, double lo, double hi, rgb c,
+                      double cap)
+{
+    if (!isfinite(y) || !isfinite(lo) || !isfinite(hi) || (a->logx && (lo <= 0 || hi <= 0)))
+        return;
+    double py = axes_py(a, y), x0 = axes_px(a, lo), x1 = axes_px(a, hi);
+    cairo_save(cr);
+    cairo_rectangle(cr, a->x, a->y, a->w, a->h);
+    cairo_clip(cr);
+    plot_color(cr, c, 1.0);
+    cairo_set_line_width(cr, 1.3);
+    cairo_move_to(cr, x0, py);
+    cairo_line_to(cr, x1, py);
+    cairo_move_to(cr, x0, py - cap / 2);
+    cairo_line_to(cr, x0, py + cap / 2);
+    cairo_move_to(cr, x1, py - cap / 2);
+    cairo_line_to(cr, x1, py + cap / 2);
+    cairo_stroke(cr);
+    cairo_restore(cr);
+}
+
+void plot_hband(cairo_t *cr, const plot_axes *a, double lo, double mid, double hi, rgb c,
+                bool dashed)
+{
+    cairo_save(cr);
+    cairo_rectangle(cr, a->x, a->y, a->w, a->h);
+    cairo_clip(cr);
+    if (isfinite(lo) && isfinite(hi)) {
+        double y0 = axes_py(a, hi), y1 = axes_py(a, lo);
+        cairo_rectangle(cr, a->x, y0, a->w, y1 - y0);
+        plot_color(cr, c, 0.16);
+        cairo_fill(cr);
+    }
+    if (isfinite(mid)) {
+        static const double dash[] = { 6.0, 4.0 };
+        cairo_set_dash(cr, dash, dashed ? 2 : 0, 0);
+        plot_color(cr, c, 1.0);
+        cairo_set_line_width(cr, 1.8);
+        cairo_move_to(cr, a->x, axes_py(a, mid));
+        cairo_line_to(cr, a->x + a->w, axes_py(a, mid));
+        cairo_stroke(cr);
     }
     cairo_restore(cr);
 }

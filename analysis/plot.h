@@ -41,6 +41,8 @@ double plot_text_width(cairo_t *cr, const char *text);
 void plot_hatch_box(cairo_t *cr, double x, double y, double w, double h);
 /* A dot of radius rad with a white ring, visible on any fill. */
 void plot_dot(cairo_t *cr, double x, double y, double rad);
+/* The same in colour c (a data point). */
+void plot_dot_at(cairo_t *cr, double x, double y, double rad, rgb c);
 
 typedef struct plot_axes {
     double x, y, w, h;       /* the frame on the canvas */
@@ -59,6 +61,21 @@ void plot_axes_draw(cairo_t *cr, const plot_axes *a, const char *title, const ch
  * small round markers when markers is set. */
 void plot_polyline(cairo_t *cr, const plot_axes *a, const double *x, const double *y, int n,
                    rgb c, double width, bool dashed, bool markers);
+/* A shaded band between lo[i] and hi[i] over x[i] (a replicates' range;
+ * runs of finite points each make one polygon). */
+void plot_band(cairo_t *cr, const plot_axes *a, const double *x, const double *lo,
+               const double *hi, int n, rgb c, double alpha);
+/* A vertical error bar from lo to hi at x with caps cap px wide (shifted
+ * dx px, so that series sharing an x do not hide each other). */
+void plot_error_bar(cairo_t *cr, const plot_axes *a, double x, double dx, double lo, double hi,
+                    rgb c, double cap);
+/* The same lying down: from x lo to x hi at y. */
+void plot_error_bar_x(cairo_t *cr, const plot_axes *a, double y, double lo, double hi, rgb c,
+                      double cap);
+/* A band across the whole axes from y lo to y hi, with a line at y mid
+ * (dashed when dashed): a reference that does not depend on x. */
+void plot_hband(cairo_t *cr, const plot_axes *a, double lo, double mid, double hi, rgb c,
+                bool dashed);
 /* A bar over [xa, xb] from the axis bottom to y. */
 void plot_bar(cairo_t *cr, const plot_axes *a, double xa, double xb, double y, rgb c,
               double alpha);

@@ -1,17 +1,17 @@
 /* mode-analyze report: every analysis of a folder of runs (a sweep's out)
- * on one HTML page that opens in a browser from the disk: the runs and
- * their state, the compare table, the loss curves, the isoFLOP analysis
- * when runs have training-FLOP budgets, and for every routed run its
- * routing heatmap, router weights and token classes.  Images are embedded
- * as base64 data URIs; the files they come from stay beside the page in
- * <out>/report/, with the tables as Markdown and CSV. */
-#include "analysis/analyze.h"
+ * on one HTML page that opens in a browser from the disk, grouped by
+ * replicates: the runs and their state, the compare table (n, mean, sd,
+ * intervals, the baseline comparison), a sweep figure for every numeric key
+ * that varies, the loss curves, the isoFLOP analysis when runs have
+ * training-FLOP budgets, and for every routed group the routing heatmap and
+ * router weights of its first replicate and the token classes over all of
+ * them.  Images are embedded as base64 data URIs; the files they come from
+ * stay beside the page in <out>/report/, with the tables as Markdown and
+ * CSV. */
+#include "analysis/html.h"
 #include "analysis/rundir.h"
-#include "analysis/stats.h"
-#include "core/train/trainer.h"
-#include "experiments/kinds.h"
+#include "analysis/runset.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -21,56 +21,89 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* What the page says of one run. */
+/* What the page says of one run beyond the compare table. */
 typedef struct report_run {
-    const char *path;
-    char name[128], kinds[256];
-    char folder[RUN_PATH_LEN]; /* the run's folder name: its figures' sub-folder */
     char *config;            /* the resolved INI text */
-    long done, planned, evals, heat_step;
-    double budget;
+    long evals, heat_step;
     bool routed, labels, scores;
 } report_run;
 
 typedef struct report {
     const char *dir;
     char assets[RUN_PATH_LEN + 8]; /* <out>/report */
+    an_runset rs;
     report_run *runs;
-    int n, failed;
+    char (*folders)[160];    /* [groups]: each group's figures' sub-folder */
+    char (*sweep_keys)[RUN_KEY_LEN];
+    int n_sweeps, failed;
+    bool isoflop;
 } report;
 
 /* ---- collecting ----------------------------------------------------------- */
 
-static int read_report_run(const an_args *a, report_run *r)
+static int read_report_run(const an_args *a, const char *path, report_run *r)
 {
     run_info *ri = NULL;
     char err[RUN_PATH_LEN + 512];
-    if (build_run_info(&ri, r->path, err, (int)sizeof(err)))
+    if (build_run_info(&ri, path, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "%s", err);
-    snprintf(r->name, sizeof(r->name), "%s", ri->name);
-    const char *slash = strrchr(ri->dir, '/');
-    snprintf(r->folder, sizeof(r->folder), "%s", slash ? slash + 1 : ri->dir);
-    const char *kind_names[MODE_MAX_LAYERS];
-    model_dims dims = config_dims(&ri->cfg);
-    double flops = model_head_flops_per_seq(&dims);
-    for (int l = 0; l < ri->cfg.n_layers; l++) {
-        const layer_kind *k = run_layer_kind(ri, l);
-        kind_names[l] = ri->cfg.layers[l].kind;
-        flops += k ? k->flops(&ri->cfg.layers[l], &dims) : 0.0;
+    for (int l = 0; l < ri->cfg.n_layers; l++)
         r->scores |= run_layer_has_key(ri, l, "capacity");
-    }
-    kinds_summary(r->kinds, (int)sizeof(r->kinds), kind_names, ri->cfg.n_layers);
-    r->planned = config_planned_steps(&ri->cfg, 3.0 * flops * ri->cfg.batch);
-    double done = run_last_value(ri, "metrics/step", NULL);
-    r->done = isfinite(done) ? (long)done : 0;
     run_last_value(ri, "eval/step", &r->evals);
-    r->budget = ri->cfg.flops_budget;
     r->routed = ri->n_steps > 0 && ri->tokens;
     r->heat_step = r->routed ? ri->steps[ri->n_steps - 1] : 0;
     r->labels = r->routed && ri->labels && ri->n_classes > 0;
     r->scores &= r->routed;
     r->config = config_to_ini(&ri->cfg);
     free_run_info(&ri);
+    return 0;
+}
+
+/* A group's sub-folder: its name with what a path must not hold replaced. */
+static void folder_name(const char *group, char *out, int len)
+{
+    int w = 0;
+    for (const char *c = group; *c && w < len - 1; c++)
+        out[w++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                                  (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || *c == '_'
+                              ? *c
+                              : '_');
+    out[w] = '\0';
+}
+
+/* An isoFLOP design: runs with training-FLOP budgets whose budgets or
+ * model sizes vary (one budget and one size, as in a capacity sweep at
+ * equal compute, has no isoFLOP curve to draw). */
+static bool is_isoflop(const an_runset *rs)
+{
+    bool budget = false, design = false;
+    for (int i = 0; i < rs->n; i++)
+        budget |= rs->runs[i].cfg->flops_budget > 0;
+    for (int k = 0; k < rs->g.n_varying; k++)
+        design |= !strcmp(rs->g.varying[k], "run.flops_budget") ||
+                  (!strncmp(rs->g.varying[k], "model.", 6) &&
+                   strcmp(rs->g.varying[k], "model.layers"));
+    return budget && design;
+}
+
+/* The keys of the sweep figures: every numeric key that varies, but not in
+ * an isoFLOP design, where the sizes and budgets vary and the isoFLOP
+ * analysis is the figure. */
+static int sweep_keys(report *rp)
+{
+    const an_runset *rs = &rp->rs;
+    rp->sweep_keys = calloc((size_t)(rs->g.n_varying ? rs->g.n_varying : 1), RUN_KEY_LEN);
+    run_keys *keys = malloc((size_t)(rs->n ? rs->n : 1) * sizeof(run_keys));
+    if (!rp->sweep_keys || !keys) {
+        free(keys);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < rs->n; i++)
+        keys[i] = rs->runs[i].keys;
+    for (int k = 0; !rp->isoflop && k < rs->g.n_varying; k++)
+        if (key_is_numeric(keys, rs->n, rs->g.varying[k]))
+            snprintf(rp->sweep_keys[rp->n_sweeps++], RUN_KEY_LEN, "%s", rs->g.varying[k]);
+    free(keys);
     return 0;
 }
 
@@ -98,12 +131,12 @@ static void quiet_end(int saved)
     }
 }
 
-static void sub_command(report *rp, int (*cmd)(const an_args *), const char *name,
-                        const char *const *files, int n, const char *out)
+static void sub_command(report *rp, const an_args *a, int (*cmd)(const an_args *),
+                        const char *name, const char *const *files, int n, const char *out,
+                        const char *key)
 {
-    an_args s = { .cmd = name, .n_files = n, .out = out, .step = -1 };
-    for (int i = 0; i < n; i++)
-        s.files[i] = files[i];
+    an_args s = { .cmd = name, .files = files, .n_files = n, .out = out, .step = -1,
+                  .baseline = a->baseline, .key = key };
     int saved = quiet_begin();
     int rc = cmd(&s);
     quiet_end(saved);
@@ -121,132 +154,7 @@ static int make_dir(const an_args *a, const char *dir)
     return 0;
 }
 
-/* ---- HTML ------------------------------------------------------------------- */
-
-static void html_text(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
-    }
-}
-
-/* An id for an anchor: letters, digits, '-' and '_'. */
-static void html_id(FILE *f, const char *s)
-{
-    for (; *s; s++)
-        fputc(isalnum((unsigned char)*s) || *s == '-' || *s == '_' ? *s : '_', f);
-}
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* <img> of a PNG as a data URI; false when the file is missing. */
-static bool html_image(FILE *f, const char *path, const char *alt)
-{
-    FILE *in = fopen(path, "rb");
-    if (!in)
-        return false;
-    fputs("<p><img alt=\"", f);
-    html_text(f, alt);
-    fputs("\" src=\"data:image/png;base64,", f);
-    unsigned char buf[3 * 1024];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
-        for (size_t i = 0; i < n; i += 3) {
-            unsigned v = (unsigned)buf[i] << 16;
-            if (i + 1 < n)
-                v |= (unsigned)buf[i + 1] << 8;
-            if (i + 2 < n)
-                v |= buf[i + 2];
-            fputc(b64[(v >> 18) & 63], f);
-            fputc(b64[(v >> 12) & 63], f);
-            fputc(i + 1 < n ? b64[(v >> 6) & 63] : '=', f);
-            fputc(i + 2 < n ? b64[v & 63] : '=', f);
-        }
-        if (n < sizeof(buf))
-            break;
-    }
-    fclose(in);
-    fputs("\"></p>\n", f);
-    return true;
-}
-
-/* A Markdown file of the analyses (tables, headings, paragraphs) as HTML. */
-static bool html_markdown(FILE *f, const char *path)
-{
-    FILE *in = fopen(path, "r");
-    if (!in)
-        return false;
-    char line[8192];
-    bool table = false, header = false;
-    while (fgets(line, sizeof(line), in)) {
-        line[strcspn(line, "\n")] = '\0';
-        bool row = line[0] == '|';
-        if (table && !row) {
-            fputs("</table>\n", f);
-            table = false;
-        }
-        if (row) {
-            if (!table) {
-                fputs("<table>\n", f);
-                table = header = true;
-            }
-            if (strspn(line, "|-: ") == strlen(line))
-                continue; /* the alignment row */
-            fputs("<tr>", f);
-            char *cell = line + 1, *bar;
-            while ((bar = strchr(cell, '|'))) {
-                *bar = '\0';
-                while (*cell == ' ')
-                    cell++;
-                size_t len = strlen(cell);
-                while (len && cell[len - 1] == ' ')
-                    cell[--len] = '\0';
-                fputs(header ? "<th>" : "<td>", f);
-                html_text(f, cell);
-                fputs(header ? "</th>" : "</td>", f);
-                cell = bar + 1;
-            }
-            fputs("</tr>\n", f);
-            header = false;
-        } else if (line[0] == '#') {
-            int level = (int)strspn(line, "#");
-            fprintf(f, "<h%d>", level + 2 > 6 ? 6 : level + 2);
-            html_text(f, line + level + (line[level] == ' '));
-            fprintf(f, "</h%d>\n", level + 2 > 6 ? 6 : level + 2);
-        } else if (line[0]) {
-            fputs("<p>", f);
-            html_text(f, line);
-            fputs("</p>\n", f);
-        }
-    }
-    if (table)
-        fputs("</table>\n", f);
-    fclose(in);
-    return true;
-}
-
-static void missing(FILE *f, const char *what)
-{
-    fputs("<p class=\"note\">", f);
-    html_text(f, what);
-    fputs("</p>\n", f);
-}
-
-static const char style[] =
-    "body{font-family:sans-serif;color:#222;max-width:1420px;margin:1.5em auto;padding:0 1em}"
-    "h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}"
-    "table{border-collapse:collapse;margin:.8em 0;font-size:13px}"
-    "th,td{border:1px solid #d0d0d0;padding:3px 8px;text-align:right}"
-    "th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}"
-    "img{max-width:100%;height:auto;border:1px solid #eee}"
-    "pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}"
-    ".note{color:#777}nav a{margin-right:1em}";
+/* ---- the page ------------------------------------------------------------------ */
 
 static void asset(char *buf, size_t len, const report *rp, const char *sub, const char *file)
 {
@@ -256,174 +164,261 @@ static void asset(char *buf, size_t len, const report *rp, const char *sub, cons
         snprintf(buf, len, "%s/%s", rp->assets, file);
 }
 
-static void write_html(FILE *f, const report *rp, bool isoflop, bool capped)
+static bool group_routed(const report *rp, int j)
 {
-    char path[3 * RUN_PATH_LEN];
-    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", f);
-    html_text(f, rp->dir);
-    fprintf(f, " - mode report</title>\n<style>%s</style>\n</head>\n<body>\n<h1>Runs in ", style);
-    html_text(f, rp->dir);
-    fprintf(f, "</h1>\n<p>%d run%s. Written by <code>mode-analyze report</code>; the figures and "
-               "tables are also in <code>", rp->n, rp->n == 1 ? "" : "s");
-    html_text(f, rp->assets);
-    fputs("/</code>.</p>\n<nav><a href=\"#runs\">runs</a><a href=\"#compare\">compare</a>"
-          "<a href=\"#curves\">curves</a>", f);
-    if (isoflop)
+    return rp->runs[rp->rs.g.groups[j].members[0]].routed;
+}
+
+static void write_nav(FILE *f, const report *rp)
+{
+    fputs("<nav><a href=\"#runs\">runs</a><a href=\"#compare\">compare</a>", f);
+    if (rp->n_sweeps)
+        fputs("<a href=\"#sweep\">sweep</a>", f);
+    fputs("<a href=\"#curves\">curves</a>", f);
+    if (rp->isoflop)
         fputs("<a href=\"#isoflop\">isoFLOP</a>", f);
-    for (int i = 0; i < rp->n; i++)
-        if (rp->runs[i].routed) {
-            fputs("<a href=\"#run-", f);
-            html_id(f, rp->runs[i].folder);
+    for (int j = 0; j < rp->rs.g.n_groups; j++)
+        if (group_routed(rp, j)) {
+            fputs("<a href=\"#group-", f);
+            html_id(f, rp->folders[j]);
             fputs("\">", f);
-            html_text(f, rp->runs[i].name);
+            html_text(f, rp->rs.g.groups[j].name);
             fputs("</a>", f);
         }
     fputs("</nav>\n", f);
+}
 
-    fputs("<h2 id=\"runs\">Runs</h2>\n<table>\n<tr><th>run</th><th>layers</th><th>steps</th>"
-          "<th>state</th><th>training-FLOP budget</th><th>file</th></tr>\n", f);
-    for (int i = 0; i < rp->n; i++) {
-        const report_run *r = &rp->runs[i];
+static void write_runs_table(FILE *f, const report *rp)
+{
+    const an_runset *rs = &rp->rs;
+    fprintf(f, "<h2 id=\"runs\">Runs</h2>\n<p>%d run%s in %d group%s of replicates (runs whose "
+               "configs differ only in [run] name, out, seed, init_seed or data_seed).</p>\n"
+               "<table>\n<tr><th>run</th><th>group</th><th>seed</th><th>layers</th><th>steps</th>"
+               "<th>state</th><th>training-FLOP budget</th><th>file</th></tr>\n",
+            rs->n, rs->n == 1 ? "" : "s", rs->g.n_groups, rs->g.n_groups == 1 ? "" : "s");
+    for (int i = 0; i < rs->n; i++) {
+        const an_run *r = &rs->runs[i];
         char b[32] = "-";
-        if (r->budget > 0)
-            number_label(b, (int)sizeof(b), r->budget, 4);
+        if (r->cfg->flops_budget > 0)
+            number_label(b, (int)sizeof(b), r->cfg->flops_budget, 4);
         fputs("<tr><td>", f);
         html_text(f, r->name);
         fputs("</td><td>", f);
+        html_text(f, rs->g.groups[rs->g.group_of[i]].name);
+        fprintf(f, "</td><td>%llu</td><td>", (unsigned long long)r->cfg->seed);
         html_text(f, r->kinds);
         fprintf(f, "</td><td>%ld / %ld</td><td>%s</td><td>%s</td><td>", r->done, r->planned,
-                r->done >= r->planned ? "complete" : "incomplete", b);
+                r->complete ? "complete" : "incomplete", b);
         html_text(f, r->path);
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
+}
+
+static void write_group(FILE *f, const report *rp, int j)
+{
+    const run_group *grp = &rp->rs.g.groups[j];
+    const an_run *first = &rp->rs.runs[grp->members[0]];
+    const report_run *r = &rp->runs[grp->members[0]];
+    char path[3 * RUN_PATH_LEN];
+    fputs("<h2 id=\"group-", f);
+    html_id(f, rp->folders[j]);
+    fputs("\">", f);
+    html_text(f, grp->name);
+    fputs("</h2>\n<p>", f);
+    html_text(f, first->kinds);
+    fprintf(f, "; %d replicate%s:", grp->n, grp->n == 1 ? "" : "s");
+    for (int m = 0; m < grp->n; m++) {
+        const an_run *rm = &rp->rs.runs[grp->members[m]];
+        fputs(m ? ", " : " ", f);
+        html_text(f, rm->name);
+        fprintf(f, " (seed %llu, %ld of %ld steps)", (unsigned long long)rm->cfg->seed, rm->done,
+                rm->planned);
+    }
+    fputs(".</p>\n", f);
+    if (r->routed) {
+        char file[96];
+        fprintf(f, "<p>Routing of the first replicate, ");
+        html_text(f, first->name);
+        fprintf(f, ", at step %ld:</p>\n", r->heat_step);
+        snprintf(file, sizeof(file), "heatmap_step%ld_seq0.png", r->heat_step);
+        asset(path, sizeof(path), rp, rp->folders[j], file);
+        if (!html_image(f, path, "routing heatmap"))
+            html_note(f, "heatmap failed (see its message)");
+        asset(path, sizeof(path), rp, rp->folders[j], "weights.png");
+        if (r->scores && !html_image(f, path, "router weights"))
+            html_note(f, "weights failed (see its message)");
+        asset(path, sizeof(path), rp, rp->folders[j], "tokens.png");
+        if (r->labels && !html_image(f, path, "take rate per token class"))
+            html_note(f, "tokens failed (see its message)");
+        asset(path, sizeof(path), rp, rp->folders[j], "tokens.md");
+        if (r->labels && access(path, R_OK) == 0) {
+            fputs("<details><summary>token classes and positions (tables)</summary>\n", f);
+            html_markdown(f, path);
+            fputs("</details>\n", f);
+        }
+    } else {
+        html_note(f, "no routing records (no routed layer, run.routing_every = 0, or none "
+                     "recorded yet)");
+    }
+    if (r->config) {
+        fputs("<details><summary>resolved config (first replicate)</summary>\n<pre>", f);
+        html_text(f, r->config);
+        fputs("</pre></details>\n", f);
+    }
+}
+
+static void write_html(FILE *f, const report *rp)
+{
+    char path[3 * RUN_PATH_LEN];
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>", f);
+    html_text(f, rp->dir);
+    fprintf(f, " - mode report</title>\n<style>%s</style>\n</head>\n<body>\n<h1>Runs in ",
+            html_style);
+    html_text(f, rp->dir);
+    fprintf(f, "</h1>\n<p>%d run%s. Written by <code>mode-analyze report</code>; the figures and "
+               "tables are also in <code>", rp->rs.n, rp->rs.n == 1 ? "" : "s");
+    html_text(f, rp->assets);
+    fputs("/</code>.</p>\n", f);
+    write_nav(f, rp);
+    write_runs_table(f, rp);
 
     fputs("<h2 id=\"compare\">Compare</h2>\n", f);
-    if (capped)
-        fprintf(f, "<p class=\"note\">The first %d runs (by folder name).</p>\n", AN_MAX_FILES);
     asset(path, sizeof(path), rp, NULL, "compare.md");
     if (!html_markdown(f, path))
-        missing(f, "compare failed (see its message)");
+        html_note(f, "compare failed (see its message)");
+    if (rp->n_sweeps)
+        fputs("<h2 id=\"sweep\">Held-out loss against the swept keys</h2>\n", f);
+    for (int k = 0; k < rp->n_sweeps; k++) {
+        char file[RUN_KEY_LEN + 16];
+        snprintf(file, sizeof(file), "sweep_%s.png", rp->sweep_keys[k]);
+        asset(path, sizeof(path), rp, NULL, file);
+        if (!html_image(f, path, rp->sweep_keys[k]))
+            html_note(f, "a sweep figure failed (see its message)");
+        snprintf(file, sizeof(file), "sweep_%s.md", rp->sweep_keys[k]);
+        asset(path, sizeof(path), rp, NULL, file);
+        if (access(path, R_OK) == 0) {
+            fputs("<details><summary>the table</summary>\n", f);
+            html_markdown(f, path);
+            fputs("</details>\n", f);
+        }
+    }
     fputs("<h2 id=\"curves\">Held-out loss</h2>\n", f);
     asset(path, sizeof(path), rp, NULL, "curves.png");
     if (!html_image(f, path, "held-out loss curves"))
-        missing(f, "no curves: no run has a held-out evaluation yet");
-    if (isoflop) {
+        html_note(f, "no curves: no run has a held-out evaluation yet");
+    if (rp->isoflop) {
         fputs("<h2 id=\"isoflop\">isoFLOP analysis</h2>\n", f);
         asset(path, sizeof(path), rp, NULL, "isoflop.png");
         if (!html_image(f, path, "isoFLOP analysis"))
-            missing(f, "isoflop failed (see its message)");
+            html_note(f, "isoflop failed (see its message)");
         asset(path, sizeof(path), rp, NULL, "isoflop.md");
         html_markdown(f, path);
     }
-    for (int i = 0; i < rp->n; i++) {
-        const report_run *r = &rp->runs[i];
-        fputs("<h2 id=\"run-", f);
-        html_id(f, r->folder);
-        fputs("\">", f);
-        html_text(f, r->name);
-        fputs("</h2>\n<p>", f);
-        html_text(f, r->kinds);
-        fprintf(f, "; %ld of %ld steps.</p>\n", r->done, r->planned);
-        if (r->routed) {
-            char file[96];
-            snprintf(file, sizeof(file), "heatmap_step%ld_seq0.png", r->heat_step);
-            asset(path, sizeof(path), rp, r->folder, file);
-            if (!html_image(f, path, "routing heatmap"))
-                missing(f, "heatmap failed (see its message)");
-            asset(path, sizeof(path), rp, r->folder, "weights.png");
-            if (r->scores && !html_image(f, path, "router weights"))
-                missing(f, "weights failed (see its message)");
-            asset(path, sizeof(path), rp, r->folder, "tokens.png");
-            if (r->labels && !html_image(f, path, "take rate per token class"))
-                missing(f, "tokens failed (see its message)");
-            asset(path, sizeof(path), rp, r->folder, "tokens.md");
-            if (r->labels && access(path, R_OK) == 0) {
-                fputs("<details><summary>token classes and positions (tables)</summary>\n", f);
-                html_markdown(f, path);
-                fputs("</details>\n", f);
-            }
-        } else {
-            missing(f, "no routing records (no routed layer, run.routing_every = 0, or none "
-                       "recorded yet)");
-        }
-        if (r->config) {
-            fputs("<details><summary>resolved config</summary>\n<pre>", f);
-            html_text(f, r->config);
-            fputs("</pre></details>\n", f);
-        }
-    }
+    for (int j = 0; j < rp->rs.g.n_groups; j++)
+        write_group(f, rp, j);
     fputs("</body>\n</html>\n", f);
 }
 
 /* ---- the command ---------------------------------------------------------- */
 
+/* The per-group figures: the first replicate's heatmap and weights, the
+ * token classes over all replicates. */
+static void group_figures(report *rp, const an_args *a, int j, const char **files)
+{
+    const run_group *grp = &rp->rs.g.groups[j];
+    const report_run *r = &rp->runs[grp->members[0]];
+    if (!r->routed)
+        return;
+    char sub[2 * RUN_PATH_LEN + 16];
+    snprintf(sub, sizeof(sub), "%s/%s", rp->assets, rp->folders[j]);
+    files[0] = rp->rs.runs[grp->members[0]].path;
+    sub_command(rp, a, cmd_heatmap, "heatmap", files, 1, sub, NULL);
+    if (r->scores)
+        sub_command(rp, a, cmd_weights, "weights", files, 1, sub, NULL);
+    if (!r->labels)
+        return;
+    /* the replicates compare's statistics are over (the complete ones when
+     * there are any: in-progress runs are at other steps), with records */
+    int n = 0;
+    for (int pass = 0; pass < 2 && !n; pass++)
+        for (int m = 0; m < grp->n; m++)
+            if (rp->runs[grp->members[m]].labels && (pass || an_run_used(&rp->rs, grp->members[m])))
+                files[n++] = rp->rs.runs[grp->members[m]].path;
+    sub_command(rp, a, cmd_tokens, "tokens", files, n, sub, NULL);
+}
+
 int cmd_report(const an_args *a)
 {
     report rp = { .dir = a->files[0] };
     char **paths = NULL, err[RUN_PATH_LEN + 256], out_dir[RUN_PATH_LEN], page[RUN_PATH_LEN + 64];
+    const char **files = NULL;
     int n_paths = 0, rc = EXIT_BAD_INPUT;
     an_text t = { 0 };
     if (list_run_files(rp.dir, &paths, &n_paths, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "%s", err);
-    rp.runs = calloc((size_t)n_paths, sizeof(report_run));
-    if (!rp.runs)
+    if (an_read_run_paths(a, (const char *const *)paths, n_paths, &rp.rs))
         goto done;
-    for (int i = 0; i < n_paths; i++) {
-        rp.runs[i].path = paths[i];
-        if (read_report_run(a, &rp.runs[i]))
-            goto done;
-        rp.n++;
+    int n = rp.rs.n, G = rp.rs.g.n_groups;
+    rp.runs = calloc((size_t)n, sizeof(report_run));
+    rp.folders = calloc((size_t)G, sizeof(*rp.folders));
+    files = malloc((size_t)n * sizeof(char *));
+    rp.isoflop = is_isoflop(&rp.rs);
+    if (!rp.runs || !rp.folders || !files || sweep_keys(&rp)) {
+        an_fail(a, rc, "out of memory");
+        goto done;
     }
+    for (int i = 0; i < n; i++)
+        if (read_report_run(a, rp.rs.runs[i].path, &rp.runs[i]))
+            goto done;
+    for (int j = 0; j < G; j++)
+        folder_name(rp.rs.g.groups[j].name, rp.folders[j], (int)sizeof(rp.folders[j]));
     snprintf(out_dir, sizeof(out_dir), "%s", a->out ? a->out : rp.dir);
     snprintf(rp.assets, sizeof(rp.assets), "%s/report", out_dir);
     if (make_dir(a, out_dir) || make_dir(a, rp.assets))
         goto done;
-    /* the tables and figures over runs: at most AN_MAX_FILES of them */
-    const char *files[AN_MAX_FILES];
-    int n_files = 0, n_curves = 0;
-    bool isoflop = false;
-    for (int i = 0; i < rp.n && n_files < AN_MAX_FILES; i++)
-        files[n_files++] = rp.runs[i].path;
-    sub_command(&rp, cmd_compare, "compare", files, n_files, rp.assets);
-    for (int i = 0; i < rp.n && n_curves < AN_MAX_FILES; i++)
-        if (rp.runs[i].evals > 0)
-            files[n_curves++] = rp.runs[i].path;
+    for (int i = 0; i < n; i++)
+        files[i] = rp.rs.runs[i].path;
+    sub_command(&rp, a, cmd_compare, "compare", files, n, rp.assets, NULL);
+    for (int k = 0; k < rp.n_sweeps; k++)
+        sub_command(&rp, a, cmd_sweep, "sweep", files, n, rp.assets, rp.sweep_keys[k]);
+    int n_curves = 0;
+    for (int i = 0; i < n; i++) /* groups whose every replicate has an evaluation */
+        if (rp.runs[i].evals > 0) {
+            const run_group *grp = &rp.rs.g.groups[rp.rs.g.group_of[i]];
+            bool all = true;
+            for (int m = 0; m < grp->n; m++)
+                all &= rp.runs[grp->members[m]].evals > 0;
+            if (all)
+                files[n_curves++] = rp.rs.runs[i].path;
+        }
     if (n_curves)
-        sub_command(&rp, cmd_curves, "curves", files, n_curves, rp.assets);
-    for (int i = 0; i < rp.n; i++)
-        isoflop |= rp.runs[i].budget > 0;
-    if (isoflop)
-        sub_command(&rp, cmd_isoflop, "isoflop", &rp.dir, 1, rp.assets);
-    for (int i = 0; i < rp.n; i++) {
-        const report_run *r = &rp.runs[i];
-        if (!r->routed)
-            continue;
-        char sub[2 * RUN_PATH_LEN + 16];
-        snprintf(sub, sizeof(sub), "%s/%s", rp.assets, r->folder);
-        const char *one[1] = { r->path };
-        sub_command(&rp, cmd_heatmap, "heatmap", one, 1, sub);
-        if (r->scores)
-            sub_command(&rp, cmd_weights, "weights", one, 1, sub);
-        if (r->labels)
-            sub_command(&rp, cmd_tokens, "tokens", one, 1, sub);
-    }
+        sub_command(&rp, a, cmd_curves, "curves", files, n_curves, rp.assets, NULL);
+    if (rp.isoflop)
+        sub_command(&rp, a, cmd_isoflop, "isoflop", &rp.dir, 1, rp.assets, NULL);
+    for (int j = 0; j < G; j++)
+        group_figures(&rp, a, j, files);
     snprintf(page, sizeof(page), "%s/report.html", out_dir);
     if (an_text_begin(a, &t, page))
         goto done;
-    write_html(t.f, &rp, isoflop, rp.n > AN_MAX_FILES);
+    write_html(t.f, &rp);
     if (an_text_commit(a, &t))
         goto done;
-    printf("%d run%s; figures and tables in %s/\n", rp.n, rp.n == 1 ? "" : "s", rp.assets);
+    printf("%d run%s in %d group%s; figures and tables in %s/\n", n, n == 1 ? "" : "s", G,
+           G == 1 ? "" : "s", rp.assets);
     if (rp.failed)
         an_fail(a, EXIT_BAD_INPUT, "%d of the analyses failed (their messages are above); the "
                 "page says which", rp.failed);
     rc = rp.failed ? EXIT_BAD_INPUT : 0;
 done:
     an_text_abort(&t);
-    for (int i = 0; i < rp.n; i++)
+    for (int i = 0; rp.runs && i < rp.rs.n; i++)
         free(rp.runs[i].config);
     free(rp.runs);
+    free(rp.folders);
+    free(rp.sweep_keys);
+    free(files);
+    an_free_runs(&rp.rs);
     free_run_files(&paths, n_paths);
     return rc;
 }

@@ -2,7 +2,7 @@
 
 #include "core/data/data.h"
 #include "core/io/h5util.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,7 +1,9 @@
 /* The pure numerics of mode-analyze: histogram binning, axis ticks, the
  * information measures that say whether a router follows the token or the
- * position, set overlap across sequences, and small summaries.  Nothing here
- * reads files or draws; tests/analysis/test_analysis_stats.c covers it. */
+ * position, set overlap across sequences, small summaries, and the
+ * statistics of replicates (Student's t intervals, Welch's test, Wilson
+ * intervals).  Nothing here reads files or draws;
+ * tests/analysis/test_analysis_stats.c covers it. */
 #ifndef MODE_ANALYSIS_STATS_H
 #define MODE_ANALYSIS_STATS_H
 
@@ -56,6 +58,50 @@ double mean_pairwise_jaccard(const uint8_t *sets, int rows, int n);
 
 /* Mean of the last share of v[n] (at least one value); NaN when n == 0. */
 double tail_mean(const double *v, long n, double share);
+
+/* ---- replicates ------------------------------------------------------------ */
+
+/* The regularized incomplete beta function I_x(a, b) (a, b > 0, x in
+ * [0, 1]), from its continued fraction; NaN outside the domain. */
+double beta_inc_reg(double a, double b, double x);
+/* P(T <= t) for Student's t with df > 0 degrees of freedom (any real df,
+ * as Welch's test needs): I_{df/(df+t^2)}(df/2, 1/2) / 2 in each tail. */
+double student_t_cdf(double t, double df);
+/* The p-quantile (0 < p < 1) of Student's t with df degrees of freedom,
+ * by bisection on student_t_cdf to about 1e-12 relative. */
+double student_t_quantile(double p, double df);
+
+/* The level of every interval of mode-analyze. */
+#define STATS_LEVEL 0.95
+/* The standard normal's 0.975 quantile (Wilson intervals at 95%). */
+#define STATS_Z95 1.959963984540054
+
+/* What the replicates of one number say about it. */
+typedef struct sample_summary {
+    int n;              /* the finite values (NaNs are left out) */
+    double mean;        /* NaN when n == 0 */
+    double sd;          /* sample standard deviation (n - 1); NaN when n < 2 */
+    double ci_lo, ci_hi; /* the 95% interval of the mean: mean -+ t_{0.975, n-1} sd / sqrt(n);
+                            NaN when n < 2 */
+    double min, max;    /* NaN when n == 0 */
+} sample_summary;
+void summarize(const double *v, int n, sample_summary *s);
+
+/* Welch's t-test of the difference of two means (a - b), which does not
+ * assume equal variances: t = (mean_a - mean_b) / sqrt(sd_a^2/n_a +
+ * sd_b^2/n_b), the Welch-Satterthwaite degrees of freedom, the two-sided
+ * p-value.  It assumes independent replicates, each sample roughly normal.
+ * With fewer than two values on either side every field but diff is NaN
+ * (no test). */
+typedef struct welch_result {
+    double diff, t, df, p;
+} welch_result;
+void welch_test(const sample_summary *a, const sample_summary *b, welch_result *w);
+
+/* The Wilson score interval of a proportion: k successes of n trials at the
+ * normal quantile z (STATS_Z95 for 95%); [NaN, NaN] when n <= 0.  Unlike
+ * p -+ z sqrt(p(1-p)/n) it stays inside [0, 1] and is sound near 0 and 1. */
+void wilson_interval(double k, double n, double z, double *lo, double *hi);
 
 /* "dense x2, mod x2": each kind in order of first appearance with its count
  * (no " x1" for a kind that appears once).  Returns the length written. */

@@ -1,5 +1,7 @@
 /* tokens.png: the take rate of every routed layer per token class (grouped
- * bars) and per position bucket (lines), the capacity as a dashed line. */
+ * bars) and per position bucket (lines), each with its 95% Wilson interval,
+ * each replicate's own rate as a dot (for replicates), the capacity as a
+ * dashed line. */
 #include "analysis/tokens.h"
 
 #include <math.h>
@@ -19,10 +21,17 @@ static double max_rate(const tokens_report *t)
     double m = 0.0;
     for (int k = 0; k < t->n_layers; k++) {
         const token_layer *tl = &t->layers[k];
-        for (int c = 0; c < t->ri->n_classes; c++)
-            m = fmax(m, isnan(take_rate(tl->cls[c])) ? 0.0 : take_rate(tl->cls[c]));
-        for (int b = 0; b < TK_BUCKETS; b++)
-            m = fmax(m, isnan(take_rate(tl->pos[b])) ? 0.0 : take_rate(tl->pos[b]));
+        double lo, hi;
+        for (int c = 0; c < t->ri->n_classes; c++) {
+            take_interval(tl->cls[c], &lo, &hi);
+            m = fmax(m, isnan(hi) ? 0.0 : hi);
+            for (int r = 0; r < t->n_runs; r++)
+                m = fmax(m, isnan(take_rate(tl->run_cls[r][c])) ? 0.0 : take_rate(tl->run_cls[r][c]));
+        }
+        for (int b = 0; b < TK_BUCKETS; b++) {
+            take_interval(tl->pos[b], &lo, &hi);
+            m = fmax(m, isnan(hi) ? 0.0 : hi);
+        }
         m = fmax(m, t->ri->cfg.layers[tl->layer].capacity);
     }
     return m > 0 ? fmin(1.0, m * 1.12) : 1.0;
@@ -56,16 +65,20 @@ static void draw_tokens(cairo_t *cr, void *user)
     const char *bucket_names[TK_BUCKETS];
     plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
     plot_font(cr, 15, true, false);
-    snprintf(buf, sizeof(buf), "Which tokens take the routed blocks: %s", ri->name);
+    snprintf(buf, sizeof(buf), "Which tokens take the routed blocks: %s", t->name);
     plot_text(cr, 20, 14, 0.0, 0.0, buf);
     plot_font(cr, 12, false, false);
     plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
+    char reps[64] = "";
+    if (t->n_runs > 1)
+        snprintf(reps, sizeof(reps), " x %d replicates (dots: each one's rate)", t->n_runs);
     if (t->n_steps > 1)
         snprintf(buf, sizeof(buf), "steps %ld to %ld pooled, %d held-out sequences x %d "
-                 "positions; dashed: capacity", t->first, t->last, ri->R, ri->S);
+                 "positions%s; bars: 95%% Wilson intervals; dashed: capacity", t->first, t->last,
+                 ri->R, ri->S, reps);
     else
-        snprintf(buf, sizeof(buf), "step %ld, %d held-out sequences x %d positions; dashed: "
-                 "capacity", t->last, ri->R, ri->S);
+        snprintf(buf, sizeof(buf), "step %ld, %d held-out sequences x %d positions%s; bars: 95%% "
+                 "Wilson intervals; dashed: capacity", t->last, ri->R, ri->S, reps);
     plot_text(cr, 20, 36, 0.0, 0.0, buf);
 
     double ymax = max_rate(t);
@@ -78,8 +91,19 @@ static void draw_tokens(cairo_t *cr, void *user)
         for (int k = 0; k < t->n_layers; k++) {
             double v = take_rate(t->layers[k].cls[c]);
             double x = c + 0.1 + k * group;
-            if (!isnan(v))
-                plot_bar(cr, &ac, x, x + group * 0.9, v, palette_color(k), 1.0);
+            if (isnan(v))
+                continue;
+            plot_bar(cr, &ac, x, x + group * 0.9, v, palette_color(k), 0.85);
+            double lo, hi, mid = x + group * 0.45;
+            take_interval(t->layers[k].cls[c], &lo, &hi);
+            plot_error_bar(cr, &ac, mid, 0.0, lo, hi, rgb_hex(COLOR_TEXT), 5.0);
+            for (int r = 0; t->n_runs > 1 && r < t->n_runs; r++) {
+                double vr = take_rate(t->layers[k].run_cls[r][c]);
+                double spread = group * 0.5 * ((r + 0.5) / t->n_runs - 0.5);
+                if (!isnan(vr))
+                    plot_dot_at(cr, axes_px(&ac, mid + spread), axes_py(&ac, vr), 2.2,
+                                rgb_hex(COLOR_TEXT));
+            }
         }
     capacity_lines(cr, f, &ac);
 
@@ -100,6 +124,12 @@ static void draw_tokens(cairo_t *cr, void *user)
             y[b] = take_rate(t->layers[k].pos[b]);
         }
         plot_polyline(cr, &ap, x, y, TK_BUCKETS, palette_color(k), 2.0, false, true);
+        double dx = t->n_layers > 1 ? (k - (t->n_layers - 1) / 2.0) * 4.0 : 0.0;
+        for (int b = 0; b < TK_BUCKETS; b++) {
+            double lo, hi;
+            take_interval(t->layers[k].pos[b], &lo, &hi);
+            plot_error_bar(cr, &ap, x[b], dx, lo, hi, palette_color(k), 5.0);
+        }
     }
     plot_legend(cr, 80, TF_TOP + TF_PANEL_H, TF_LEGEND_COL, f->legend_cols, f->items,
                 t->n_layers);

@@ -140,7 +140,7 @@ int cmd_weights(const an_args *a)
     f.cols = f.n < WT_MAX_COLS ? f.n : WT_MAX_COLS;
     f.width = f.cols * WT_PANEL_W + 10;
     f.height = WT_TOP + legend_rows(f.n, f.cols) * WT_PANEL_H + WT_LEGEND;
-    if (an_out_path(a, ri, "weights.png", path, (int)sizeof(path)))
+    if (an_out_path(a, ri->dir, "weights.png", path, (int)sizeof(path)))
         goto done;
     rc = an_save_figure(a, path, f.width, f.height, draw_weights, &f);
 done:

@@ -9,7 +9,7 @@
 #include "core/train/optim.h"
 #include "core/train/shard.h"
 #include "core/util/pool.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <errno.h>
 #include <stdio.h>

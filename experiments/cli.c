@@ -4,7 +4,7 @@
 #include "core/io/checkpoint.h"
 #include "core/kernels/matmul.h"
 #include "core/util/pool.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <errno.h>
 #include <stddef.h>

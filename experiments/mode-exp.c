@@ -14,7 +14,7 @@
 #include "core/train/trainer.h"
 #include "core/util/pool.h"
 #include "experiments/cli.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <cblas.h>
 #include <errno.h>

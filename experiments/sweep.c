@@ -9,8 +9,8 @@
 #include "core/io/h5util.h"
 #include "core/io/runfile.h"
 #include "core/train/trainer.h"
-#include "experiments/kinds.h"
 #include "experiments/sweep.h"
+#include "moe/kinds.h"
 
 #include <errno.h>
 #include <math.h>

@@ -8,7 +8,7 @@
 
 #include "core/config/config.h"
 #include "core/model/spec.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * driver (model.c) only ever calls through a row, and the table itself is a
  * NULL-terminated array that the program hands to build_model(): core offers
  * dense_kind, mod/ and moe/ offer theirs, and the programs list them all
- * (experiments/kinds.c), so core never includes mod/ or moe/. */
+ * (moe/kinds.c, the top of the stack), so core never includes mod/ or moe/. */
 #ifndef MODE_CORE_MODEL_KIND_H
 #define MODE_CORE_MODEL_KIND_H
 

@@ -1,14 +1,17 @@
 #!/bin/sh
-# End-to-end tests of mode-analyze on small runs of the tiny config.
-#   test_analysis.sh TEST MODE_EXP MODE_ANALYZE CONFIG
-# TEST: heatmap | weights | curves | compare | tokens | errors
+# End-to-end tests of mode-analyze on small runs of the tiny config, and on
+# run files with known numbers written through the run-file API
+# (write_runs, tests/analysis/runfiles.h).
+#   test_analysis.sh TEST MODE_EXP MODE_ANALYZE CONFIG WRITE_RUNS
+# TEST: heatmap | weights | curves | compare | tokens | errors | groups |
+#       sweep | isoflop | huge
 # Figures are checked as PNGs of the size the layout defines (IHDR read with
-# od); tables against the run files themselves (h5dump, h5ls) and against
-# `mode-exp flops`.
+# od); tables against the run files themselves (h5dump, h5ls), against
+# `mode-exp flops`, and against numbers worked out by hand.
 set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
-exe=$(abspath "$2") an=$(abspath "$3") config=$(abspath "$4")
+exe=$(abspath "$2") an=$(abspath "$3") config=$(abspath "$4") write_runs=$(abspath "$5")
 enter_workdir
 
 train() { # dir overrides...: train the tiny config into dir/tiny
@@ -49,6 +52,22 @@ csv() {
 		for (i = 1; i <= length($0); i++) { ch = substr($0, i, 1)
 			if (ch == "\"") q = !q; else if (ch == "," && !q) { if (++n == c) break; f = "" } else f = f ch }
 		if (n == c - 1 || n == c) print f }' "$1"
+}
+# field FILE ROW NAME: the field of the column headed NAME
+field() {
+	c=$(head -n 1 "$1" | tr ',' '\n' | grep -n -x -F -- "$3" | cut -d: -f1)
+	[ -n "$c" ] || fail "$1: no column $3"
+	csv "$1" "$2" "$c"
+}
+# row FILE COLUMN VALUE: the first row (from 1 after the header) whose
+# column NAME holds VALUE
+row() {
+	c=$(head -n 1 "$1" | tr ',' '\n' | grep -n -x -F -- "$2" | cut -d: -f1)
+	n=$(($(wc -l <"$1") - 1))
+	for r in $(seq 1 "$n"); do
+		[ "$(csv "$1" "$r" "$c")" = "$3" ] && { echo "$r"; return; }
+	done
+	fail "$1: no row with $2 = $3"
 }
 # width of a heatmap of S positions: the layout of analysis/heatmap.c
 hm_width() { [ "$1" -gt 48 ] && echo $((174 + 10 * $1)) || echo $((174 + 10 * 48)); }
@@ -99,12 +118,14 @@ compare)
 	train_moe
 	out=$("$an" compare d/tiny/run.h5 m/tiny/run.h5 e/tiny/run.h5 --out c) || fail "compare"
 	echo "$out"
-	echo "$out" | grep -q "^| run | layers |" || fail "no table printed"
+	echo "$out" | grep -q "^| group | n | layers |" || fail "no table printed"
 	[ "$(grep -c '^| ' c/compare.md)" -eq 5 ] || fail "compare.md rows"
 	[ "$(wc -l <c/compare.csv)" -eq 4 ] || fail "compare.csv rows"
-	row=1
+	[ "$(wc -l <c/compare_groups.csv)" -eq 4 ] || fail "compare_groups.csv rows"
+	# three runs of one name in three folders: three groups of one, named by folder
 	for r in d m e; do
 		f=$r/tiny/run.h5
+		row=$(row c/compare.csv run "$r/tiny")
 		case $r in
 		d) kinds='dense x2' fl=$("$exe" flops "$config") ;;
 		m) kinds='dense x2, mod x2' fl=$("$exe" flops "$config" 'model.layers=(dense, mod) x 2' mod.capacity=0.25) ;;
@@ -113,38 +134,47 @@ compare)
 		esac
 		fl=$(echo "$fl" | sed -n 's/^forward per sequence *\([^ ]*\).*/\1/p')
 		[ -n "$fl" ] || fail "mode-exp flops for $r"
-		[ "$(csv c/compare.csv $row 2)" = "$kinds" ] || fail "$r layers: $(csv c/compare.csv $row 2)"
-		# the final held-out losses are the last rows of /eval
-		close "$(csv c/compare.csv $row 8)" "$(values $f eval/loss_topk | tail -n 1)" 1e-12 ||
-			fail "$r loss_topk"
-		close "$(csv c/compare.csv $row 9)" "$(values $f eval/loss_causal | tail -n 1)" 1e-12 ||
-			fail "$r loss_causal"
-		# parameters: every checkpoint dataset but the Adam moments
+		[ "$(field c/compare.csv $row layers)" = "$kinds" ] || fail "$r layers: $(field c/compare.csv $row layers)"
+		[ "$(field c/compare.csv $row group)" = "$r/tiny" ] || fail "$r group"
+		# the final held-out losses and their standard errors are the last rows of /eval
+		for k in loss_topk loss_causal se_topk se_causal; do
+			close "$(field c/compare.csv $row $k)" "$(values $f eval/$k | tail -n 1)" 1e-12 ||
+				fail "$r $k"
+		done
+		[ "$(field c/compare.csv $row eval_windows)" = "$(values $f eval/windows | tail -n 1)" ] ||
+			fail "$r eval_windows"
+		# parameters: every checkpoint dataset but the Adam moments, as the run file records them
 		p=$(h5ls -r $r/tiny/ckpt.h5 | grep Dataset | grep -v '^/optim' |
 			sed 's/.*{\(.*\)}.*/\1/' | awk -F', ' '{ n = 1; for (i = 1; i <= NF; i++) n *= $i; s += n } END { print s }')
-		[ "$(csv c/compare.csv $row 4)" = "$p" ] || fail "$r params $(csv c/compare.csv $row 4), ckpt $p"
-		[ "$(csv c/compare.csv $row 5)" = ckpt ] || fail "$r params not from the checkpoint"
+		[ "$(field c/compare.csv $row params)" = "$p" ] || fail "$r params $(field c/compare.csv $row params), ckpt $p"
+		[ "$(field c/compare.csv $row params)" = "$(values $f model/parameters)" ] || fail "$r params record"
+		[ "$(field c/compare.csv $row params_from)" = record ] || fail "$r params not from the run file's record"
 		# FLOPs per forward pass: what `mode-exp flops` says (4 digits)
-		close "$(csv c/compare.csv $row 6)" "$fl" 1e-3 || fail "$r flops $(csv c/compare.csv $row 6) vs $fl"
+		close "$(field c/compare.csv $row flops_per_seq)" "$fl" 1e-3 || fail "$r flops vs $fl"
 		# steps/s = last step / last wall time
 		w=$(values $f metrics/wall_s | tail -n 1)
-		close "$(csv c/compare.csv $row 7)" "$(awk -v w="$w" 'BEGIN { print 24 / w }')" 1e-3 ||
+		close "$(field c/compare.csv $row steps_per_s)" "$(awk -v w="$w" 'BEGIN { print 24 / w }')" 1e-3 ||
 			fail "$r steps/s"
-		row=$((row + 1))
+		# a group of one: its mean is the run's loss, no sd, no interval
+		g=$(row c/compare_groups.csv group "$r/tiny")
+		[ "$(field c/compare_groups.csv $g n)" = 1 ] || fail "$r n"
+		[ "$(field c/compare_groups.csv $g loss_topk_mean)" = "$(field c/compare.csv $row loss_topk)" ] || fail "$r mean"
+		[ -z "$(field c/compare_groups.csv $g loss_topk_sd)" ] || fail "$r has an sd"
 	done
+	grep "^| d/tiny | 1 |" c/compare.md | grep -q " ± - | - |" || fail "a lone run's sd and interval are not -"
 	# the causal rule of the mod run: mean over layers 1, 3 of the last 3 of 24 steps
-	for k in precision:10 recall:11 causal_capacity:12; do
-		col=${k%:*} n=${k#*:}
+	row=$(row c/compare.csv run m/tiny)
+	for col in precision recall causal_capacity; do
 		want=$( (values m/tiny/run.h5 layer_stats/1/$col | tail -n 3
 			values m/tiny/run.h5 layer_stats/3/$col | tail -n 3) | awk '{ s += $1 } END { printf "%.17g", s / NR }')
-		close "$(csv c/compare.csv 2 $n)" "$want" 1e-9 || fail "mod $col $(csv c/compare.csv 2 $n) vs $want"
+		close "$(field c/compare.csv $row $col)" "$want" 1e-9 || fail "mod $col $(field c/compare.csv $row $col) vs $want"
 	done
-	[ "$(csv c/compare.csv 1 10)" = "-" ] || fail "dense run has a precision"
-	# without a checkpoint the parameters are counted from the config
+	[ -z "$(field c/compare.csv "$(row c/compare.csv run d/tiny)" precision)" ] || fail "dense run has a precision"
+	# the checkpoint is not needed
 	mkdir -p n/tiny && cp m/tiny/run.h5 n/tiny/
 	"$an" compare n/tiny/run.h5 >/dev/null || fail "compare without ckpt"
-	[ "$(csv n/tiny/compare.csv 1 5)" = config ] || fail "params not from the config"
-	[ "$(csv n/tiny/compare.csv 1 4)" = "$(csv c/compare.csv 2 4)" ] || fail "params from the config differ"
+	[ "$(field n/tiny/compare.csv 1 params)" = "$(field c/compare.csv "$(row c/compare.csv run m/tiny)" params)" ] ||
+		fail "params without the checkpoint differ"
 	;;
 tokens)
 	train_mod
@@ -164,9 +194,17 @@ tokens)
 			END { split("easy medium hard filler", name, " ")
 				for (c = 0; c < 4; c++) printf "%d,mod,class,%s,%d,%d\n", l, name[c + 1], n[c], t[c] }' \
 			labels.txt sel.txt >want.txt
-		grep "^$l,mod,class," m/tiny/tokens.csv | cut -d, -f1-6 >got.txt
+		grep "^tiny,7,$l,mod,class," m/tiny/tokens.csv | cut -d, -f3-8 >got.txt
 		cmp -s want.txt got.txt || fail "layer $l class counts: $(cat got.txt) vs $(cat want.txt)"
 	done
+	# the 95% Wilson interval of every row: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+	awk -F, 'NR > 1 { n = $7; k = $8; z = 1.959963984540054; p = k / n; d = 1 + z * z / n
+		c = (p + z * z / (2 * n)) / d; h = z / d * sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+		lo = k == 0 ? 0 : c - h; hi = k == n ? 1 : c + h
+		if ((lo - $10)^2 > 1e-18 || (hi - $11)^2 > 1e-18 || $10 > $9 || $11 < $9) { print; exit 1 } }' \
+		m/tiny/tokens.csv || fail "Wilson intervals"
+	grep -q "^| easy | [0-9]* | [0-9.]*% \[[0-9.]*, [0-9.]*\] |" m/tiny/tokens.md || fail "no interval in the class table"
+	grep -q "^pooled," m/tiny/tokens.csv && fail "pooled rows for one run"
 	echo "$out" | grep -q "| layer | H(took) | MI class |" || fail "no position/class statistic"
 	echo "$out" | grep -q "degenerate" && fail "a learned router called degenerate"
 	"$an" tokens m/tiny/run.h5 --all-steps --out all | grep -q "steps 12 to 24" || fail "--all-steps"
@@ -174,6 +212,190 @@ tokens)
 	train f 'model.layers=(dense, mod)' mod.capacity=1.0
 	"$an" tokens f/tiny/run.h5 | grep -q "^layer 1: degenerate: selects the same positions in every sequence" ||
 		fail "degenerate router not reported"
+	;;
+groups)
+	# run files with known numbers (runfiles.h): a, b x 3 seeds, dense x 2, c alone
+	"$write_runs" . known || fail "write_runs"
+	out=$("$an" compare known --out g) || fail "compare of a folder"
+	echo "$out"
+	[ "$(wc -l <g/compare.csv)" -eq 10 ] || fail "compare.csv: not one row per run"
+	[ "$(wc -l <g/compare_groups.csv)" -eq 5 ] || fail "compare_groups.csv: not one row per group"
+	# the grid's keys and the seeds as columns
+	head -n 1 g/compare.csv | grep -q "^group,model.layers,mod.capacity,mod.router,seed,init_seed,data_seed,run," ||
+		fail "compare.csv header: $(head -n 1 g/compare.csv)"
+	r=$(row g/compare.csv run a-s3)
+	[ "$(field g/compare.csv $r group)" = a ] && [ "$(field g/compare.csv $r seed)" = 3 ] &&
+		[ "$(field g/compare.csv $r init_seed)" = 33 ] && [ "$(field g/compare.csv $r data_seed)" = 3 ] ||
+		fail "a-s3: group, seeds"
+	[ "$(field g/compare.csv "$(row g/compare.csv run a-s2)" group)" = a ] || fail "layers written out split a"
+	[ "$(field g/compare.csv "$(row g/compare.csv run dense-s1)" mod.capacity)" = - ] || fail "dense has a capacity"
+	[ "$(field g/compare.csv "$(row g/compare.csv run c)" mod.router)" = random ] || fail "c's router"
+	# group a: mean 1.6474, sd 0.0034044 (by hand), 95% interval mean -+ 4.302653 sd / sqrt(3)
+	gc=g/compare_groups.csv
+	a=$(row $gc group a) b=$(row $gc group b) c=$(row $gc group c) d=$(row $gc group dense)
+	[ "$(field $gc $a n)" = 3 ] && [ "$(field $gc $b n)" = 3 ] && [ "$(field $gc $c n)" = 1 ] &&
+		[ "$(field $gc $d n)" = 2 ] || fail "group sizes"
+	close "$(field $gc $a loss_topk_mean)" 1.6474 1e-12 || fail "a mean"
+	close "$(field $gc $a loss_topk_sd)" 0.0034044089061 1e-9 || fail "a sd"
+	close "$(field $gc $a loss_topk_ci_lo)" 1.63894297945 1e-10 || fail "a interval"
+	close "$(field $gc $a loss_topk_ci_hi)" 1.65585702055 1e-10 || fail "a interval"
+	close "$(field $gc $a se_topk)" 0.002 1e-12 || fail "a standard error"
+	# the default baseline is the group called dense; a against it: Welch's t, its
+	# Welch-Satterthwaite df and p (p from integrating the t density, Python)
+	[ "$(field $gc $a baseline)" = dense ] || fail "default baseline"
+	close "$(field $gc $a diff_topk)" 0.0064 1e-9 || fail "a - dense"
+	close "$(field $gc $a t_topk)" 2.9021038904714307 1e-9 || fail "a t"
+	close "$(field $gc $a df_topk)" 2.794863193330692 1e-9 || fail "a df"
+	close "$(field $gc $a p_topk)" 0.06797106399 1e-6 || fail "a p"
+	# a lone run: its value, no spread, no interval, no test
+	close "$(field $gc $c loss_topk_mean)" 1.7 1e-12 || fail "c mean"
+	[ -z "$(field $gc $c loss_topk_sd)$(field $gc $c loss_topk_ci_lo)$(field $gc $c p_topk)" ] ||
+		fail "c has a spread or a test"
+	grep -q "^| c | 1 | .* | 1.7000 ± - | - | 0.0020 | +0.0590 | - |" g/compare.md || fail "c's row: $(grep '^| c ' g/compare.md)"
+	grep -q "^| a | 3 | .* | 1.6474 ± 0.0034 | \[1.6389, 1.6559\] | 0.0020 | +0.0064 | 0.068 |" g/compare.md ||
+		fail "a's row: $(grep '^| a ' g/compare.md)"
+	grep -q "Welch's two-sided t-test" g/compare.md || fail "the test is not named"
+	# another baseline: b against a, p = 0.0892005 (the same reference)
+	"$an" compare known --out h --baseline a >/dev/null || fail "--baseline a"
+	close "$(field h/compare_groups.csv "$(row h/compare_groups.csv group b)" p_topk)" 0.08920052236 1e-6 ||
+		fail "b against a"
+	grep -q "^| a | 3 | .* | baseline |" h/compare.md || fail "the baseline's row"
+	"$an" compare known --baseline nosuch >out.txt 2>err.txt && fail "an unknown baseline accepted"
+	grep -q "baseline nosuch: no such group (the groups: a, b, c, dense)" err.txt || fail "$(cat err.txt)"
+	# curves: one colour per group, 4 groups and 3 more legend items in 2 rows
+	"$an" curves known --out g | grep -q "^wrote g/curves.png$" || fail "curves of a folder"
+	png g/curves.png 1340 450 450
+	# tokens over the replicates of a: class 1 taken in 1, 2, 3 of 4 windows:
+	# pooled 12 of 24 (Wilson 0.3143 to 0.6857), replicates 0.25, 0.5, 0.75 (sd 0.25)
+	"$an" tokens known/a-s1/run.h5 known/a-s2/run.h5 known/a-s3/run.h5 --out t >t.txt || fail "tokens of replicates"
+	grep -q "^3 replicates pooled: a-s1, a-s2, a-s3" t.txt || fail "replicates not named"
+	r=$(grep -n '^pooled,,1,mod,class,medium,' t/tokens.csv | cut -d: -f1)
+	[ -n "$r" ] || fail "no pooled row"
+	r=$((r - 1))
+	[ "$(field t/tokens.csv $r tokens)" = 24 ] && [ "$(field t/tokens.csv $r took)" = 12 ] || fail "pooled counts"
+	close "$(field t/tokens.csv $r wilson_lo)" 0.31427425819573 1e-10 || fail "pooled Wilson"
+	close "$(field t/tokens.csv $r replicate_mean)" 0.5 1e-12 || fail "replicate mean"
+	close "$(field t/tokens.csv $r replicate_sd)" 0.25 1e-12 || fail "replicate sd"
+	grep -q "^| medium | 8 | 50.0% \[31.4, 68.6\]; 50.0 ± 25.0 |" t/tokens.md || fail "the class table: $(grep medium t/tokens.md)"
+	png t/tokens.png 1100 450 450
+	"$an" tokens known/a-s1/run.h5 known/b-s1/run.h5 >out.txt 2>err.txt
+	[ $? -eq 2 ] || fail "tokens of two configs"
+	grep -q "not replicates of one config (mod.capacity: 0.25 against 0.5)" err.txt || fail "$(cat err.txt)"
+	# the report: groups, the sweep figure of mod.capacity, curves; per routed group
+	# (a, b, c) heatmap, weights and tokens: 11 images
+	"$an" report known --out rep >rep.txt || fail "report: $(cat rep.txt)"
+	grep -q "9 runs in 4 groups" rep.txt || fail "report summary: $(cat rep.txt)"
+	n=$(grep -o 'src="data:image/png;base64,' rep/report.html | wc -l)
+	[ "$n" -eq 11 ] || fail "$n inline images, expected 11"
+	for f in compare_groups.csv sweep_mod.capacity.png a/tokens.png a/heatmap_step20_seq0.png; do
+		[ -s rep/report/$f ] || fail "report/$f missing"
+	done
+	grep -q 'id="group-a"' rep/report.html || fail "no section of group a"
+	grep -q "3 replicates pooled" rep/report/a/tokens.md || fail "the report's tokens are not over the replicates"
+	;;
+sweep)
+	"$write_runs" . known || fail "write_runs"
+	out=$("$an" sweep known --key mod.capacity --out s) || fail "sweep"
+	echo "$out"
+	for f in sweep_mod.capacity.md sweep_mod.capacity.csv sweep_mod.capacity.png; do
+		echo "$out" | grep -q "^wrote s/$f$" || fail "$f not written"
+	done
+	png s/sweep_mod.capacity.png 820 584 584 # 3 legend items in 2 columns
+	sc=s/sweep_mod.capacity.csv
+	[ "$(wc -l <$sc)" -eq 5 ] || fail "sweep csv rows"
+	# on the axis: a and b (learned), c (random); dense is a band (the key does not apply)
+	for g in a:0.25:learned b:0.5:learned c:0.25:random; do
+		set -- $(echo "$g" | tr ':' ' ')
+		r=$(row $sc group "$1")
+		[ "$(field $sc $r value)" = "$2" ] || fail "$1's value"
+		[ "$(field $sc $r series)" = "mod.router = $3" ] || fail "$1's series: $(field $sc $r series)"
+	done
+	r=$(row $sc group dense)
+	[ -z "$(field $sc $r value)" ] || fail "dense on the axis"
+	close "$(field $sc "$(row $sc group b)" loss_topk_ci_hi)" 1.6619036538998 1e-10 || fail "b's interval"
+	grep -q "^| - | (the key does not apply) | dense | 2 |" s/sweep_mod.capacity.md || fail "dense's row"
+	expect() { # code message command...
+		code=$1 msg=$2
+		shift 2
+		"$@" >out.txt 2>err.txt
+		rc=$?
+		[ "$rc" -eq "$code" ] || fail "$* exited $rc, expected $code: $(cat err.txt)"
+		grep -q -- "$msg" err.txt || fail "$* said: $(cat err.txt); expected: $msg"
+	}
+	expect 1 "mod.router: group a has the value 'learned', not a number" "$an" sweep known --key mod.router
+	expect 1 "no such config key" "$an" sweep known --key mod.nope
+	expect 1 "run.steps: takes one value across the runs" "$an" sweep known --key run.steps
+	expect 2 "--key SECTION.KEY is required" "$an" sweep known
+	expect 2 "--key capacity: expected SECTION.KEY" "$an" sweep known --key capacity
+	;;
+huge)
+	# d_model 8192, 64 layers, 64 experts: 1.14e12 parameters (4.6 TB in fp32), never
+	# allocated; s1 is an older run file without /model (counted from the kind table),
+	# s2 has the records.  Peak RSS under 60 MiB: about 15 MiB is the program and its
+	# libraries (HDF5, cairo, OpenBLAS, MPI) mapped in, the rest a figure's pixels
+	# and HDF5's caches; one 8192 x 8192 float matrix alone is 256 MiB, so a model
+	# or any of its tensors allocated would exceed it many times over.
+	"$write_runs" . huge || fail "write_runs"
+	for c in compare isoflop; do
+		/usr/bin/time -f %M -o rss.txt "$an" $c huge --out $c >out.txt 2>err.txt ||
+			fail "$c of the huge config: $(cat err.txt)"
+		rss=$(tail -n 1 rss.txt)
+		echo "$c: peak RSS $rss KiB"
+		[ "$rss" -lt $((60 * 1024)) ] || fail "$c: peak RSS $rss KiB"
+	done
+	# parameters by hand: V d + d + 32 dense layers (2d + 4d^2 + 3 d f) + 32 moe layers
+	# (2d + 4d^2 + d E + 3 E d f), d = 8192, f = 22016, E = 64, V = 256
+	want=$(awk 'BEGIN { d = 8192; f = 22016; E = 64; V = 256
+		printf "%.0f", V * d + d + 32 * (2 * d + 4 * d * d + 3 * d * f) + 32 * (2 * d + 4 * d * d + d * E + 3 * E * d * f) }')
+	[ "$want" = 1142615449600 ] || fail "awk: $want"
+	cc=compare/compare.csv
+	r1=$(row $cc run iso-1e21-d8192x64-moe-s1) r2=$(row $cc run iso-1e21-d8192x64-moe-s2)
+	[ "$(field $cc $r1 params)" = "$want" ] && [ "$(field $cc $r2 params)" = "$want" ] ||
+		fail "params $(field $cc $r1 params), $(field $cc $r2 params), expected $want"
+	[ "$(field $cc $r1 params_from)" = config ] && [ "$(field $cc $r2 params_from)" = record ] || fail "params_from"
+	[ "$(field $cc $r1 flops_per_seq)" = "$(field $cc $r2 flops_per_seq)" ] || fail "counted and recorded FLOPs differ"
+	[ "$(field $cc $r1 complete)" = 1 ] || fail "the budget's planned steps differ"
+	# one group of two replicates; isoflop: one budget, one size, two seeds
+	[ "$(wc -l <compare/compare_groups.csv)" -eq 2 ] || fail "the two seeds are not one group"
+	ic=isoflop/isoflop.csv
+	[ "$(field $ic 1 kind)" = moe ] && [ "$(field $ic 1 seeds)" = 2 ] && [ "$(field $ic 1 sizes)" = 1 ] ||
+		fail "isoflop.csv: $(cat $ic)"
+	[ "$(field $ic 1 best_params)" = "$want" ] || fail "isoflop params"
+	;;
+isoflop)
+	# an isoFLOP study with known optima (runfiles.h): 3 sizes x dense, mod x 3 seeds,
+	# seed s's optimum loss 1.50 + 0.01 s (+ 0.02 for mod), its ln N* the middle + 0.1 (s - 2)
+	"$write_runs" . iso || fail "write_runs"
+	"$an" isoflop iso --out i >out.txt || fail "isoflop: $(cat out.txt)"
+	cat out.txt
+	ic=i/isoflop.csv
+	[ "$(wc -l <$ic)" -eq 3 ] || fail "isoflop.csv rows"
+	d=$(row $ic kind dense) m=$(row $ic kind mod)
+	for r in $d $m; do
+		[ "$(field $ic $r sizes)" = 3 ] && [ "$(field $ic $r seeds)" = 3 ] &&
+			[ "$(field $ic $r fit)" = parabola ] || fail "row $r: sizes, seeds, fit"
+		# the seeds' optima: sd 0.01 of loss*, 0.1 / ln 10 of log10 N*, interval -+ t(0.975, 2) 0.01 / sqrt 3
+		close "$(field $ic $r seed_loss_opt_sd)" 0.01 1e-9 || fail "loss* sd"
+		close "$(field $ic $r seed_log10_n_opt_sd)" 0.04342944819 1e-8 || fail "log10 N* sd"
+		close "$(field $ic $r seed_loss_opt_ci_hi)" "$(awk -v m="$(field $ic $r seed_loss_opt_mean)" \
+			'BEGIN { printf "%.12f", m + 0.024841377118 }')" 1e-9 || fail "loss* interval"
+	done
+	close "$(field $ic $d seed_loss_opt_mean)" 1.52 1e-9 || fail "dense seeds' loss*"
+	close "$(field $ic $m seed_loss_opt_mean)" 1.54 1e-9 || fail "mod seeds' loss*"
+	# through the means: the mean of parabolas of one curvature, whose vertex is at the
+	# seeds' mean ln N* and lies 0.5 var(ln N*_s) = 0.5 (0.02 / 3) above the seeds' mean loss*
+	close "$(field $ic $d loss_opt)" 1.523333333333 1e-9 || fail "dense loss*"
+	close "$(field $ic $m loss_minus_dense)" 0.02 1e-9 || fail "mod - dense"
+	# Welch: t = 0.02 / sqrt(2 x 0.01^2 / 3), 4 df; p from t(4)'s closed-form CDF
+	close "$(field $ic $m p_vs_dense)" 0.07048399691 1e-8 || fail "p against dense"
+	nd=$(field $ic $d n_opt)
+	awk -v n="$nd" -v lo="$(field $ic $d seed_n_opt_lo)" -v hi="$(field $ic $d seed_n_opt_hi)" \
+		'BEGIN { exit !(lo < n && n < hi && (hi / lo - exp(0.2)) ^ 2 < 1e-18) }' || fail "N* of the seeds"
+	[ "$(wc -l <i/isoflop_runs.csv)" -eq 19 ] || fail "isoflop_runs.csv rows"
+	# the kind comes from before -s<seed>
+	grep -q "^iso-1e9-d16x2-mod-s2,iso-1e9-d16x2-mod,2,1000000000,mod," i/isoflop_runs.csv || fail "kind and seed of a run"
+	grep -q "^| iso-1e9-d24x2-dense | 1e9 | dense | .* | 3 of 3 | " i/isoflop.md || fail "sizes table"
+	png i/isoflop.png 1220 560 600
 	;;
 errors)
 	train_dense
@@ -212,7 +434,7 @@ errors)
 	expect 2 "--out needs a value" "$an" compare m/tiny/run.h5 --out
 	"$an" nonsense >out.txt 2>&1; [ $? -eq 2 ] || fail "unknown command exit code"
 	"$an" >out.txt 2>&1; [ $? -eq 2 ] || fail "no command exit code"
-	for c in heatmap weights curves compare tokens; do
+	for c in heatmap weights curves compare sweep tokens isoflop report; do
 		"$an" $c --help | grep -q "^usage: mode-analyze $c" || fail "$c --help"
 	done
 	"$an" --help | grep -q "^usage: mode-analyze COMMAND" || fail "--help"

@@ -1,6 +1,8 @@
 /* The pure functions of mode-analyze (analysis/stats.c) and its palette:
  * binning, ticks, labels, information measures and their permutation test,
- * set overlap, tail means, the kinds summary. */
+ * set overlap, tail means, the kinds summary, and the statistics of
+ * replicates (Student's t, Welch's test, Wilson intervals) against
+ * published values and closed forms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,6 +157,109 @@ static void test_kinds_summary(void **state)
     assert_true(strlen(b) < 8);
 }
 
+/* Student's t: the closed forms of the CDF for 1, 2 and 4 degrees of
+ * freedom, and the 0.975 quantiles of the tables (to the 6 decimals they
+ * give). */
+static void test_student_t(void **state)
+{
+    (void)state;
+    for (double t = -30.0; t <= 30.0; t += 0.37) {
+        double c1 = 0.5 + atan(t) / 3.14159265358979323846;
+        double c2 = 0.5 + t / (2.0 * sqrt(2.0 + t * t));
+        double u = t * t / 4.0;
+        double c4 = 0.5 + 0.375 * t / sqrt(1.0 + u) * (1.0 - u / (3.0 * (1.0 + u)));
+        assert_true(fabs(student_t_cdf(t, 1.0) - c1) < 1e-12);
+        assert_true(fabs(student_t_cdf(t, 2.0) - c2) < 1e-12);
+        assert_true(fabs(student_t_cdf(t, 4.0) - c4) < 1e-12);
+    }
+    assert_true(student_t_cdf(0.0, 7.3) == 0.5);
+    static const struct { double df, q; } table[] = {
+        { 1, 12.706205 }, { 2, 4.302653 }, { 3, 3.182446 }, { 4, 2.776445 },
+        { 9, 2.262157 },  { 30, 2.042272 }, { 120, 1.979930 },
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        double q = student_t_quantile(0.975, table[i].df);
+        assert_true(fabs(q - table[i].q) < 5e-7);
+        assert_true(fabs(student_t_cdf(q, table[i].df) - 0.975) < 1e-12);
+        assert_true(fabs(student_t_quantile(0.025, table[i].df) + q) < 1e-9);
+    }
+    /* many degrees of freedom: the normal's quantile */
+    assert_true(fabs(student_t_quantile(0.975, 1e7) - STATS_Z95) < 1e-5);
+    assert_true(isnan(student_t_quantile(1.0, 3.0)) && isnan(student_t_cdf(1.0, 0.0)));
+    /* the incomplete beta function at points with closed forms:
+     * I_x(1, 1) = x, I_x(a, 1) = x^a, I_x(1, b) = 1 - (1-x)^b, I_{1/2}(a, a) = 1/2 */
+    assert_true(fabs(beta_inc_reg(1.0, 1.0, 0.3) - 0.3) < 1e-14);
+    assert_true(fabs(beta_inc_reg(2.5, 1.0, 0.6) - pow(0.6, 2.5)) < 1e-13);
+    assert_true(fabs(beta_inc_reg(1.0, 3.5, 0.2) - (1.0 - pow(0.8, 3.5))) < 1e-13);
+    assert_true(fabs(beta_inc_reg(40.0, 40.0, 0.5) - 0.5) < 1e-12);
+    assert_true(beta_inc_reg(2.0, 3.0, 0.0) == 0.0 && beta_inc_reg(2.0, 3.0, 1.0) == 1.0);
+}
+
+static void test_summary_welch(void **state)
+{
+    (void)state;
+    /* two capacities' held-out losses over three seeds */
+    double a[3] = { 1.6507, 1.6476, 1.6439 }, b[3] = { 1.6501, 1.6568, 1.6538 };
+    sample_summary sa, sb;
+    summarize(a, 3, &sa);
+    summarize(b, 3, &sb);
+    assert_int_equal(sa.n, 3);
+    assert_true(fabs(sa.mean - 1.6474) < 1e-12);
+    assert_true(fabs(sb.mean - 1.65356666666666667) < 1e-12);
+    /* sd by hand: sqrt(((0.0033)^2 + (0.0002)^2 + (0.0035)^2) / 2) */
+    assert_true(fabs(sa.sd - sqrt((0.0033 * 0.0033 + 0.0002 * 0.0002 + 0.0035 * 0.0035) / 2)) <
+                1e-12);
+    assert_true(fabs(sa.sd - 0.0034044089) < 1e-9 && fabs(sb.sd - 0.0033560890) < 1e-9);
+    /* the interval: mean -+ t_{0.975, 2} sd / sqrt(3) */
+    double half = 4.302652729911275 * sa.sd / sqrt(3.0);
+    assert_true(fabs(sa.ci_lo - (sa.mean - half)) < 1e-9 && fabs(sa.ci_hi - (sa.mean + half)) < 1e-9);
+    assert_true(sa.min == 1.6439 && sa.max == 1.6507);
+    welch_result w;
+    welch_test(&sa, &sb, &w);
+    /* t and df by hand (the Welch-Satterthwaite formula); p by integrating
+     * the t density with Simpson's rule (Python, 2e5 intervals) */
+    assert_true(fabs(w.diff - (1.6474 - 1.65356666666666667)) < 1e-12);
+    assert_true(fabs(w.t + 2.234273445583079) < 1e-9);
+    assert_true(fabs(w.df - 3.9991828876040794) < 1e-9);
+    assert_true(fabs(w.p - 0.08920052) < 1e-6);
+    /* unequal sizes and spreads: {1..5} against {2, 4, 6} */
+    double c[5] = { 1, 2, 3, 4, 5 }, d[3] = { 2, 4, 6 };
+    sample_summary sc, sd;
+    summarize(c, 5, &sc);
+    summarize(d, 3, &sd);
+    welch_test(&sc, &sd, &w);
+    assert_true(fabs(w.t + 0.7385489458759964) < 1e-9);
+    assert_true(fabs(w.df - 3.532846715328467) < 1e-9);
+    assert_true(fabs(w.p - 0.50621417) < 1e-6);
+    /* NaNs are left out; one value: no spread, no interval, no test */
+    double e[3] = { 1.7, (double)NAN, 1.7 }, one[1] = { 1.6 };
+    summarize(e, 3, &sc);
+    assert_int_equal(sc.n, 2);
+    assert_true(sc.sd == 0.0 && sc.ci_lo == 1.7 && sc.ci_hi == 1.7);
+    summarize(one, 1, &sd);
+    assert_true(sd.n == 1 && sd.mean == 1.6 && isnan(sd.sd) && isnan(sd.ci_lo) && isnan(sd.ci_hi));
+    welch_test(&sa, &sd, &w);
+    assert_true(fabs(w.diff - (1.6474 - 1.6)) < 1e-12 && isnan(w.t) && isnan(w.p) && isnan(w.df));
+    summarize(one, 0, &sd);
+    assert_true(sd.n == 0 && isnan(sd.mean) && isnan(sd.min));
+}
+
+static void test_wilson(void **state)
+{
+    (void)state;
+    double lo, hi;
+    /* 20 of 100: 0.1334 to 0.2888 (Newcombe 1998's method 3) */
+    wilson_interval(20, 100, STATS_Z95, &lo, &hi);
+    assert_true(fabs(lo - 0.13336693) < 1e-8 && fabs(hi - 0.28882917) < 1e-8);
+    /* none or all of 10: one end at the boundary, the other 0.2775 in */
+    wilson_interval(0, 10, STATS_Z95, &lo, &hi);
+    assert_true(lo == 0.0 && fabs(hi - 0.27753280) < 1e-8);
+    wilson_interval(10, 10, STATS_Z95, &lo, &hi);
+    assert_true(fabs(lo - 0.72246720) < 1e-8 && hi == 1.0);
+    wilson_interval(0, 0, STATS_Z95, &lo, &hi);
+    assert_true(isnan(lo) && isnan(hi));
+}
+
 static void test_palette(void **state)
 {
     (void)state;
@@ -178,7 +283,8 @@ int main(void)
         cmocka_unit_test(test_labels),       cmocka_unit_test(test_information),
         cmocka_unit_test(test_permutation),  cmocka_unit_test(test_variance_overlap),
         cmocka_unit_test(test_tail_mean),    cmocka_unit_test(test_kinds_summary),
-        cmocka_unit_test(test_palette),
+        cmocka_unit_test(test_palette),     cmocka_unit_test(test_student_t),
+        cmocka_unit_test(test_summary_welch), cmocka_unit_test(test_wilson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

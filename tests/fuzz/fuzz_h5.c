@@ -5,7 +5,7 @@
 #include "core/config/config.h"
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include <stdint.h>
 #include <stdio.h>

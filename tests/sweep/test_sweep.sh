@@ -265,17 +265,18 @@ isoflop)
 	csv=out/iso/report/isoflop.csv
 	[ -s "$csv" ] || fail "no $csv"
 	[ "$(wc -l <"$csv")" -eq 5 ] || fail "$csv: $(wc -l <"$csv") lines, expected a header and 4 rows"
-	head -n 1 "$csv" | grep -q "^budget,kind,runs,fit,n_opt,loss_opt,dense_loss_opt," || fail "csv header"
-	# two sizes make no parabola: the best sampled run, whose loss is its final held-out loss
-	awk -F, 'NR > 1 && ($3 != 2 || $4 != "best_sampled") { exit 1 }' "$csv" || fail "fit column: $(cat "$csv")"
+	head -n 1 "$csv" | grep -q "^budget,kind,sizes,seeds,fit,n_opt,loss_opt,dense_loss_opt," || fail "csv header"
+	# two sizes make no parabola: the best sampled size, whose loss (one seed) is its
+	# run's final held-out loss
+	awk -F, 'NR > 1 && ($3 != 2 || $4 != 1 || $5 != "best_sampled") { exit 1 }' "$csv" || fail "fit column: $(cat "$csv")"
 	for row in 2 3 4 5; do
-		run=$(sed -n "${row}p" "$csv" | cut -d, -f10)
-		loss=$(sed -n "${row}p" "$csv" | cut -d, -f6)
+		run=$(sed -n "${row}p" "$csv" | cut -d, -f20)
+		loss=$(sed -n "${row}p" "$csv" | cut -d, -f7)
 		[ "$loss" = "$(values "out/iso/$run/run.h5" eval/loss_topk | tail -n 1)" ] ||
 			fail "row $row: loss* $loss is not $run's final held-out loss"
 	done
 	# dense against itself: 0 and 1
-	awk -F, 'NR > 1 && $2 == "dense" && ($8 != 0 || $9 != 1) { exit 1 }' "$csv" || fail "dense vs dense"
+	awk -F, 'NR > 1 && $2 == "dense" && ($9 != 0 || $10 != 1) { exit 1 }' "$csv" || fail "dense vs dense"
 	# standalone, with three sizes: a parabola through them
 	sed -i 's/^size = d_model=32 n_heads=2 d_ff=64 depth=2/&\nsize = d_model=24 n_heads=2 d_ff=48 depth=2/' iso.ini
 	"$exe" sweep iso.ini --no-report >run2.txt 2>&1 || fail "third size: $(cat run2.txt)"
@@ -290,8 +291,8 @@ isoflop)
 	[ "$(wc -l <out/iso/isoflop_runs.csv)" -eq 13 ] || fail "isoflop_runs.csv rows"
 	awk -F, 'NR > 1 && $3 != 3 { exit 1 }' out/iso/isoflop.csv || fail "3 sizes per group"
 	# where the fit has its minimum inside, N* lies within the sampled sizes; else it is a sampled run
-	awk -F, 'NR > 1 { if ($4 == "parabola" && ($5 < 9000 || $5 > 29000)) exit 1
-		if ($4 == "best_sampled" && $5 != $11) exit 1 }' out/iso/isoflop.csv ||
+	awk -F, 'NR > 1 { if ($5 == "parabola" && ($6 < 9000 || $6 > 29000)) exit 1
+		if ($5 == "best_sampled" && $6 != $21) exit 1 }' out/iso/isoflop.csv ||
 		fail "N*: $(cat out/iso/isoflop.csv)"
 	;;
 report)
@@ -309,11 +310,12 @@ report)
 	for r in $grid_runs; do
 		grep -q ">$r<" $html || fail "$r not in the report"
 	done
-	# compare and curves, then for the three routed runs heatmap, weights and tokens
+	# the sweep figure of mod.capacity and curves, then for the three routed runs (groups
+	# of one) heatmap, weights and tokens
 	n=$(grep -o 'src="data:image/png;base64,' $html | wc -l)
-	[ "$n" -eq 10 ] || fail "$n inline images, expected 10"
-	for f in compare.md compare.csv curves.png capacity-0.25/heatmap_step16_seq0.png \
-		router-random/weights.png capacity-0.5/tokens.png; do
+	[ "$n" -eq 11 ] || fail "$n inline images, expected 11"
+	for f in compare.md compare.csv compare_groups.csv curves.png sweep_mod.capacity.png \
+		capacity-0.25/heatmap_step16_seq0.png router-random/weights.png capacity-0.5/tokens.png; do
 		[ -s out/grid/report/$f ] || fail "report/$f missing"
 	done
 	grep -q "isoflop" $html && fail "an isoFLOP section in a grid report"

@@ -1,4 +1,4 @@
-#include "experiments/kinds.h"
+#include "moe/kinds.h"
 
 #include "mod/mod.h"
 #include "moe/moe.h"
@@ -7,7 +7,8 @@
 #include <assert.h>
 #include <stddef.h>
 
-/* Adding a kind: one row here, and its file in mod/ or moe/. */
+/* Adding a kind: one row here, and its file in mod/ or moe/ (kinds.h says
+ * why the table lives in moe/). */
 enum { KIND_DENSE, KIND_MOD, KIND_MOE, KIND_INTEGRATED, KIND_STAGED, KIND_COUNT };
 
 const layer_kind *const mode_kinds[] = {

@@ -1,0 +1,65 @@
+/* mode-analyze isoflop: the numbers (isoflop.c) behind the tables and the
+ * figure (isoflop_fig.c). */
+#ifndef MODE_ANALYSIS_ISOFLOP_H
+#define MODE_ANALYSIS_ISOFLOP_H
+
+#include "analysis/isofit.h"
+#include "analysis/runset.h"
+
+enum { ISO_MAX_BUDGETS = 16, ISO_MAX_KINDS = 8, ISO_KIND_LEN = 64, ISO_MAX_SEEDS = 64 };
+
+/* One run file with a training-FLOP budget. */
+typedef struct iso_run {
+    int run;                  /* index in the runset */
+    char kind[ISO_KIND_LEN];
+    bool dense, usable;
+    const char *why;          /* why it is left out of the fits */
+    int b, k, point;
+} iso_run;
+
+/* One size of one budget and kind: a group of replicates (seeds). */
+typedef struct iso_point {
+    int group;                /* in the runset's grouping */
+    int b, k;
+    double params, flops, rel_flops;
+    sample_summary loss, loss_causal; /* over its usable replicates */
+    int n_runs;
+} iso_point;
+
+/* One budget and kind: the fit through the sizes' means, and the spread of
+ * the optima of the fits through each seed's points alone. */
+typedef struct iso_group {
+    int n_points;             /* sizes with a usable replicate */
+    isofit fit;
+    int best;                 /* the point of the lowest mean, -1 */
+    int n_seeds;              /* seeds whose points give an optimum */
+    double seed_n[ISO_MAX_SEEDS], seed_loss[ISO_MAX_SEEDS];
+    sample_summary seed_loss_s, seed_log10n; /* over those seeds */
+    welch_result vs_dense;    /* seed optima against the dense kind's */
+} iso_group;
+
+typedef struct iso_data {
+    const char *dir;
+    an_runset rs;
+    iso_run *runs;
+    int n_runs, n_other;
+    iso_point *points;
+    int n_points;
+    double budgets[ISO_MAX_BUDGETS];
+    int n_b;
+    char kinds[ISO_MAX_KINDS][ISO_KIND_LEN];
+    bool kind_dense[ISO_MAX_KINDS];
+    int n_k, dense_kind;
+    iso_group groups[ISO_MAX_BUDGETS][ISO_MAX_KINDS];
+    double ref_flops[ISO_MAX_BUDGETS];
+    bool ref_dense[ISO_MAX_BUDGETS];
+    int width, height;
+} iso_data;
+
+/* N* of a group: the vertex's, or the best sampled size's own count. */
+double iso_n_opt(const iso_data *d, const iso_group *g);
+
+/* isoflop.png */
+int isoflop_figure(const an_args *a, iso_data *d, const char *path);
+
+#endif

@@ -1,0 +1,347 @@
+#include "analysis/runset.h"
+
+#include "core/train/trainer.h"
+#include "moe/kinds.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const rule_cols[RT_COUNT] = { "precision", "recall", "causal_capacity" };
+#define TAIL_SHARE 0.1 /* the causal rule's statistics: mean of the last 10% of steps */
+
+static void capacity_text(const run_info *ri, char *buf, int len)
+{
+    int w = 0;
+    double seen[MODE_MAX_LAYERS];
+    int n = 0;
+    buf[0] = '\0';
+    for (int l = 0; l < ri->cfg.n_layers && w < len; l++) {
+        double c = ri->cfg.layers[l].capacity;
+        bool dup = false;
+        for (int j = 0; j < n; j++)
+            dup |= seen[j] == c;
+        if (!run_layer_has_key(ri, l, "capacity") || dup)
+            continue;
+        seen[n++] = c;
+        w += snprintf(buf + w, (size_t)(len - w), "%s%g", n > 1 ? "/" : "", c);
+    }
+    if (!n)
+        snprintf(buf, (size_t)len, "-");
+}
+
+/* The last evaluation: its step and, where the file has them, its
+ * standard errors and windows (older files have losses only). */
+static void read_eval(const run_info *ri, an_run *r)
+{
+    long n = 0;
+    double step = run_last_value(ri, "eval/step", &n);
+    r->eval_step = n > 0 && isfinite(step) ? (long)step : -1;
+    r->loss_topk = run_last_value(ri, "eval/loss_topk", NULL);
+    r->loss_causal = run_last_value(ri, "eval/loss_causal", NULL);
+    r->se_topk = run_last_value(ri, "eval/se_topk", NULL);
+    r->se_causal = run_last_value(ri, "eval/se_causal", NULL);
+    r->windows = run_last_value(ri, "eval/windows", NULL);
+}
+
+static void read_rule(const run_info *ri, an_run *r)
+{
+    for (int k = 0; k < RT_COUNT; k++) {
+        double sum = 0.0;
+        int n_layers = 0;
+        for (int l = 0; l < ri->cfg.n_layers; l++) {
+            char col[96];
+            double *v = NULL;
+            long n = 0;
+            snprintf(col, sizeof(col), "layer_stats/%d/%s", l, rule_cols[k]);
+            if (run_has_dataset(ri, col) && !run_read_column(ri, col, &v, &n) && n > 0) {
+                sum += tail_mean(v, n, TAIL_SHARE);
+                n_layers++;
+            }
+            free(v);
+        }
+        r->rule[k] = n_layers ? sum / n_layers : (double)NAN;
+    }
+}
+
+/* One run file into r; the file is closed again. */
+static int read_one(const an_args *a, const char *path, an_run *r)
+{
+    run_info *ri = NULL;
+    char err[RUN_PATH_LEN + 512];
+    if (build_run_info(&ri, path, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    int rc = EXIT_BAD_INPUT;
+    snprintf(r->path, sizeof(r->path), "%s", ri->path);
+    snprintf(r->dir, sizeof(r->dir), "%s", ri->dir);
+    snprintf(r->name, sizeof(r->name), "%s", ri->name);
+    if (!(r->cfg = malloc(sizeof(run_config)))) {
+        an_fail(a, rc, "out of memory");
+        goto done;
+    }
+    *r->cfg = ri->cfg;
+    if (config_run_keys(&ri->cfg, mode_kinds, &r->keys)) {
+        an_fail(a, rc, "out of memory");
+        goto done;
+    }
+    const char *kind_names[MODE_MAX_LAYERS];
+    for (int l = 0; l < ri->cfg.n_layers; l++)
+        kind_names[l] = ri->cfg.layers[l].kind;
+    kinds_summary(r->kinds, (int)sizeof(r->kinds), kind_names, ri->cfg.n_layers);
+    capacity_text(ri, r->capacity, (int)sizeof(r->capacity));
+    if (run_model_size(ri, &r->size, err, (int)sizeof(err))) {
+        an_fail(a, rc, "%s", err);
+        goto done;
+    }
+    double done = run_last_value(ri, "metrics/step", NULL);
+    r->done = isfinite(done) ? (long)done : 0;
+    r->planned = config_planned_steps(&ri->cfg, r->size.train_flops_per_step);
+    r->complete = r->done >= r->planned;
+    r->wall_s = run_last_value(ri, "metrics/wall_s", NULL);
+    r->steps_per_s = r->wall_s > 0 ? (double)r->done / r->wall_s : (double)NAN;
+    read_eval(ri, r);
+    read_rule(ri, r);
+    rc = 0;
+done:
+    free_run_info(&ri);
+    return rc;
+}
+
+/* Names that tell the runs apart: [run] name, or the folder holding the
+ * file where two runs share a name. */
+static void unique_names(an_runset *rs)
+{
+    for (int i = 0; i < rs->n; i++) {
+        bool clash = false;
+        for (int j = 0; j < rs->n; j++)
+            clash |= j != i && !strcmp(rs->runs[i].cfg->name, rs->runs[j].cfg->name);
+        if (clash)
+            snprintf(rs->runs[i].name, sizeof(rs->runs[i].name), "%.127s", rs->runs[i].dir);
+    }
+}
+
+bool an_run_used(const an_runset *rs, int i)
+{
+    const an_group_stats *st = &rs->stats[rs->g.group_of[i]];
+    return !isfinite(rs->runs[i].loss_topk) ? false : st->in_progress || rs->runs[i].complete;
+}
+
+static void group_stats(an_runset *rs, int gi)
+{
+    const run_group *grp = &rs->g.groups[gi];
+    an_group_stats *st = &rs->stats[gi];
+    memset(st, 0, sizeof(*st));
+    st->in_progress = true;
+    for (int m = 0; m < grp->n; m++)
+        st->in_progress &= !(rs->runs[grp->members[m]].complete &&
+                             isfinite(rs->runs[grp->members[m]].loss_topk));
+    double *topk = malloc((size_t)grp->n * sizeof(double));
+    double *causal = malloc((size_t)grp->n * sizeof(double));
+    double se[2] = { 0, 0 }, sps = 0.0, rule[RT_COUNT] = { 0 };
+    int n_se[2] = { 0, 0 }, n_sps = 0, n_rule[RT_COUNT] = { 0 };
+    st->eval_lo = -1;
+    st->eval_hi = -1;
+    for (int m = 0; topk && causal && m < grp->n; m++) {
+        int i = grp->members[m];
+        const an_run *r = &rs->runs[i];
+        if (!an_run_used(rs, i))
+            continue;
+        topk[st->used] = r->loss_topk;
+        causal[st->used++] = r->loss_causal;
+        if (st->eval_lo < 0 || r->eval_step < st->eval_lo)
+            st->eval_lo = r->eval_step;
+        if (r->eval_step > st->eval_hi)
+            st->eval_hi = r->eval_step;
+        const double v[2] = { r->se_topk, r->se_causal };
+        for (int k = 0; k < 2; k++)
+            if (isfinite(v[k])) {
+                se[k] += v[k];
+                n_se[k]++;
+            }
+        if (isfinite(r->steps_per_s)) {
+            sps += r->steps_per_s;
+            n_sps++;
+        }
+        for (int k = 0; k < RT_COUNT; k++)
+            if (isfinite(r->rule[k])) {
+                rule[k] += r->rule[k];
+                n_rule[k]++;
+            }
+    }
+    summarize(topk, st->used, &st->topk);
+    summarize(causal, st->used, &st->causal);
+    st->se_topk = n_se[0] ? se[0] / n_se[0] : (double)NAN;
+    st->se_causal = n_se[1] ? se[1] / n_se[1] : (double)NAN;
+    st->steps_per_s = n_sps ? sps / n_sps : (double)NAN;
+    for (int k = 0; k < RT_COUNT; k++)
+        st->rule[k] = n_rule[k] ? rule[k] / n_rule[k] : (double)NAN;
+    free(topk);
+    free(causal);
+}
+
+static int choose_baseline(const an_args *a, an_runset *rs)
+{
+    rs->baseline = find_group(&rs->g, a->baseline ? a->baseline : "dense");
+    if (rs->baseline < 0 && a->baseline) {
+        char list[1024];
+        int w = 0;
+        list[0] = '\0';
+        for (int j = 0; j < rs->g.n_groups && w < (int)sizeof(list); j++)
+            w += snprintf(list + w, sizeof(list) - (size_t)w, "%s%s", j ? ", " : "",
+                          rs->g.groups[j].name);
+        return an_fail(a, EXIT_BAD_INPUT, "--baseline %s: no such group (the groups: %s)",
+                       a->baseline, list);
+    }
+    for (int j = 0; j < rs->g.n_groups; j++) {
+        an_group_stats *st = &rs->stats[j];
+        if (rs->baseline < 0) {
+            st->vs_topk.diff = st->vs_topk.t = st->vs_topk.df = st->vs_topk.p = (double)NAN;
+            st->vs_causal = st->vs_topk;
+            continue;
+        }
+        const an_group_stats *b = &rs->stats[rs->baseline];
+        welch_test(&st->topk, &b->topk, &st->vs_topk);
+        welch_test(&st->causal, &b->causal, &st->vs_causal);
+    }
+    return 0;
+}
+
+int an_read_run_paths(const an_args *a, const char *const *paths, int n, an_runset *rs)
+{
+    memset(rs, 0, sizeof(*rs));
+    rs->baseline = -1;
+    rs->runs = calloc((size_t)(n > 0 ? n : 1), sizeof(an_run));
+    if (!rs->runs)
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (read_one(a, paths[i], &rs->runs[i])) {
+            rs->n = i + 1; /* what was read so far, freed by an_free_runs */
+            an_free_runs(rs);
+            return EXIT_BAD_INPUT;
+        }
+    }
+    rs->n = n;
+    unique_names(rs);
+    run_keys *keys = malloc((size_t)(n > 0 ? n : 1) * sizeof(run_keys));
+    const char **names = malloc((size_t)(n > 0 ? n : 1) * sizeof(char *));
+    int rc = keys && names ? 0 : -1;
+    for (int i = 0; !rc && i < n; i++) {
+        keys[i] = rs->runs[i].keys;
+        names[i] = rs->runs[i].name;
+    }
+    if (!rc)
+        rc = group_runs(keys, names, n, &rs->g);
+    free(keys);
+    free(names);
+    if (!rc && !(rs->stats = calloc((size_t)(rs->g.n_groups ? rs->g.n_groups : 1),
+                                    sizeof(an_group_stats))))
+        rc = -1;
+    if (rc) {
+        an_free_runs(rs);
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    }
+    for (int j = 0; j < rs->g.n_groups; j++)
+        group_stats(rs, j);
+    if (choose_baseline(a, rs)) {
+        an_free_runs(rs);
+        return EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+int an_read_runs(const an_args *a, an_runset *rs)
+{
+    return an_read_run_paths(a, a->files, a->n_files, rs);
+}
+
+void an_free_runs(an_runset *rs)
+{
+    for (int i = 0; rs->runs && i < rs->n; i++) {
+        free(rs->runs[i].cfg);
+        free_run_keys(&rs->runs[i].keys);
+    }
+    free(rs->runs);
+    free(rs->stats);
+    free_run_grouping(&rs->g);
+    memset(rs, 0, sizeof(*rs));
+    rs->baseline = -1;
+}
+
+/* ---- formatting ------------------------------------------------------------ */
+
+const char *fmt_num(char *buf, int len, double v, int digits, bool sign)
+{
+    if (!isfinite(v))
+        snprintf(buf, (size_t)len, "-");
+    else
+        snprintf(buf, (size_t)len, sign ? "%+.*f" : "%.*f", digits, v);
+    return buf;
+}
+
+void fmt_mean_sd(char *buf, int len, const sample_summary *s, int digits)
+{
+    if (s->n == 0)
+        snprintf(buf, (size_t)len, "-");
+    else if (s->n == 1)
+        snprintf(buf, (size_t)len, "%.*f ± -", digits, s->mean);
+    else
+        snprintf(buf, (size_t)len, "%.*f ± %.*f", digits, s->mean, digits, s->sd);
+}
+
+void fmt_interval(char *buf, int len, const sample_summary *s, int digits)
+{
+    if (s->n < 2)
+        snprintf(buf, (size_t)len, "-");
+    else
+        snprintf(buf, (size_t)len, "[%.*f, %.*f]", digits, s->ci_lo, digits, s->ci_hi);
+}
+
+void fmt_p(char *buf, int len, double p)
+{
+    if (!isfinite(p))
+        snprintf(buf, (size_t)len, "-");
+    else if (p < 0.001)
+        snprintf(buf, (size_t)len, "<0.001");
+    else
+        snprintf(buf, (size_t)len, "%.3f", p);
+}
+
+void fmt_params(char *buf, int len, double n)
+{
+    if (!isfinite(n))
+        snprintf(buf, (size_t)len, "-");
+    else if (n >= 1e12)
+        snprintf(buf, (size_t)len, "%.2fT", n / 1e12);
+    else if (n >= 1e9)
+        snprintf(buf, (size_t)len, "%.2fG", n / 1e9);
+    else if (n >= 1e6)
+        snprintf(buf, (size_t)len, "%.2fM", n / 1e6);
+    else if (n >= 1e3)
+        snprintf(buf, (size_t)len, "%.1fk", n / 1e3);
+    else
+        snprintf(buf, (size_t)len, "%.0f", n);
+}
+
+void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void csv_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, ",%.17g", v);
+    else
+        fputc(',', f);
+}
