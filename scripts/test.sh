@@ -81,7 +81,7 @@ Haswell | Zen)
 	if has avx2; then second=Haswell; elif has avx; then second=Sandybridge; else second=Nehalem; fi ;;
 esac
 echo "== release tests under OpenBLAS's $second kernels (this machine's own: ${own:-unknown})"
-test_args="--no-suite valgrind"
+test_args="--no-suite valgrind --no-suite faults"
 OPENBLAS_CORETYPE=$second run_tests build-ci build-ci.$second.test.log
 test_args=""
 # LeakSanitizer reports Open MPI's and OpenBLAS's own allocations at exit,
