@@ -446,18 +446,7 @@ int h5_check_seal(const char *path, char *err, int err_len)
                       : "not an HDF5 file written by mode");
         return -EINVAL;
     }
-    if (len != get_u64(head + 8)) {
-        snprintf(err, (size_t)err_len, "%s: truncated or extended: %llu bytes after the header, "
-                 "%llu written", path, (unsigned long long)len,
-                 (unsigned long long)get_u64(head + 8));
-        return -EINVAL;
-    }
-    if (crc != (uint32_t)get_u64(head + 16)) {
-        snprintf(err, (size_t)err_len, "%s: corrupted (CRC-32 %08x, %08x written)", path,
-                 (unsigned)crc, (unsigned)get_u64(head + 16));
-        return -EINVAL;
-    }
-    return 0;
+    return h5_seal_matches(path, len, crc, err, err_len);
 }
 
 hid_t h5_open_checked(const char *path, char *err, int err_len)
