@@ -853,8 +853,15 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             /* every rank sees the same summed loss and gradients */
             char what[160];
             describe_nonfinite(t, local, what, sizeof(what));
+            /* rank 0 records the batch: agreed, so that every rank stops or
+             * goes on together under either policy */
             rc = record_batch(t, done, "nonfinite");
-            if (!skip_bad || rc) {
+            if (rc)
+                snprintf(err, (size_t)err_len, "step %ld: recording the non-finite batch failed "
+                         "(%s)", done, strerror(-rc));
+            if ((rc = agree_msg(ctx, rc, err, err_len)))
+                break;
+            if (!skip_bad) {
                 char piece[4200];
                 run_record_piece_path(piece, sizeof(piece), t->run_h5, done);
                 snprintf(err, (size_t)err_len,
