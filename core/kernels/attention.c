@@ -6,16 +6,35 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 /* Register tiles: MR rows by NR columns of C stay in vector registers (16
- * zmm, or 32 ymm) while the contraction runs; NR is a multiple of every
- * vector width.  8 x 32 measured fastest on Zen 4 for 64 x 64 x 64 tiles
- * (as fast as cblas_sgemm there, without its call and packing costs); 16
- * columns did not vectorise.  VL is the widest vector in floats: the
- * element-wise loops run over whole multiples of it. */
-enum { MR = 8, NR = 32, BR = ATTN_ROWS, BC = ATTN_KEYS, VL = 16 };
+ * zmm) while the contraction runs.  8 x 32 measured fastest on Zen 4 for
+ * 64 x 64 x 64 tiles, as fast as cblas_sgemm there without its call and
+ * packing costs; 16 columns did not vectorise (GCC 12), on any target.
+ * Compiled for AVX2 (-march=haswell) 8 x 32 was still the fastest of 4
+ * to 8 rows by 8 to 32 columns; for the x86-64 baseline (-Dnative=false,
+ * SSE2 without FMA: attention 4x slower than native) 4 x 32 was 15%
+ * faster, not worth a second shape.  VL is the widest vector in floats:
+ * the element-wise loops run over whole multiples of it. */
+enum { MR = 8, NR = 32, VL = 16 };
+enum { BR = ATTN_ROWS, BC = ATTN_KEYS };
 _Static_assert(BR % NR == 0 && BC % NR == 0 && NR % VL == 0 && VL % MR == 0,
                "tiles are whole register tiles, and register tiles whole vectors");
+
+/* acc + a b: one fused instruction where the target has FMA (C11 does not
+ * let the compiler contract a * b + c by itself); elsewhere fmaf would be
+ * a slow library call, so a multiply and an add. */
+static inline float madd(float a, float b, float acc)
+{
+#ifdef __FMA__
+    return fmaf(a, b, acc);
+#else
+    return a * b + acc;
+#endif
+}
 
 static int min_i(int a, int b)
 {
@@ -67,7 +86,7 @@ static inline __attribute__((always_inline)) void register_tile(
         for (int i = 0; i < mr; i++) {
             float ai = ap[i * rsa];
             for (int j = 0; j < NR; j++)
-                acc[i][j] = fmaf(ai, bp[j], acc[i][j]);
+                acc[i][j] = madd(ai, bp[j], acc[i][j]);
         }
     }
     for (int i = 0; i < mr; i++)
@@ -131,15 +150,57 @@ static view padded(float *buf, const float *x, int n, int dh, int ld)
     return (view){ buf, dp };
 }
 
+#ifdef __AVX512F__
+/* xt[16][ldt] = the transpose of x[16][ld] (16 x 16 floats), in registers:
+ * pairs of rows interleaved, then pairs of pairs, then 128-bit lanes
+ * twice. */
+static void transpose16(float *xt, long ldt, const float *x, long ld)
+{
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(x + i * ld);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+    for (int j = 0; j < 16; j++)
+        _mm512_storeu_ps(xt + j * ldt, r[j]);
+}
+#endif
+
 /* xt[dh][BR]: rows [r0, r0 + m) of x[n][dh] (leading dimension ld)
  * transposed, so that a row tile's rows are contiguous (the vector
- * dimension of the transposed scores); rows past m are zero.  Reading x's
- * rows in order and writing down the tile (which stays in L1) is 3x faster
- * than the other way round. */
+ * dimension of the transposed scores); rows past m are zero.  With
+ * AVX-512, whole 16 x 16 blocks go through registers (3x faster than the
+ * loop); the loop takes the rest, reading x's rows in order and writing
+ * down the tile (in L1), 3x faster than the other way round.  Either
+ * moves the same floats. */
 static void pack_transposed(float *xt, const float *x, int r0, int m, int dh, int ld)
 {
+    int m16 = 0, dh16 = 0;
+#ifdef __AVX512F__
+    m16 = m / 16 * 16, dh16 = dh / 16 * 16;
+    for (int a = 0; a < m16; a += 16)
+        for (int e = 0; e < dh16; e += 16)
+            transpose16(xt + (size_t)e * BR + a, BR, x + (size_t)(r0 + a) * ld + e, ld);
+#endif
     for (int a = 0; a < m; a++)
-        for (int e = 0; e < dh; e++)
+        for (int e = a < m16 ? dh16 : 0; e < dh; e++)
             xt[e * BR + a] = x[(size_t)(r0 + a) * ld + e];
     for (int e = 0; e < dh; e++)
         for (int a = m; a < BR; a++)
