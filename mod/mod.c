@@ -64,8 +64,7 @@ static int mod_build(layer *l, const model_dims *dims, int max_seq)
     int rc = build_mod_router(&s->rt, &l->spec, dims, max_seq);
     s->t_block = s->rt.cfg.n_tensors;
     int k = s->rt.cfg.k;
-    if (rc || routed_rows_ensure(&s->rows, dims, dims->d_ff, max_seq * k,
-                                 (long)max_seq * dims->n_heads * k * k)) {
+    if (rc || routed_rows_ensure(&s->rows, dims, dims->d_ff, max_seq * k)) {
         mod_free(l);
         return -ENOMEM;
     }
@@ -100,7 +99,7 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
     mod_router_forward(rt, l->w, l->index, a, x);
-    int rc = routed_rows_ensure(&s->rows, dm, dm->d_ff, rt->n_sel, rt->sum_sq * dm->n_heads);
+    int rc = routed_rows_ensure(&s->rows, dm, dm->d_ff, rt->n_sel);
     if (rc)
         return rc;
     mod_router_gather(rt, s->rows.xs, x, d);

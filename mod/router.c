@@ -500,28 +500,23 @@ void free_routed_rows(routed_rows *r)
     free_mlp_cache(&r->mlp);
     r->xs = r->h = r->ys = NULL;
     r->cap_rows = 0;
-    r->cap_probs = 0;
 }
 
-int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows, long probs)
+int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows)
 {
-    if (rows <= r->cap_rows && probs <= r->cap_probs)
+    if (rows <= r->cap_rows)
         return 0;
-    rows = rows > r->cap_rows ? rows : r->cap_rows;
-    probs = probs > r->cap_probs ? probs : r->cap_probs;
     free_routed_rows(r);
     rows = rows ? rows : 1;
-    probs = probs ? probs : 1;
     size_t rd = (size_t)rows * dims->d_model;
     r->xs = malloc(rd * sizeof(float));
     r->h = malloc(rd * sizeof(float));
     r->ys = malloc(rd * sizeof(float));
-    if (!r->xs || !r->h || !r->ys || build_attn_cache(&r->attn, dims, rows, probs) ||
+    if (!r->xs || !r->h || !r->ys || build_attn_cache(&r->attn, dims, rows) ||
         build_mlp_cache(&r->mlp, dims, rows, f)) {
         free_routed_rows(r);
         return -ENOMEM;
     }
     r->cap_rows = rows;
-    r->cap_probs = probs;
     return 0;
 }

@@ -106,12 +106,11 @@ void mod_router_stat_columns(const double *sums, double *cols);
  * norm's m and rstd only. */
 typedef struct routed_rows {
     int cap_rows;
-    long cap_probs;
     float *xs, *h, *ys; /* [cap_rows][d] gathered input, after attention, block output */
     attn_cache attn;
     mlp_cache mlp;
 } routed_rows;
-int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows, long probs);
+int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows);
 void free_routed_rows(routed_rows *r);
 
 #endif

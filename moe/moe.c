@@ -132,7 +132,7 @@ static int moe_build(layer *l, const model_dims *dims, int max_seq)
     s->pos = malloc((size_t)rows * sizeof(int32_t));
     s->dec = malloc(3 * (size_t)d * sizeof(float));
     if (!s->h || !s->m || !s->rstd || !s->seq_start || !s->pos || !s->dec ||
-        build_attn_cache(&s->attn, dims, rows, (long)max_seq * dims->n_heads * S * S) ||
+        build_attn_cache(&s->attn, dims, rows) ||
         build_experts(&s->x, &s->ec, dims)) {
         moe_free(l);
         return -ENOMEM;

@@ -92,7 +92,7 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     s->dec = malloc(3 * (size_t)dims->d_model * sizeof(float));
     if (rc || !s->rec_experts || !s->rec_weights || !s->dec ||
         build_experts(&s->x, &s->ec, dims) ||
-        routed_rows_ensure(&s->rows, dims, 0, max_seq * k, (long)max_seq * dims->n_heads * k * k)) {
+        routed_rows_ensure(&s->rows, dims, 0, max_seq * k)) {
         staged_free(l);
         return -ENOMEM;
     }
@@ -128,7 +128,7 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
     mod_router_forward(rt, l->w, l->index, a, x);
-    int rc = routed_rows_ensure(&s->rows, dm, 0, rt->n_sel, rt->sum_sq * dm->n_heads);
+    int rc = routed_rows_ensure(&s->rows, dm, 0, rt->n_sel);
     if (rc)
         return rc;
     mod_router_gather(rt, s->rows.xs, x, d);

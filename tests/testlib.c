@@ -494,24 +494,20 @@ void tl_gate_ref_free(tl_gate_ref *g)
 static void attn_reference(model *m, int l, tl_gate_ref *g, const float *xs)
 {
     const model_dims *dm = &m->dims;
-    long sq = 0;
-    for (int b = 0; b < g->nseq; b++) {
-        long ns = g->ss[b + 1] - g->ss[b];
-        sq += ns * ns;
-    }
     attn_cache c;
-    assert_int_equal(build_attn_cache(&c, dm, g->nsel > 0 ? g->nsel : 1,
-                                      sq > 0 ? sq * dm->n_heads : 1),
-                     0);
+    assert_int_equal(build_attn_cache(&c, dm, g->nsel > 0 ? g->nsel : 1), 0);
+    float *ws = malloc((size_t)attn_ws_floats(dm, 0, 0) * sizeof(float));
+    assert_non_null(ws);
     attn_weights aw = { .norm = tl_param(m, l, "attn_norm"), .wq = tl_param(m, l, "wq"),
                         .wk = tl_param(m, l, "wk"), .wv = tl_param(m, l, "wv"),
                         .wo = tl_param(m, l, "wo") };
     row_set rs = { .n = g->nsel, .nseq = g->nseq, .seq_start = g->ss, .pos = g->pos };
     fwd_args a = { .dims = dm, .rope = m->rope, .mode = FWD_EVAL_TOPK, .nseq = g->nseq,
-                   .seq_len = g->S, .seq_scale = 1.0f };
+                   .seq_len = g->S, .seq_scale = 1.0f, .ws = ws };
     if (g->nsel > 0)
         attn_forward(&c, g->h, xs, &rs, &aw, &a);
     free_attn_cache(&c);
+    free(ws);
 }
 
 /* Row j's logits, softmax, lse, top-K columns and the gap of the first K+1. */

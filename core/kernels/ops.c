@@ -1,13 +1,11 @@
 #include "core/kernels/ops.h"
 
-#include "core/kernels/matmul.h"
 #include "core/kernels/vexp.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
 
 void rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int n, int d)
 {
@@ -162,82 +160,6 @@ void softmax_scaled(float *row, int n, float scale)
     float inv = 1.0f / sum;
     for (int m = 0; m < n; m++)
         row[m] *= inv;
-}
-
-/* Rows [r0, r1) of p[n][n]: row j is the softmax of its first j + 1 scores,
- * zero beyond. */
-static void softmax_causal_rows(float *p, int n, int r0, int r1, float scale)
-{
-    for (int j = r0; j < r1; j++) {
-        float *row = p + (size_t)j * n;
-        softmax_scaled(row, j + 1, scale);
-        memset(row + j + 1, 0, (size_t)(n - j - 1) * sizeof(float));
-    }
-}
-
-void attention_forward_head(float *out, float *p, const float *q, const float *k,
-                            const float *v, int n, int h, int dh, int ld)
-{
-    float scale = 1.0f / sqrtf((float)dh);
-    for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
-        int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
-        /* scores of rows [r0, r1) against keys [0, r1) */
-        matmul(p + (size_t)r0 * n, n, q + (size_t)r0 * ld + h * dh, ld, false, k + h * dh, ld,
-               true, rb, r1, dh, 0.0f);
-        softmax_causal_rows(p, n, r0, r1, scale);
-        matmul(out + (size_t)r0 * ld + h * dh, ld, p + (size_t)r0 * n, n, false, v + h * dh, ld,
-               false, rb, dh, r1, 0.0f);
-    }
-}
-
-void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
-                       int n, int n_heads, int dh, int ld)
-{
-    for (int h = 0; h < n_heads; h++)
-        attention_forward_head(out, probs + (size_t)h * n * n, q, k, v, n, h, dh, ld);
-}
-
-void attention_backward_head(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                             const float *q, const float *k, const float *v, const float *p,
-                             int n, int h, int dh, int ld)
-{
-    float scale = 1.0f / sqrtf((float)dh);
-    float *db = scratch; /* dP, then dS, of one block of rows */
-    for (int r0 = 0; r0 < n; r0 += ATTN_BLOCK) {
-        int r1 = r0 + ATTN_BLOCK < n ? r0 + ATTN_BLOCK : n, rb = r1 - r0;
-        const float *pb = p + (size_t)r0 * n;
-        const float *dob = dout + (size_t)r0 * ld + h * dh;
-        /* dP = dO V^T ; dV += P^T dO, over keys [0, r1) */
-        matmul(db, n, dob, ld, false, v + h * dh, ld, true, rb, r1, dh, 0.0f);
-        matmul(dv + h * dh, ld, pb, n, true, dob, ld, false, r1, dh, rb, 1.0f);
-        /* softmax backward, then the 1/sqrt(dh) scale: dS = P (dP - <dP, P>) */
-        for (int j = r0; j < r1; j++) {
-            const float *pr = p + (size_t)j * n;
-            float *dr = db + (size_t)(j - r0) * n;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int m = 0; m <= j; m++)
-                dot += pr[m] * dr[m];
-            for (int m = 0; m <= j; m++)
-                dr[m] = pr[m] * (dr[m] - dot) * scale;
-            for (int m = j + 1; m < r1; m++)
-                dr[m] = 0.0f;
-        }
-        /* dQ += dS K ; dK += dS^T Q */
-        matmul(dq + (size_t)r0 * ld + h * dh, ld, db, n, false, k + h * dh, ld, false, rb, dh, r1,
-               1.0f);
-        matmul(dk + h * dh, ld, db, n, true, q + (size_t)r0 * ld + h * dh, ld, false, r1, dh, rb,
-               1.0f);
-    }
-}
-
-void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                        const float *q, const float *k, const float *v, const float *probs,
-                        int n, int n_heads, int dh, int ld)
-{
-    for (int h = 0; h < n_heads; h++)
-        attention_backward_head(dq, dk, dv, scratch, dout, q, k, v, probs + (size_t)h * n * n, n,
-                                h, dh, ld);
 }
 
 void embedding_forward(float *x, const float *tok_emb, const token_t *tokens, int n, int d)

@@ -47,39 +47,10 @@ void swiglu_forward(float *g, const float *a, const float *b, long count);
 void swiglu_backward(float *da, float *db, const float *dg, const float *a, const float *b,
                      long count);
 
-/* row[n] = softmax(scale * row), in place (exp by vexpf). */
+/* row[n] = softmax(scale * row), in place (exp by vexpf): what decoding
+ * with the KV cache runs for one new row (attention over many rows is
+ * core/kernels/attention.h). */
 void softmax_scaled(float *row, int n, float scale);
-
-/* Causal multi-head attention among n rows of ONE sequence whose original
- * positions increase with the row index (so row j may attend to row m iff
- * m <= j; MoD passes a subset in position order).  q, k, v, out are rows of
- * width d = n_heads*dh (leading dimension ld, so a caller may pass views).
- * probs[n_heads][n][n] keeps the softmax for backward (entries above the
- * diagonal are 0).  Scores are scaled by 1/sqrt(dh).
- *
- * Causal attention skips the blocks above the diagonal: rows [r0, r1) only
- * ever attend to columns [0, r1), so each block of ATTN_BLOCK rows multiplies
- * against the first r1 keys and values only (5/8 of the work at n = 4
- * blocks).  MODEL.md still counts the full n x n products. */
-#define ATTN_BLOCK 64
-void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
-                       int n, int n_heads, int dh, int ld);
-/* dq, dk, dv [n][ld] += ...; scratch[attention_scratch_floats(n)] is work
- * space. */
-void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                        const float *q, const float *k, const float *v, const float *probs,
-                        int n, int n_heads, int dh, int ld);
-/* The same for head h alone (p is that head's probs[n][n]): what the heads
- * of a sequence run in parallel. */
-void attention_forward_head(float *out, float *p, const float *q, const float *k,
-                            const float *v, int n, int h, int dh, int ld);
-void attention_backward_head(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                             const float *q, const float *k, const float *v, const float *p,
-                             int n, int h, int dh, int ld);
-static inline long attention_scratch_floats(int n)
-{
-    return (long)(n < ATTN_BLOCK ? n : ATTN_BLOCK) * n;
-}
 
 /* x[n][d] = tok_emb[tokens[i]]. */
 void embedding_forward(float *x, const float *tok_emb, const token_t *tokens, int n, int d);

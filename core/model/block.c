@@ -1,5 +1,6 @@
 #include "core/model/block.h"
 
+#include "core/kernels/attention.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/parallel.h"
@@ -26,20 +27,19 @@ void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S)
         pos[j] = j % S;
 }
 
-int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows, long cap_probs)
+int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows)
 {
     memset(c, 0, sizeof(*c));
     size_t rd = (size_t)cap_rows * dims->d_model;
     c->cap_rows = cap_rows;
-    c->cap_probs = cap_probs;
     c->u = malloc(rd * sizeof(float));
     c->rstd = malloc((size_t)cap_rows * sizeof(float));
     c->q = malloc(rd * sizeof(float));
     c->k = malloc(rd * sizeof(float));
     c->v = malloc(rd * sizeof(float));
     c->att = malloc(rd * sizeof(float));
-    c->probs = malloc((size_t)cap_probs * sizeof(float));
-    if (!c->u || !c->rstd || !c->q || !c->k || !c->v || !c->att || !c->probs) {
+    c->lse = malloc((size_t)cap_rows * dims->n_heads * sizeof(float));
+    if (!c->u || !c->rstd || !c->q || !c->k || !c->v || !c->att || !c->lse) {
         free_attn_cache(c);
         return -ENOMEM;
     }
@@ -54,7 +54,7 @@ void free_attn_cache(attn_cache *c)
     free(c->k);
     free(c->v);
     free(c->att);
-    free(c->probs);
+    free(c->lse);
     memset(c, 0, sizeof(*c));
 }
 
@@ -140,35 +140,37 @@ ffn_weights ffn_weights_at(float *const *t)
 
 long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows)
 {
-    /* datt, dq, dk, dv, then one attention scratch per thread */
-    return 4L * n * dims->d_model + POOL_MAX_THREADS * attention_scratch_floats(max_seq_rows);
+    /* backward: datt, dq, dk, dv, then one attention scratch per thread;
+     * forward: one (smaller) scratch per thread */
+    int dh = dims->d_head;
+    long bwd = 4L * n * dims->d_model +
+               POOL_MAX_THREADS * attention_scratch_floats(max_seq_rows, dh);
+    long fwd = POOL_MAX_THREADS * attention_fwd_scratch_floats(dims->seq_len, dh);
+    return bwd > fwd ? bwd : fwd;
 }
 
 /* Attention runs as one task per (sequence, head) of a row set, on the
- * context's pool: tasks write disjoint columns of disjoint rows. */
+ * context's pool: tasks write disjoint columns of disjoint rows, and each
+ * worker has its own scratch. */
 typedef struct attn_job {
     const attn_cache *c;
     const row_set *rs;
     int n_heads, dh, d;
-    /* backward only */
-    float *dq, *dk, *dv, *scratch;
-    const float *datt;
+    float *scratch;
     long scratch_floats;
+    /* backward only */
+    float *dq, *dk, *dv;
+    const float *datt;
 } attn_job;
 
 /* Task t: sequence t / H, head t % H.  Its rows' count (0: nothing to do),
- * the offset of its first row in the d-wide buffers, and its probs[ns][ns]. */
-static int attn_task_rows(const attn_job *j, int t, size_t *o, float **probs)
+ * the offset of its first row in the d-wide buffers, and its lse[ns]. */
+static int attn_task_rows(const attn_job *j, int t, size_t *o, float **lse)
 {
     int s = t / j->n_heads, h = t % j->n_heads;
-    size_t off = 0;
-    for (int i = 0; i < s; i++) {
-        size_t ni = (size_t)(j->rs->seq_start[i + 1] - j->rs->seq_start[i]);
-        off += (size_t)j->n_heads * ni * ni;
-    }
     int r0 = j->rs->seq_start[s], ns = j->rs->seq_start[s + 1] - r0;
     *o = (size_t)r0 * j->d;
-    *probs = j->c->probs + off + (size_t)h * ns * ns;
+    *lse = j->c->lse + (size_t)j->n_heads * r0 + (size_t)h * ns;
     return ns;
 }
 
@@ -177,11 +179,11 @@ static void attn_forward_task(void *arg, int t, int worker)
     const attn_job *j = arg;
     const attn_cache *c = j->c;
     size_t o;
-    float *p;
-    int ns = attn_task_rows(j, t, &o, &p);
+    float *lse;
+    int ns = attn_task_rows(j, t, &o, &lse);
     if (ns > 0)
-        attention_forward_head(c->att + o, p, c->q + o, c->k + o, c->v + o, ns, t % j->n_heads,
-                               j->dh, j->d);
+        attention_forward_head(c->att + o, lse, j->scratch + (size_t)worker * j->scratch_floats,
+                               c->q + o, c->k + o, c->v + o, ns, t % j->n_heads, j->dh, j->d);
 }
 
 static void attn_backward_task(void *arg, int t, int worker)
@@ -189,12 +191,22 @@ static void attn_backward_task(void *arg, int t, int worker)
     const attn_job *j = arg;
     const attn_cache *c = j->c;
     size_t o;
-    float *p;
-    int ns = attn_task_rows(j, t, &o, &p);
+    float *lse;
+    int ns = attn_task_rows(j, t, &o, &lse);
     if (ns > 0)
         attention_backward_head(j->dq + o, j->dk + o, j->dv + o,
                                 j->scratch + (size_t)worker * j->scratch_floats, j->datt + o,
-                                c->q + o, c->k + o, c->v + o, p, ns, t % j->n_heads, j->dh, j->d);
+                                c->att + o, c->q + o, c->k + o, c->v + o, lse, ns,
+                                t % j->n_heads, j->dh, j->d);
+}
+
+static int max_seq_rows(const row_set *rs)
+{
+    int max_ns = 0;
+    for (int s = 0; s < rs->nseq; s++)
+        if (rs->seq_start[s + 1] - rs->seq_start[s] > max_ns)
+            max_ns = rs->seq_start[s + 1] - rs->seq_start[s];
+    return max_ns;
 }
 
 long mlp_ws_floats(const model_dims *dims, int n, int f)
@@ -216,7 +228,9 @@ void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
     rope_forward_pool(a->pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     add_time(a, PHASE_MATMUL, t0);
     t0 = mode_now();
-    attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d };
+    attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
+                     .scratch = a->ws,
+                     .scratch_floats = attention_fwd_scratch_floats(max_seq_rows(rs), dm->d_head) };
     pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_forward_task, &job);
     add_time(a, PHASE_ATTENTION, t0);
     t0 = mode_now();
@@ -241,13 +255,9 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
     add_time(a, PHASE_MATMUL, t0);
     t0 = mode_now();
     memset(dq, 0, 3 * nd * sizeof(float));
-    int max_ns = 0;
-    for (int s = 0; s < rs->nseq; s++)
-        if (rs->seq_start[s + 1] - rs->seq_start[s] > max_ns)
-            max_ns = rs->seq_start[s + 1] - rs->seq_start[s];
     attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
                      .dq = dq, .dk = dk, .dv = dv, .scratch = scratch, .datt = datt,
-                     .scratch_floats = attention_scratch_floats(max_ns) };
+                     .scratch_floats = attention_scratch_floats(max_seq_rows(rs), dm->d_head) };
     pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_backward_task, &job);
     add_time(a, PHASE_ATTENTION, t0);
     t0 = mode_now();

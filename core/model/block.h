@@ -37,15 +37,16 @@ typedef struct ffn_weights {
     float *w2;      /* [f][d] */
 } ffn_weights;
 
-/* Activations kept for backward, for up to cap_rows rows. */
+/* Activations kept for backward, for up to cap_rows rows: linear in the
+ * rows, since attention keeps one log-sum-exp per row and head instead of
+ * its probabilities (core/kernels/attention.h). */
 typedef struct attn_cache {
     int cap_rows;
-    long cap_probs;
     float *u;     /* [rows][d] RMSNorm_attn(x) */
     float *rstd;  /* [rows] */
     float *q, *k, *v; /* [rows][d] after RoPE (q, k) */
     float *att;   /* [rows][d] heads concatenated, before Wo */
-    float *probs; /* sum over sequences of H n_s^2 */
+    float *lse;   /* [H rows]: sequence s's [H][n_s] from H seq_start[s] */
 } attn_cache;
 
 typedef struct ffn_cache {
@@ -60,7 +61,7 @@ typedef struct mlp_cache {
     ffn_cache ffn;
 } mlp_cache;
 
-int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows, long cap_probs);
+int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows);
 void free_attn_cache(attn_cache *c);
 int build_ffn_cache(ffn_cache *c, int cap_rows, int f);
 void free_ffn_cache(ffn_cache *c);
@@ -75,11 +76,16 @@ enum { BLOCK_ATTN_TENSORS = 5, BLOCK_TENSORS = 9 };
 attn_weights attn_weights_at(float *const *t);
 ffn_weights ffn_weights_at(float *const *t); /* t[0] = w1, t[1] = w3, t[2] = w2 */
 
-/* Work-space floats that attn_backward / mlp_backward need for n rows. */
+/* Work-space floats that attn_backward / mlp_backward need for n rows
+ * (sequences of at most max_seq_rows rows).  attn_ws_floats also covers
+ * attn_forward's scratch (sequences of up to dims->seq_len rows, which
+ * the causal rule of a routed block can select), which it takes from the
+ * start of a->ws. */
 long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows);
 long mlp_ws_floats(const model_dims *dims, int n, int f);
 
-/* h[rows][d] = x + Attn(x).  h must not alias x. */
+/* h[rows][d] = x + Attn(x).  h must not alias x; a->ws holds at least
+ * attn_ws_floats(dims, 0, 0) floats (scratch). */
 void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
                   const attn_weights *w, const fwd_args *a);
 /* dx += dh + (Attn's backward of dh); dw += ... */

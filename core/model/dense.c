@@ -62,7 +62,7 @@ static int dense_build(layer *l, const model_dims *dims, int max_seq)
     s->seq_start = malloc((size_t)(max_seq + 1) * sizeof(int));
     s->pos = malloc((size_t)rows * sizeof(int32_t));
     if (!s->h || !s->seq_start || !s->pos ||
-        build_attn_cache(&s->attn, dims, rows, (long)max_seq * dims->n_heads * S * S) ||
+        build_attn_cache(&s->attn, dims, rows) ||
         build_mlp_cache(&s->mlp, dims, rows, dims->d_ff)) {
         dense_free(l);
         return -ENOMEM;

@@ -34,7 +34,8 @@ typedef struct fwd_args {
     long step;         /* training step (keys the random router) */
     long seq0;         /* global index of the first local sequence */
     float seq_scale;   /* 1 / global sequences: auxiliary losses average over these */
-    float *ws;         /* backward work space, kind->ws_floats() floats */
+    float *ws;         /* work space, kind->ws_floats() floats: backward's, and attention's
+                        * scratch in forward (block.h attn_forward) */
     /* outputs the layer adds to */
     double *aux_loss;       /* auxiliary losses that enter the training loss */
     double *side_loss;      /* losses reported apart (e.g. the MoD predictor) */
@@ -66,7 +67,7 @@ typedef struct layer_kind {
     /* Allocate l->state for batches of up to max_seq sequences. */
     int (*build)(layer *l, const model_dims *dims, int max_seq);
     void (*free)(layer *l);
-    /* Floats of backward work space needed for max_seq sequences. */
+    /* Floats of work space needed for max_seq sequences (fwd_args.ws). */
     long (*ws_floats)(const layer_spec *spec, const model_dims *dims, int max_seq);
     /* y[nseq*S][d] = layer(x).  y never aliases x; x stays valid until backward. */
     int (*forward)(layer *l, const fwd_args *a, float *y, const float *x);

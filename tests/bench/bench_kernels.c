@@ -3,6 +3,7 @@
  * and the largest difference.  Speed is reported, never asserted; the
  * correctness of each pair is asserted by the unit tests.
  *   bench_kernels [threads]      (default 2: the pooled kernels' threads) */
+#include "core/kernels/attention.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/parallel.h"
@@ -96,41 +97,102 @@ static void exp_ref(void *p)
         c->y[i] = expf(c->x[i]);
 }
 
-/* blocked causal attention (one head) against the plain loops */
+/* causal attention (one head, forward and backward: FlashAttention's
+ * tiles) against the plain loops */
 typedef struct att_case {
-    float *q, *k, *v, *out, *probs;
+    float *q, *k, *v, *g, *out, *lse, *dq, *dk, *dv, *scratch, *p, *dp;
     int n, dh;
 } att_case;
+static void att_zero_grads(att_case *c)
+{
+    size_t nd = (size_t)c->n * c->dh;
+    memset(c->dq, 0, nd * sizeof(float));
+    memset(c->dk, 0, nd * sizeof(float));
+    memset(c->dv, 0, nd * sizeof(float));
+}
 static void att_fast(void *p)
 {
     att_case *c = p;
-    attention_forward(c->out, c->probs, c->q, c->k, c->v, c->n, 1, c->dh, c->dh);
+    att_zero_grads(c);
+    attention_forward(c->out, c->lse, c->scratch, c->q, c->k, c->v, c->n, 1, c->dh, c->dh);
+    attention_backward(c->dq, c->dk, c->dv, c->scratch, c->g, c->out, c->q, c->k, c->v, c->lse,
+                       c->n, 1, c->dh, c->dh);
+}
+/* Row i's probabilities over keys [0, i] into c->p. */
+static void att_ref_row(att_case *c, int i)
+{
+    int dh = c->dh;
+    float scale = 1.0f / sqrtf((float)dh), mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j <= i; j++) {
+        float s = 0.0f;
+        for (int e = 0; e < dh; e++)
+            s += c->q[(size_t)i * dh + e] * c->k[(size_t)j * dh + e];
+        c->p[j] = s * scale;
+        mx = fmaxf(mx, c->p[j]);
+    }
+    for (int j = 0; j <= i; j++) {
+        c->p[j] = expf(c->p[j] - mx);
+        sum += c->p[j];
+    }
+    for (int j = 0; j <= i; j++)
+        c->p[j] /= sum;
 }
 static void att_ref(void *p)
 {
     att_case *c = p;
     int n = c->n, dh = c->dh;
     float scale = 1.0f / sqrtf((float)dh);
+    att_zero_grads(c);
     for (int i = 0; i < n; i++) {
-        float *row = c->probs + (size_t)i * n, mx = -INFINITY, sum = 0.0f;
-        for (int j = 0; j <= i; j++) {
-            float s = 0.0f;
-            for (int e = 0; e < dh; e++)
-                s += c->q[(size_t)i * dh + e] * c->k[(size_t)j * dh + e];
-            row[j] = s * scale;
-            mx = fmaxf(mx, row[j]);
-        }
-        for (int j = 0; j <= i; j++) {
-            row[j] = expf(row[j] - mx);
-            sum += row[j];
-        }
+        att_ref_row(c, i);
+        const float *gi = c->g + (size_t)i * dh;
+        float dot = 0.0f;
         for (int e = 0; e < dh; e++) {
             float acc = 0.0f;
             for (int j = 0; j <= i; j++)
-                acc += row[j] * c->v[(size_t)j * dh + e];
-            c->out[(size_t)i * dh + e] = acc / sum;
+                acc += c->p[j] * c->v[(size_t)j * dh + e];
+            c->out[(size_t)i * dh + e] = acc;
+        }
+        for (int j = 0; j <= i; j++) {
+            float s = 0.0f;
+            for (int e = 0; e < dh; e++) {
+                s += gi[e] * c->v[(size_t)j * dh + e];
+                c->dv[(size_t)j * dh + e] += c->p[j] * gi[e];
+            }
+            c->dp[j] = s;
+            dot += c->p[j] * s;
+        }
+        for (int j = 0; j <= i; j++) {
+            float ds = c->p[j] * (c->dp[j] - dot) * scale;
+            for (int e = 0; e < dh; e++) {
+                c->dq[(size_t)i * dh + e] += ds * c->k[(size_t)j * dh + e];
+                c->dk[(size_t)j * dh + e] += ds * c->q[(size_t)i * dh + e];
+            }
         }
     }
+}
+static void att_bench(pcg32 *r, int n, int dh)
+{
+    long nd = (long)n * dh;
+    att_case c = { randn(r, nd), randn(r, nd), randn(r, nd), randn(r, nd),
+                   malloc((size_t)nd * sizeof(float)), malloc((size_t)n * sizeof(float)),
+                   malloc((size_t)nd * sizeof(float)), malloc((size_t)nd * sizeof(float)),
+                   malloc((size_t)nd * sizeof(float)),
+                   malloc((size_t)attention_scratch_floats(n, dh) * sizeof(float)),
+                   malloc((size_t)n * sizeof(float)), malloc((size_t)n * sizeof(float)), n, dh };
+    float *ref = malloc(4 * (size_t)nd * sizeof(float));
+    float *outs[4] = { c.out, c.dq, c.dk, c.dv };
+    double tr = time_of(att_ref, &c);
+    for (int i = 0; i < 4; i++)
+        memcpy(ref + i * nd, outs[i], (size_t)nd * sizeof(float));
+    double tf = time_of(att_fast, &c), diff = 0.0;
+    for (int i = 0; i < 4; i++)
+        diff = fmax(diff, max_rel_diff(outs[i], ref + i * nd, nd));
+    char name[64];
+    snprintf(name, sizeof(name), "causal attention fwd+bwd n %d, dh %d, 1 head", n, dh);
+    report(name, tf, tr, diff);
+    free(c.q); free(c.k); free(c.v); free(c.g); free(c.out); free(c.lse); free(c.dq);
+    free(c.dk); free(c.dv); free(c.scratch); free(c.p); free(c.dp); free(ref);
 }
 
 /* SwiGLU on the pool against the serial loop */
@@ -199,19 +261,9 @@ int main(int argc, char **argv)
         report("vexpf, 2^20 values (relative error)", tf, tr, worst);
         free(c.x); free(c.y); free(ref);
     }
-    {
-        int n = 256, dh = 64;
-        att_case c = { randn(&r, (long)n * dh), randn(&r, (long)n * dh), randn(&r, (long)n * dh),
-                       malloc((size_t)n * dh * sizeof(float)),
-                       malloc((size_t)n * n * sizeof(float)), n, dh };
-        float *ref = malloc((size_t)n * dh * sizeof(float));
-        double tr = time_of(att_ref, &c);
-        memcpy(ref, c.out, (size_t)n * dh * sizeof(float));
-        double tf = time_of(att_fast, &c);
-        report("causal attention n 256, dh 64, one head", tf, tr,
-               max_rel_diff(c.out, ref, (long)n * dh));
-        free(c.q); free(c.k); free(c.v); free(c.out); free(c.probs); free(ref);
-    }
+    att_bench(&r, 256, 64);
+    att_bench(&r, 1024, 64);
+    att_bench(&r, 2048, 64);
     {
         long n = 4096L * 704;
         sw_case c = { malloc((size_t)n * sizeof(float)), randn(&r, n), randn(&r, n), n, pool };
