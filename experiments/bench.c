@@ -197,7 +197,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
                    "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"steps_per_s\": %.6g, "
                    "\"gflops_nominal\": %.6g, \"gflops_executed\": %.6g, \"sgemm_gflops\": %.6g, "
                    "\"ratio_nominal\": %.4g, \"ratio_executed\": %.4g, \"peak_rss_mb\": %.1f, "
-                   "\"param_state_mb\": %.1f, \"expert_state_mb\": %.1f, "
+                   "\"param_state_mb\": %.6g, \"expert_state_mb\": %.6g, "
                    "\"activation_mb\": %.1f, \"bf16_gflops\": %.6g",
                    c.config, cfg.precision, ctx->size, threads, steps, br.step_s, br.tokens_s,
                    1.0 / br.step_s,

@@ -34,6 +34,7 @@ static const opt options[] = {
     { "--jsonl", OPT_FLAG, OFF(jsonl) },
     { "--json", OPT_FLAG, OFF(json) },
     { "--threads", OPT_POSITIVE, OFF(threads) },
+    { "--ranks", OPT_POSITIVE, OFF(ranks) },
     { "--max-steps", OPT_LONG, OFF(max_steps) },
     { "--steps", OPT_POSITIVE, OFF(steps) },
     { "--windows", OPT_LONG, OFF(windows) },

@@ -15,6 +15,7 @@ typedef struct cli {
     char **over;
     bool resume, overwrite, quiet, jsonl, json, ids;
     int threads;
+    long ranks;
     long max_steps;
     const char *data, *mode, *prompt, *prompt_ids, *init_from;
     long windows, tokens, top_k, seed, steps;
@@ -43,6 +44,7 @@ void cli_fatal_stop(mode_ctx *ctx, const char *msg);
 
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv);
 
 #endif

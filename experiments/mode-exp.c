@@ -33,6 +33,7 @@ static const char usage_main[] =
     "       mode-exp sample CKPT --prompt TEXT --tokens N [options]   generate text\n"
     "       mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json]\n"
     "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
+    "       mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P]  memory per rank\n"
     "       mode-exp --version                                        build, libraries, kernels\n"
     "\n"
     "Training options:\n"
@@ -309,6 +310,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "flops"))
         return cmd_flops(argc, argv);
+    if (!strcmp(argv[1], "plan"))
+        return cmd_plan(argc, argv);
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))
         return cmd_version();
     /* Oversubscribed ranks must yield the core while they wait, or they steal

@@ -71,6 +71,15 @@ static int mod_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
+static double mod_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    mod_router_cfg c = mod_router_parse(spec, dims);
+    /* the router's buffers, and the block on k rows of each sequence (top-k:
+     * exactly k; the causal rule of an evaluation may take more) */
+    return mod_router_bytes(&c, dims, max_seq) +
+           routed_rows_bytes(dims, dims->d_ff, (long)max_seq * c.k);
+}
+
 static long mod_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     mod_router_cfg c = mod_router_parse(spec, dims);
@@ -225,6 +234,7 @@ const layer_kind mod_kind = {
     .build = mod_build,
     .free = mod_free,
     .ws_floats = mod_ws_floats,
+    .state_bytes = mod_state_bytes,
     .forward = mod_forward,
     .backward = mod_backward,
     .flops = mod_flops,

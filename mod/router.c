@@ -502,6 +502,24 @@ void free_routed_rows(routed_rows *r)
     r->cap_rows = 0;
 }
 
+double routed_rows_bytes(const model_dims *dims, int f, long rows)
+{
+    /* xs h ys [rows][d], the attention and MLP caches */
+    return 4.0 * 3.0 * (double)rows * dims->d_model + attn_cache_bytes(dims, rows) +
+           mlp_cache_bytes(dims, rows, f);
+}
+
+double mod_router_bytes(const mod_router_cfg *c, const model_dims *dims, int max_seq)
+{
+    double rows = (double)max_seq * dims->seq_len;
+    /* r pl sel pos gate dr [rows] of 4 bytes, z c [rows] of 1, scratch [S],
+     * seq_start; the predictor's pa ph dpa [rows][64] */
+    double b = rows * (6.0 * 4.0 + 2.0) + 4.0 * (dims->seq_len + max_seq + 1.0);
+    if (c->t_pred >= 0)
+        b += 3.0 * 4.0 * rows * MOD_PRED_HIDDEN;
+    return b;
+}
+
 int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows)
 {
     if (rows <= r->cap_rows)

@@ -111,6 +111,10 @@ typedef struct routed_rows {
     mlp_cache mlp;
 } routed_rows;
 int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows);
+/* The bytes routed_rows_ensure allocates for rows, and build_mod_router for
+ * max_seq sequences (mode-exp plan). */
+double routed_rows_bytes(const model_dims *dims, int f, long rows);
+double mod_router_bytes(const mod_router_cfg *c, const model_dims *dims, int max_seq);
 void free_routed_rows(routed_rows *r);
 
 #endif

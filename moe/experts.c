@@ -216,6 +216,25 @@ int build_experts(experts **out, const experts_cfg *c, const model_dims *dims)
     return 0;
 }
 
+double experts_bytes(const experts_cfg *c, const model_dims *dims, long rows)
+{
+    double n = (double)rows, d = dims->d_model, f = c->d_ff, N = experts_columns(c), K = c->top_k;
+    int P = dims->ranks > 1 ? dims->ranks : 1, L = experts_local(c->experts, P);
+    double assign = n * K; /* every assignment to a real expert kept */
+    /* probs dp [rows][N], lse [rows], col choice weight [rows][top_k] */
+    double gate = 4.0 * n * (2.0 * N + 1.0 + 3.0 * K);
+    /* a_row a_slot, send [d+1], outs grads [d] per assignment */
+    double dispatch = assign * (8.0 + 4.0 * (3.0 * d + 1.0));
+    /* recv [d+1], xin yout back [d], perm per received row; the caches
+     * a1 a3 g [f]; backward work for the busiest local expert: 3 f + d */
+    double received = assign;
+    double expert_side = received * (4.0 * (4.0 * d + 1.0) + 4.0) + received * 12.0 * f +
+                         received / L * 4.0 * (3.0 * f + d);
+    /* counters, decoding's one row */
+    double fixed = 4.0 * (2.0 * (c->experts + 1.0) + 3.0 * N + d + 3.0 * f + 2.0 * K) + 8.0 * 10;
+    return gate + dispatch + expert_side + fixed;
+}
+
 /* Buffers whose size follows the routing: grown (never shrunk) together,
  * contents not kept. */
 static int regrow(int n, int *cap, int count, void ***bufs, const size_t *sizes)

@@ -46,6 +46,12 @@ int experts_capacity(const experts_cfg *c, int rows_per_seq);
 typedef struct experts experts; /* activations and buffers, opaque */
 
 int build_experts(experts **out, const experts_cfg *c, const model_dims *dims);
+/* The bytes the experts keep for rows token rows a step (mode-exp plan):
+ * the gate's per-row buffers, the dispatch's (kept assignments) and, on the
+ * expert side, as many received rows as this rank sends (balanced routing;
+ * a capacity factor bounds the busiest expert at cf times that), their
+ * SwiGLU caches and backward work space for this rank's experts. */
+double experts_bytes(const experts_cfg *c, const model_dims *dims, long rows);
 void free_experts(experts **x);
 
 /* Tensor descriptors: gate [d][N], experts_w1 [E][d][f], experts_w3 [E][d][f],

@@ -141,6 +141,17 @@ static int moe_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
+static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    long rows = (long)max_seq * dims->seq_len;
+    experts_cfg c = moe_experts_cfg(spec, dims, !strcmp(spec->kind, "integrated"));
+    /* h m [rows][d], rstd pos [rows], seq_start, decoding's 3d; attention's
+     * cache; the experts on every row */
+    return 4.0 * ((double)rows * (2.0 * dims->d_model + 2.0) + max_seq + 1.0 +
+                  3.0 * dims->d_model) +
+           attn_cache_bytes(dims, rows) + experts_bytes(&c, dims, rows);
+}
+
 static long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     int rows = max_seq * dims->seq_len;
@@ -270,7 +281,8 @@ static void moe_stat_columns(const layer *l, const double *sums, double *cols)
 #define MOE_ROW(NAME, VALIDATE, TENSORS, FLOPS)                                                    \
     {                                                                                              \
         .name = NAME, .keys = moe_keys, .validate = VALIDATE, .tensors = TENSORS,                 \
-        .build = moe_build, .free = moe_free, .ws_floats = moe_ws_floats, .forward = moe_forward, \
+        .build = moe_build, .free = moe_free, .ws_floats = moe_ws_floats,                       \
+        .state_bytes = moe_state_bytes, .forward = moe_forward,                                \
         .backward = moe_backward, .flops = FLOPS, .decode_begin = moe_decode_begin,               \
         .decode = moe_decode, .record = moe_record, .stat_count = moe_stat_count,                 \
         .stat_name = moe_stat_name, .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns, \

@@ -99,6 +99,18 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
+static double staged_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    mod_router_cfg rc = mod_router_parse(spec, dims);
+    experts_cfg c = moe_experts_cfg(spec, dims, false);
+    long sel = (long)max_seq * rc.k; /* top-k: k rows of each sequence */
+    /* the router, the records' [rows][top_k] buffers, decoding's 3d, the
+     * block on the selected rows (its MLP the experts) */
+    return mod_router_bytes(&rc, dims, max_seq) +
+           8.0 * (double)max_seq * dims->seq_len * c.top_k + 12.0 * dims->d_model +
+           routed_rows_bytes(dims, 0, sel) + experts_bytes(&c, dims, sel);
+}
+
 static long staged_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     mod_router_cfg c = mod_router_parse(spec, dims);
@@ -279,6 +291,7 @@ const layer_kind staged_kind = {
     .build = staged_build,
     .free = staged_free,
     .ws_floats = staged_ws_floats,
+    .state_bytes = staged_state_bytes,
     .forward = staged_forward,
     .backward = staged_backward,
     .flops = staged_flops,

@@ -27,6 +27,23 @@ void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S)
         pos[j] = j % S;
 }
 
+double attn_cache_bytes(const model_dims *dims, long cap_rows)
+{
+    /* u q k v att [rows][d], rstd [rows], lse [H rows] */
+    return 4.0 * (double)cap_rows * (5.0 * dims->d_model + 1.0 + dims->n_heads);
+}
+
+double ffn_cache_bytes(long cap_rows, int f)
+{
+    return 4.0 * 3.0 * (double)cap_rows * f; /* a1 a3 g [rows][f] */
+}
+
+double mlp_cache_bytes(const model_dims *dims, long cap_rows, int f)
+{
+    /* m [rows][d], rstd [rows], then the ffn's */
+    return 4.0 * (double)cap_rows * (dims->d_model + 1.0) + ffn_cache_bytes(cap_rows, f);
+}
+
 int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows)
 {
     memset(c, 0, sizeof(*c));

@@ -61,6 +61,12 @@ typedef struct mlp_cache {
     ffn_cache ffn;
 } mlp_cache;
 
+/* The bytes each builder below allocates for cap_rows rows (mode-exp plan
+ * counts memory with them, never allocating). */
+double attn_cache_bytes(const model_dims *dims, long cap_rows);
+double ffn_cache_bytes(long cap_rows, int f);
+double mlp_cache_bytes(const model_dims *dims, long cap_rows, int f);
+
 int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows);
 void free_attn_cache(attn_cache *c);
 int build_ffn_cache(ffn_cache *c, int cap_rows, int f);

@@ -71,6 +71,14 @@ static int dense_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
+static double dense_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    long rows = (long)max_seq * dims->seq_len;
+    /* h [rows][d], pos [rows], seq_start, the attention and MLP caches */
+    return 4.0 * ((double)rows * (dims->d_model + 1.0) + max_seq + 1.0) +
+           attn_cache_bytes(dims, rows) + mlp_cache_bytes(dims, rows, dims->d_ff);
+}
+
 static long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     int rows = max_seq * dims->seq_len;
@@ -163,6 +171,7 @@ const layer_kind dense_kind = {
     .build = dense_build,
     .free = dense_free,
     .ws_floats = dense_ws_floats,
+    .state_bytes = dense_state_bytes,
     .forward = dense_forward,
     .backward = dense_backward,
     .flops = dense_flops,

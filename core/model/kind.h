@@ -73,6 +73,12 @@ typedef struct layer_kind {
     int (*forward)(layer *l, const fwd_args *a, float *y, const float *x);
     /* dx[nseq*S][d] += d loss / d x, parameter gradients += ..., given dy. */
     int (*backward)(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
+    /* Bytes of the activations and buffers this kind keeps for batches of
+     * max_seq sequences: what build() allocates and the training passes
+     * grow (expert buffers as balanced routing fills them, the experts this
+     * rank holds: dims ranks and rank), not the parameters nor the backward
+     * work space (ws_floats).  For mode-exp plan, which never allocates. */
+    double (*state_bytes)(const layer_spec *spec, const model_dims *dims, int max_seq);
     /* Nominal forward FLOPs of one sequence of S rows (MODEL.md "FLOPs"). */
     double (*flops)(const layer_spec *spec, const model_dims *dims);
     /* Incremental decoding (sampling with a KV cache).  decode_begin()

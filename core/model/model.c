@@ -246,6 +246,56 @@ fail:
     return rc ? rc : -EINVAL;
 }
 
+int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_spec *specs,
+                      const layer_kind *const *table, int max_seq, char *err, int err_len)
+{
+    memset(out, 0, sizeof(*out));
+    model_dims dims = *dims_in;
+    if (dims.ranks < 1) {
+        dims.ranks = 1;
+        dims.rank = 0;
+    }
+    int L = dims.n_layers, S = dims.seq_len, d = dims.d_model, V = dims.vocab;
+    double rows = (double)max_seq * S, ws = 0.0;
+    /* tok_emb and final_norm, shared */
+    double shared = (double)V * d + d, experts = 0.0;
+    out->params_all = shared;
+    for (int l = 0; l < L; l++) {
+        const layer_kind *k = layer_kind_lookup(table, specs[l].kind);
+        if (!k) {
+            snprintf(err, (size_t)err_len, "layer %d: unknown kind '%s'", l, specs[l].kind);
+            return -EINVAL;
+        }
+        if (k->validate(&specs[l], &dims, err, err_len))
+            return -EINVAL;
+        tensor_desc descs[16];
+        int n = k->tensors(&specs[l], &dims, descs, 16);
+        for (int t = 0; t < n; t++) {
+            double numel = (double)tensor_numel(&descs[t]);
+            out->params_all += numel;
+            if (descs[t].expert_dim) {
+                int E = descs[t].shape[0];
+                experts += numel / E * experts_local(E, dims.ranks);
+            } else {
+                shared += numel;
+            }
+        }
+        out->activations += k->state_bytes ? k->state_bytes(&specs[l], &dims, max_seq) : 0.0;
+        double w = (double)k->ws_floats(&specs[l], &dims, max_seq);
+        ws = w > ws ? w : ws;
+    }
+    /* parameters, gradients and both Adam moments, 4 bytes each */
+    out->shared = 16.0 * shared;
+    out->experts = 16.0 * experts;
+    /* build_model's own: the residual stream's L+1 copies, its gradient's
+     * two, RMSNorm_final's output and rstd, the logits, inputs and targets,
+     * the RoPE table */
+    out->activations += 4.0 * rows * ((L + 1.0) * d + 2.0 * d + d + 1.0 + V) +
+                        2.0 * rows * sizeof(token_t) + 4.0 * S * dims.d_head;
+    out->work = 4.0 * ws;
+    return 0;
+}
+
 void model_init(model *m, uint64_t seed)
 {
     for (int t = 0; t < m->n_tensors; t++) {

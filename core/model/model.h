@@ -81,6 +81,19 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
                 const layer_kind *const *table, int max_seq, char *err, int err_len);
 void free_model(model **m);
 
+/* What a model of these dims (ranks and rank placing the experts) takes on
+ * one rank, in bytes, counted from the kind table without allocating
+ * anything (mode-exp plan). */
+typedef struct model_memory {
+    double shared;      /* the shared tensors' parameters, gradients and both moments */
+    double experts;     /* the same for this rank's experts */
+    double activations; /* the residual stream, logits, the layers' caches and buffers */
+    double work;        /* backward work space, and the comm buffers the kinds keep */
+    double params_all;  /* parameters of the whole model, every expert (count) */
+} model_memory;
+int model_plan_memory(model_memory *out, const model_dims *dims, const layer_spec *specs,
+                      const layer_kind *const *table, int max_seq, char *err, int err_len);
+
 /* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0)
  * in row-major order, a rank's experts from their place in that stream, so
  * a sharded model starts from the bits of the whole one. */

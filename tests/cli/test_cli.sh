@@ -257,6 +257,27 @@ moe)
 	grep -q "moe.experts=4: expected a multiple or a divisor of the 3 ranks" err.txt ||
 		fail "experts/ranks message: $(cat err.txt)"
 	;;
+plan)
+	# mode-exp plan counts without allocating: its parameter state is what
+	# bench allocates (bench pads each tensor to 16 floats: within 1%), the
+	# experts' share falls as 1/P, and a rank count the experts cannot be
+	# spread over is refused
+	layers='model.layers=dense, moe, staged'
+	value() { echo "$1" | sed "s/.*\"$2\": \([0-9.e+]*\).*/\1/"; }
+	p1=$("$exe" plan "$config" "$layers" moe.experts=8 --json) || fail "plan"
+	p4=$("$exe" plan "$config" "$layers" moe.experts=8 --ranks 4 --json) || fail "plan --ranks 4"
+	b1=$("$exe" bench "$config" "$layers" moe.experts=8 --steps 2 --json) || fail "bench"
+	echo "$p1"
+	echo "$b1"
+	awk -v a="$(value "$p1" shared_state_mb)" -v b="$(value "$p1" expert_state_mb)" \
+		-v m="$(value "$b1" param_state_mb)" 'BEGIN { d = (a + b - m) / m; exit !(d < 0.01 && d > -0.01) }' ||
+		fail "plan's parameter state differs from bench's"
+	awk -v a="$(value "$p1" expert_state_mb)" -v b="$(value "$p4" expert_state_mb)" \
+		'BEGIN { exit !(b > 0 && a / b > 3.99 && a / b < 4.01) }' || fail "experts at 4 ranks are not a quarter"
+	"$exe" plan "$config" "$layers" moe.experts=8 data.batch=6 --ranks 3 >out.txt 2>&1 &&
+		fail "3 ranks for 8 experts"
+	grep -q "expected a multiple or a divisor of the 3 ranks" out.txt || fail "plan message: $(cat out.txt)"
+	;;
 bench)
 	out=$("$exe" bench "$config" --steps 2 --json) || fail "bench"
 	echo "$out"
