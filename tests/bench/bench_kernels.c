@@ -189,7 +189,7 @@ static void att_bench(pcg32 *r, int n, int dh)
     for (int i = 0; i < 4; i++)
         diff = fmax(diff, max_rel_diff(outs[i], ref + i * nd, nd));
     char name[64];
-    snprintf(name, sizeof(name), "causal attention fwd+bwd n %d, dh %d, 1 head", n, dh);
+    snprintf(name, sizeof(name), "causal attention fwd+bwd, n %d, dh %d", n, dh);
     report(name, tf, tr, diff);
     free(c.q); free(c.k); free(c.v); free(c.g); free(c.out); free(c.lse); free(c.dq);
     free(c.dk); free(c.dv); free(c.scratch); free(c.p); free(c.dp); free(ref);
