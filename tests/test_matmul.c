@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -275,47 +276,67 @@ static void test_linear(void **st)
     print_message("linear_forward/backward: max |out - ref| / (1 + max |ref|) = %.2e\n", worst);
 }
 
-/* bf16 products (kernels/bf16.h), on the tile unit where there is one and
- * emulated everywhere, against the plain loop on the same rounded operands:
- * only the order of the fp32 sums may differ.  Shapes span several 32 x 32
- * blocks, partial blocks and K beyond one 256-long chunk, every
- * transposition, beta 0 (over NaN), 1 and 0.5, and views. */
+/* Why a bf16 path cannot run here (the test of that path is skipped). */
+static const char *bf16_missing(bf16_path path)
+{
+    return path == BF16_PATH_AMX ? "no AMX-BF16 tiles usable by this process"
+                                 : "no AVX-512 with AVX512_BF16";
+}
+
+/* bf16 products (kernels/bf16.h) on every path this CPU has (AMX tiles,
+ * AVX512_BF16, emulated), each against the plain loop on the same rounded
+ * operands: only the order of the fp32 sums may differ.  Shapes span
+ * several register tiles and 32 x 32 blocks, partial panels of rows and of
+ * columns (not multiples of 8, 16 or 32), odd K and K of several 256-long
+ * chunks, every transposition, beta 0 (over NaN), 1 and 0.5, and views
+ * (whose NaN padding must stay unread). */
 static void test_bf16_vs_ref(void **st)
 {
     (void)st;
     static const int shapes[][3] = {
-        { 1, 1, 1 },   { 1, 97, 1 },   { 97, 1, 97 },   { 16, 16, 32 },  { 32, 32, 32 },
-        { 33, 65, 9 }, { 64, 64, 64 }, { 70, 50, 600 }, { 97, 97, 97 },  { 5, 300, 257 },
-        { 257, 31, 33 }, { 128, 704, 256 }, { 200, 48, 1000 },
+        { 1, 1, 1 },      { 1, 97, 1 },    { 97, 1, 97 },    { 16, 16, 32 },   { 32, 32, 32 },
+        { 33, 65, 9 },    { 64, 64, 64 },  { 70, 50, 600 },  { 97, 97, 97 },   { 5, 300, 257 },
+        { 257, 31, 33 },  { 128, 704, 256 }, { 200, 48, 1000 }, { 9, 17, 2 },   { 15, 33, 31 },
+        { 24, 48, 513 },  { 40, 40, 1101 }, { 8, 16, 3 },
     };
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
-    print_message("bf16 products on %s\n", bf16_amx_ready() ? "AMX" : "the emulated path only");
-    pcg32 rng;
-    pcg32_seed(&rng, 20261130u, 5u);
-    double worst[2] = { 0.0, 0.0 };
-    for (int s = 0; s < nshapes; s++) {
-        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-        void *work = aligned_alloc(64, (matmul_bf16_work_bytes(m, n, k) + 63) / 64 * 64);
-        assert_non_null(work);
-        for (int combo = 0; combo < 12; combo++) {
-            mm_case x = make_case(&rng, m, n, k, combo);
-            float *ref = copy(x.c, (size_t)m * x.ldc), *emu = copy(x.c, (size_t)m * x.ldc);
-            assert_int_equal(matmul_bf16_ref(ref, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n,
-                                             k, x.beta), 0);
-            matmul_bf16(x.c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta, work);
-            matmul_bf16_emulated(emu, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta,
-                                 work);
-            worst[0] = fmax(worst[0], check_close("matmul_bf16", x.c, ref, m, n, x.ldc, k, true));
-            worst[1] = fmax(worst[1], check_close("bf16 emulated", emu, ref, m, n, x.ldc, k, true));
-            free_case(&x);
-            free(ref);
-            free(emu);
+    bool ran = false;
+    for (int path = BF16_PATH_COUNT - 1; path >= 0; path--) {
+        const char *name = bf16_path_name((bf16_path)path);
+        if (!bf16_path_available((bf16_path)path)) {
+            print_message("bf16 %s: skipped, %s on this CPU\n", name,
+                          bf16_missing((bf16_path)path));
+            continue;
         }
-        free(work);
+        pcg32 rng;
+        pcg32_seed(&rng, 20261130u, 5u);
+        double worst = 0.0;
+        int cases = 0;
+        for (int s = 0; s < nshapes; s++) {
+            int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            void *work = aligned_alloc(64, (matmul_bf16_work_bytes(m, n, k) + 63) / 64 * 64);
+            assert_non_null(work);
+            for (int combo = 0; combo < 12; combo++) {
+                mm_case x = make_case(&rng, m, n, k, combo);
+                float *ref = copy(x.c, (size_t)m * x.ldc);
+                assert_int_equal(matmul_bf16_ref(ref, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb,
+                                                 m, n, k, x.beta), 0);
+                matmul_bf16_on((bf16_path)path, x.c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb,
+                               m, n, k, x.beta, work);
+                worst = fmax(worst, check_close(name, x.c, ref, m, n, x.ldc, k, true));
+                cases++;
+                free_case(&x);
+                free(ref);
+            }
+            free(work);
+        }
+        print_message("bf16 %s vs ref: max |C - ref| / (1 + max |ref|) = %.2e over %d cases\n",
+                      name, worst, cases);
+        ran = true;
     }
-    print_message("matmul_bf16 vs ref: %.2e, emulated vs ref: %.2e (max |C - ref| / (1 + max "
-                  "|ref|))\n", worst[0], worst[1]);
+    assert_true(ran); /* the emulated path runs everywhere */
     /* and they are bf16 products: far from fp32 ones on the same operands */
+    pcg32 rng;
     pcg32_seed(&rng, 20261130u, 6u);
     float *a = mat(&rng, 8, 64, 64, 0.0f), *b = mat(&rng, 64, 8, 8, 0.0f);
     float c[64], f32[64];
@@ -327,6 +348,155 @@ static void test_bf16_vs_ref(void **st)
     assert_true(diff > 1e-3);
     free(a);
     free(b);
+}
+
+static float from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
+static uint32_t to_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+
+/* Every path rounds its operands exactly as bf16_from_float does: with
+ * k = 1 and the other operand 1, C is the rounded operand itself (a
+ * product of two bf16 is exact in fp32), so C must be the reference's bits:
+ * ties to even, the carry into the exponent, overflow to infinity, NaN kept
+ * quiet.  Each value goes through A and through B, stored both ways (the
+ * packings differ).  A value whose rounding is a bf16 denormal may also
+ * come out as a zero of its sign: vdpbf16ps and the AMX tiles treat
+ * denormal inputs as zero (Intel's definition).  Also k = 0: beta 0 writes
+ * zeros over NaN, beta 0.5 scales C. */
+static void test_bf16_rounding(void **st)
+{
+    (void)st;
+    static const uint32_t specials[] = {
+        0x3f808000u, /* 1 + 2^-8: a tie, to even (down) */
+        0x3f818000u, /* 1 + 3 2^-8: a tie, to even (up) */
+        0x3f808001u, /* just above the tie: up */
+        0x3f807fffu, /* just below: down */
+        0xbf808000u, /* negative tie */
+        0x3fffff00u, /* carries into the exponent: 2 */
+        0x7f7fffffu, /* FLT_MAX: rounds to infinity */
+        0x7f7f7fffu, /* stays finite */
+        0x7f800000u, 0xff800000u, /* infinities */
+        0x7fc00001u, 0xffc12345u, /* quiet NaNs */
+        0x7f800001u, /* a signalling NaN: quiet after rounding */
+        0x80000000u, 0x00000000u, /* zeros */
+        0x00800000u, /* FLT_MIN */
+        0x007fffffu, /* the largest denormal: rounds up to FLT_MIN */
+        0x00018000u, /* a denormal, a tie */
+        0x3e2aaaabu, 0xc0490fdbu, /* 1/6, -pi */
+    };
+    const int ns = (int)(sizeof specials / sizeof specials[0]);
+    float col[32], ones[32], c[32 * 32], ref[32 * 32];
+    for (int i = 0; i < 32; i++) {
+        col[i] = from_bits(specials[i % ns]);
+        ones[i] = 1.0f;
+    }
+    void *work = aligned_alloc(64, (matmul_bf16_work_bytes(32, 32, 1) + 63) / 64 * 64);
+    assert_non_null(work);
+    for (int path = 0; path < BF16_PATH_COUNT; path++) {
+        if (!bf16_path_available((bf16_path)path))
+            continue;
+        for (int combo = 0; combo < 8; combo++) {
+            /* A (ns x 1, or 1 x ns when ta) holds the values, B ones, or the
+             * other way round; ld 1 for a column, ns for a row */
+            bool ta = combo & 1, tb = combo & 2, in_b = combo & 4;
+            int m = in_b ? 4 : ns, n = in_b ? ns : 4;
+            const float *a = in_b ? ones : col, *b = in_b ? col : ones;
+            int lda = ta ? m : 1, ldb = tb ? 1 : n;
+            for (int i = 0; i < m * n; i++)
+                c[i] = ref[i] = NAN;
+            matmul_bf16_on((bf16_path)path, c, n, a, lda, ta, b, ldb, tb, m, n, 1, 0.0f, work);
+            assert_int_equal(matmul_bf16_ref(ref, n, a, lda, ta, b, ldb, tb, m, n, 1, 0.0f), 0);
+            for (int i = 0; i < m * n; i++) {
+                uint32_t got = to_bits(c[i]), want = to_bits(ref[i]);
+                bool flushed = fpclassify(ref[i]) == FP_SUBNORMAL && (got & 0x7fffffffu) == 0 &&
+                               (got >> 31) == (want >> 31);
+                if (isnan(ref[i]) ? !isnan(c[i]) : got != want && !flushed)
+                    fail_msg("bf16 %s, ta %d tb %d, value in %s: %08x rounds to %08x, expected "
+                             "%08x", bf16_path_name((bf16_path)path), ta, tb, in_b ? "B" : "A",
+                             to_bits(col[(in_b ? i % n : i / n) % ns]), got, want);
+            }
+        }
+        /* k = 0 */
+        for (int i = 0; i < 16; i++)
+            c[i] = NAN;
+        matmul_bf16_on((bf16_path)path, c, 4, ones, 1, false, ones, 4, false, 4, 4, 0, 0.0f, work);
+        for (int i = 0; i < 16; i++)
+            assert_true(c[i] == 0.0f);
+        for (int i = 0; i < 16; i++)
+            c[i] = (float)i;
+        matmul_bf16_on((bf16_path)path, c, 4, ones, 1, false, ones, 4, false, 4, 4, 0, 0.5f, work);
+        for (int i = 0; i < 16; i++)
+            assert_true(c[i] == 0.5f * (float)i);
+    }
+    free(work);
+}
+
+/* Forcing a path: matmul_bf16 then takes it (the same bits as that path
+ * called by name), a path the CPU lacks is refused and changes nothing, and
+ * MODE_BF16_KERNEL names a path or is refused with a message. */
+static void test_bf16_force(void **st)
+{
+    (void)st;
+    const int m = 40, n = 50, k = 70;
+    pcg32 rng;
+    pcg32_seed(&rng, 20261130u, 8u);
+    float *a = mat(&rng, m, k, k, 0.0f), *b = mat(&rng, k, n, n, 0.0f);
+    float *c = malloc((size_t)m * n * sizeof(float)), *d = malloc((size_t)m * n * sizeof(float));
+    void *work = aligned_alloc(64, (matmul_bf16_work_bytes(m, n, k) + 63) / 64 * 64);
+    assert_non_null(c);
+    assert_non_null(d);
+    assert_non_null(work);
+    bf16_path best = bf16_path_current();
+    print_message("bf16 products here: %s (the fastest path this CPU has)\n", bf16_path_name(best));
+    for (int path = 0; path < BF16_PATH_COUNT; path++) {
+        if (!bf16_path_available((bf16_path)path)) {
+            assert_int_equal(bf16_force_path((bf16_path)path), -ENOTSUP);
+            assert_int_equal(bf16_path_current(), best);
+            continue;
+        }
+        assert_int_equal(bf16_force_path((bf16_path)path), 0);
+        assert_int_equal(bf16_path_current(), path);
+        matmul_bf16(c, n, a, k, false, b, n, false, m, n, k, 0.0f, work);
+        matmul_bf16_on((bf16_path)path, d, n, a, k, false, b, n, false, m, n, k, 0.0f, work);
+        assert_memory_equal(c, d, (size_t)m * n * sizeof(float));
+        /* the forced path stays until the environment says otherwise */
+        assert_int_equal(unsetenv("MODE_BF16_KERNEL"), 0);
+        char err[256] = "";
+        assert_int_equal(bf16_path_from_env(err, sizeof(err)), 0);
+        assert_int_equal(bf16_path_current(), best);
+        assert_int_equal(setenv("MODE_BF16_KERNEL", bf16_path_name((bf16_path)path), 1), 0);
+        assert_int_equal(bf16_path_from_env(err, sizeof(err)), 0);
+        assert_int_equal(bf16_path_current(), path);
+    }
+    char err[256] = "";
+    assert_int_equal(setenv("MODE_BF16_KERNEL", "fp8", 1), 0);
+    assert_int_equal(bf16_path_from_env(err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "MODE_BF16_KERNEL=fp8"));
+    for (int path = 0; path < BF16_PATH_COUNT; path++) {
+        if (bf16_path_available((bf16_path)path))
+            continue;
+        assert_int_equal(setenv("MODE_BF16_KERNEL", bf16_path_name((bf16_path)path), 1), 0);
+        assert_int_equal(bf16_path_from_env(err, sizeof(err)), -ENOTSUP);
+        print_message("refused: %s\n", err);
+    }
+    assert_int_equal(unsetenv("MODE_BF16_KERNEL"), 0);
+    assert_int_equal(bf16_path_from_env(err, sizeof(err)), 0);
+    assert_int_equal(bf16_path_current(), best);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    free(work);
 }
 
 /* matmul_pool cuts C into bands whose bounds depend on the shape alone, each
@@ -345,7 +515,13 @@ static void test_pool_bits(void **st)
     thread_pool *pools[3] = { NULL, NULL, NULL };
     for (int t = 0; t < 3; t++)
         assert_int_equal(build_thread_pool(&pools[t], t + 1), 0);
-    for (int bf = 0; bf <= 1; bf++) {
+    /* bf: 0 fp32, else bf16 on path bf - 1 (those this CPU has) */
+    for (int bf = 0; bf <= BF16_PATH_COUNT; bf++) {
+        if (bf && bf16_force_path((bf16_path)(bf - 1))) {
+            print_message("bf16 %s: skipped, %s on this CPU\n", bf16_path_name((bf16_path)(bf - 1)),
+                          bf16_missing((bf16_path)(bf - 1)));
+            continue;
+        }
         for (int t = 0; t < 3; t++)
             pool_set_bf16(pools[t], bf);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -361,7 +537,8 @@ static void test_pool_bits(void **st)
             for (int t = 0; t < 3; t++) {
                 float *c = copy(c0, (size_t)m * n);
                 matmul_pool(pools[t], c, n, a, k, false, b, n, false, m, n, k, 1.0f);
-                check_close(bf ? "matmul_pool bf16" : "matmul_pool", c, ref, m, n, n, k, false);
+                check_close(bf ? bf16_path_name((bf16_path)(bf - 1)) : "matmul_pool", c, ref, m, n,
+                            n, k, false);
                 if (first) {
                     assert_memory_equal(c, first, (size_t)m * n * sizeof(float));
                     free(c);
@@ -389,6 +566,8 @@ static void test_pool_bits(void **st)
     }
     for (int t = 0; t < 3; t++)
         free_thread_pool(&pools[t]);
+    char err[256];
+    assert_int_equal(bf16_path_from_env(err, sizeof(err)), 0); /* back to the fastest */
 }
 
 int main(void)
@@ -396,6 +575,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_vs_ref),
         cmocka_unit_test(test_bf16_vs_ref),
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_bf16_force),
         cmocka_unit_test(test_pool_bits),
         cmocka_unit_test(test_beta0_overwrites_nan),
         cmocka_unit_test(test_linear),

@@ -93,8 +93,8 @@ static void band_task(void *arg, int t, int worker)
 
 void matmul_use_bf16(struct thread_pool *p, bool on)
 {
-    if (on)
-        bf16_amx_ready();
+    if (on) /* asks the CPU, and the OS for the AMX tile state, before the workers run */
+        bf16_path_current();
     pool_set_bf16(p, on);
 }
 

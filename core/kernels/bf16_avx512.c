@@ -1,0 +1,278 @@
+/* C = beta C + op(A) op(B) with bf16 operands on AVX512_BF16.
+ *
+ * vdpbf16ps multiplies 16 pairs of bf16 by 16 pairs and adds both products
+ * of a pair into one fp32 lane: 32 multiply-adds per instruction against 16
+ * for an fp32 FMA, from half the operand bytes.  So both operands are
+ * packed as pairs along K ("VNNI", as for the AMX tiles):
+ *   - op(B) (k x n) in panels of 16 columns, each panel ceil(k / 2) rows of
+ *     16 pairs (p, p + 1): one zmm a row;
+ *   - op(A) (m x k) the same way, transposed: panels of 16 rows of C, each
+ *     ceil(k / 2) rows of 16 pairs, so that the pair of row i at step q is
+ *     one 32-bit word, broadcast to all 16 lanes.
+ * A register tile of MR rows x NR_PANELS panels of C (16 zmm sums) takes
+ * one A pair-word and NR_PANELS B rows per step of two k.  K is cut into
+ * chunks of K_CHUNK so that the chunk of a B panel stays in L1 while every
+ * row tile passes over it; each chunk's sums are added into C.
+ *
+ * The chunks and tiles depend on (m, n, k) alone, so a band of C is summed
+ * in the same order whichever thread computes it (matmul_pool). */
+#include "core/kernels/bf16_avx512.h"
+
+#include "core/kernels/bf16.h"
+
+#include <stdint.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MODE_AVX512_BF16 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdatomic.h>
+#endif
+
+/* PANEL: pairs a packed row (one zmm); MR x NR_PANELS: the register tile
+ * (8 rows x 32 columns: 16 sums, 2 B rows, the A word broadcast from
+ * memory); K_CHUNK: k per chunk (128 pair rows: 8 KiB of a B panel, 16 KiB
+ * for the two the tile reads). */
+enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32 };
+
+static int round_up(int x, int r)
+{
+    return (x + r - 1) / r * r;
+}
+
+size_t bf16_avx512_work_bytes(int m, int n, int k)
+{
+    /* pairs of bf16, one uint32 each; K padded to whole 32-long blocks of
+     * the packing's transposes */
+    size_t kq = (size_t)round_up(k > 0 ? k : 1, K_ALIGN) / 2;
+    return sizeof(uint32_t) * kq * ((size_t)round_up(m, PANEL) + (size_t)round_up(n, PANEL));
+}
+
+#ifdef MODE_AVX512_BF16
+/* 1 ready, -1 not, 0 not asked yet: a fact about the machine. */
+static atomic_int avx512_state;
+
+bool bf16_avx512_ready(void)
+{
+    int s = atomic_load(&avx512_state);
+    if (s == 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        bool has = false;
+        /* the OS must save the AVX-512 state: XCR0 bits 1, 2 (SSE, AVX),
+         * 5, 6, 7 (opmask, the upper halves of zmm0-15, zmm16-31) */
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1u) /* OSXSAVE */) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            (void)hi;
+            unsigned max_sub = 0;
+            if ((lo & 0xe6u) == 0xe6u && __get_cpuid_count(7, 0, &max_sub, &b, &c, &d) &&
+                (b >> 16 & 1u) /* AVX512F */ && (b >> 30 & 1u) /* AVX512BW */ && max_sub >= 1 &&
+                __get_cpuid_count(7, 1, &a, &b, &c, &d))
+                has = a >> 5 & 1u; /* AVX512_BF16 */
+        }
+        s = has ? 1 : -1;
+        atomic_store(&avx512_state, s);
+    }
+    return s == 1;
+}
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* 16 floats rounded to bf16 exactly as bf16_from_float does (to nearest,
+ * ties to even; a NaN stays a quiet NaN; denormals are kept), the bf16 in
+ * the high half of each 32-bit lane.  Not vcvtne2ps2bf16: it flushes
+ * denormal inputs to zero, which bf16_from_float does not. */
+TARGET static inline __m512i round16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    /* (u | 0x400000) >> 16 is bf16_from_float's (u >> 16) | 0x40 */
+    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+}
+
+/* The bits of mask for the first n of 16 lanes (n may be <= 0 or >= 16). */
+static inline __mmask16 first_lanes(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* 16 x 16 32-bit words: r[i] lane j becomes r[j] lane i. */
+TARGET static void transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) { /* 32-bit pairs of neighbouring rows */
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* r[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c */
+    for (int g = 0; g < 16; g += 4) {
+        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    /* a 4 x 4 transpose of 128-bit lanes for each c */
+    for (int c = 0; c < 4; c++) {
+        __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+        __m512i x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+        __m512i y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        t[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        t[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+        t[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        t[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
+/* X (k x w, element (p, j) at x[p * ldx + j], or at x[j * ldx + p] when
+ * w_major) into panels of PANEL along w: panel t is kq = kp / 2 rows of 16
+ * words, word j of row q the pair (X[2q][16t + j], X[2q + 1][16t + j]),
+ * the first in the low half.  Zero beyond k and w.  Reads nothing outside
+ * X (masked loads), so views' padding stays unread. */
+TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_major, int k, int w,
+                              int kp)
+{
+    const size_t kq = (size_t)kp / 2;
+    for (int j0 = 0; j0 < w; j0 += PANEL) {
+        uint32_t *panel = dst + (size_t)(j0 / PANEL) * kq * PANEL;
+        if (!w_major) {
+            /* rows p and p + 1 of 16 columns: the low halves from row p */
+            const __mmask16 cols = first_lanes(w - j0);
+            for (int q = 0; (size_t)q < kq; q++) {
+                int p = 2 * q;
+                __m512i r0 = _mm512_setzero_si512(), r1 = _mm512_setzero_si512();
+                if (p < k)
+                    r0 = round16(_mm512_maskz_loadu_ps(cols, x + (size_t)p * ldx + j0));
+                if (p + 1 < k)
+                    r1 = round16(_mm512_maskz_loadu_ps(cols, x + (size_t)(p + 1) * ldx + j0));
+                _mm512_store_si512(panel + (size_t)q * PANEL,
+                                   _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(r0, 16),
+                                                           r1));
+            }
+            continue;
+        }
+        /* w-major: 32 consecutive k of each of the 16 rows j make that
+         * row's 16 pairs; a transpose turns them into 16 packed rows */
+        const __m512i high_halves = _mm512_set_epi16(
+            63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21,
+            19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        for (int p0 = 0; p0 < kp; p0 += K_ALIGN) {
+            const __mmask16 lo = first_lanes(k - p0), hi = first_lanes(k - p0 - 16);
+            __m512i r[16];
+            for (int j = 0; j < PANEL; j++) {
+                r[j] = _mm512_setzero_si512();
+                if (j0 + j < w && lo) {
+                    const float *row = x + (size_t)(j0 + j) * ldx + p0;
+                    r[j] = _mm512_permutex2var_epi16(round16(_mm512_maskz_loadu_ps(lo, row)),
+                                                     high_halves,
+                                                     round16(_mm512_maskz_loadu_ps(hi, row + 16)));
+                }
+            }
+            transpose16(r);
+            for (int q = 0; q < 16; q++)
+                _mm512_store_si512(panel + (size_t)(p0 / 2 + q) * PANEL, r[q]);
+        }
+    }
+}
+
+/* The register tile: C[i0 .. i0 + rows)[j0 .. j0 + cols) (+)= the sums over
+ * pair rows [0, nq) of a (MR words a row, at stride PANEL) against panels
+ * b, b + bstride, ... (NP of them).  first: the first chunk of K, where beta
+ * applies (beta 0 overwrites, NaN included); later chunks add. */
+TARGET static inline __attribute__((always_inline)) void
+tile(float *c, int ldc, const uint32_t *a, const uint32_t *b, size_t bstride, int nq, int rows,
+     int cols, float beta, bool first, const int NP)
+{
+    __m512 acc[MR][NR_PANELS];
+    for (int r = 0; r < MR; r++)
+        for (int t = 0; t < NP; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    for (int q = 0; q < nq; q++) {
+        __m512bh bv[NR_PANELS];
+        for (int t = 0; t < NP; t++)
+            bv[t] = (__m512bh)_mm512_load_si512(b + (size_t)t * bstride + (size_t)q * PANEL);
+        for (int r = 0; r < MR; r++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[(size_t)q * PANEL + r]);
+            for (int t = 0; t < NP; t++)
+                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], av, bv[t]);
+        }
+    }
+    const __m512 vbeta = _mm512_set1_ps(beta);
+    for (int r = 0; r < rows; r++) {
+        float *cr = c + (size_t)r * ldc;
+        for (int t = 0; t < NP; t++) {
+            __mmask16 mk = first_lanes(cols - 16 * t);
+            __m512 v = acc[r][t];
+            if (!first || beta == 1.0f)
+                v = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, cr + 16 * t), v);
+            else if (beta != 0.0f)
+                v = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(mk, cr + 16 * t), v);
+            _mm512_mask_storeu_ps(cr + 16 * t, mk, v);
+        }
+    }
+}
+
+TARGET static void tile_wide(float *c, int ldc, const uint32_t *a, const uint32_t *b,
+                             size_t bstride, int nq, int rows, int cols, float beta, bool first)
+{
+    tile(c, ldc, a, b, bstride, nq, rows, cols, beta, first, NR_PANELS);
+}
+
+TARGET static void tile_narrow(float *c, int ldc, const uint32_t *a, const uint32_t *b,
+                               size_t bstride, int nq, int rows, int cols, float beta, bool first)
+{
+    tile(c, ldc, a, b, bstride, nq, rows, cols, beta, first, 1);
+}
+
+void matmul_bf16_avx512(float *c, int ldc,
+                        const float *a, int lda, bool ta,
+                        const float *b, int ldb, bool tb,
+                        int m, int n, int k, float beta, void *work)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    const int kp = round_up(k > 0 ? k : 1, K_ALIGN), nq = (k + 1) / 2;
+    const size_t kq = (size_t)kp / 2, stride = kq * PANEL; /* words a panel */
+    uint32_t *pa = work, *pb = pa + (size_t)round_up(m, PANEL) * kq;
+    /* op(A)[i][p] is element (p, i) of an operand stored k-major when ta */
+    pack_pairs(pa, a, lda, !ta, k, m, kp);
+    pack_pairs(pb, b, ldb, tb, k, n, kp);
+    /* k = 0: one empty chunk, so that beta still applies */
+    for (int q0 = 0; q0 < nq || q0 == 0; q0 += K_CHUNK / 2) {
+        int len = nq - q0 < K_CHUNK / 2 ? nq - q0 : K_CHUNK / 2;
+        for (int j = 0; j < n; j += NR_PANELS * PANEL) {
+            const uint32_t *bp = pb + (size_t)(j / PANEL) * stride + (size_t)q0 * PANEL;
+            int cols = n - j < NR_PANELS * PANEL ? n - j : NR_PANELS * PANEL;
+            for (int i = 0; i < m; i += MR) {
+                const uint32_t *ap = pa + (size_t)(i / PANEL) * stride + (size_t)q0 * PANEL +
+                                     (size_t)(i % PANEL);
+                int rows = m - i < MR ? m - i : MR;
+                float *ct = c + (size_t)i * ldc + j;
+                if (cols > PANEL)
+                    tile_wide(ct, ldc, ap, bp, stride, len, rows, cols, beta, q0 == 0);
+                else
+                    tile_narrow(ct, ldc, ap, bp, stride, len, rows, cols, beta, q0 == 0);
+            }
+        }
+    }
+}
+#else
+bool bf16_avx512_ready(void)
+{
+    return false;
+}
+
+void matmul_bf16_avx512(float *c, int ldc,
+                        const float *a, int lda, bool ta,
+                        const float *b, int ldb, bool tb,
+                        int m, int n, int k, float beta, void *work)
+{
+    (void)c, (void)ldc, (void)a, (void)lda, (void)ta, (void)b, (void)ldb, (void)tb;
+    (void)m, (void)n, (void)k, (void)beta, (void)work;
+}
+#endif

@@ -1,0 +1,27 @@
+/* The bf16 product on AVX512_BF16 (vdpbf16ps: two bf16 products summed
+ * into each fp32 lane), for CPUs with AVX-512 but no AMX tiles (AMD Zen 4;
+ * Intel Cooper Lake; also runnable on Sapphire Rapids).  Internal to
+ * kernels/: the rest of the code reaches it through matmul_bf16 (bf16.h),
+ * which chooses the path. */
+#ifndef MODE_CORE_KERNELS_BF16_AVX512_H
+#define MODE_CORE_KERNELS_BF16_AVX512_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether this CPU has AVX-512 (F, BW) with AVX512_BF16 and the OS saves
+ * the AVX-512 state (asked once). */
+bool bf16_avx512_ready(void);
+
+/* Work space, in bytes, for these sizes: both operands packed. */
+size_t bf16_avx512_work_bytes(int m, int n, int k);
+
+/* matmul()'s contract (matmul.h) with bf16-rounded operands; only when
+ * bf16_avx512_ready().  work: bf16_avx512_work_bytes bytes, 64-byte
+ * aligned.  The order of the sums depends on (m, n, k) alone. */
+void matmul_bf16_avx512(float *c, int ldc,
+                        const float *a, int lda, bool ta,
+                        const float *b, int ldb, bool tb,
+                        int m, int n, int k, float beta, void *work);
+
+#endif
