@@ -138,29 +138,34 @@ TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_maj
                               int kp)
 {
     const size_t kq = (size_t)kp / 2;
-    for (int j0 = 0; j0 < w; j0 += PANEL) {
-        uint32_t *panel = dst + (size_t)(j0 / PANEL) * kq * PANEL;
-        if (!w_major) {
-            /* rows p and p + 1 of 16 columns: the low halves from row p */
-            const __mmask16 cols = first_lanes(w - j0);
-            for (int q = 0; (size_t)q < kq; q++) {
-                int p = 2 * q;
+    if (!w_major) {
+        /* rows p and p + 1, 16 columns at a time, the low halves from row
+         * p; along the rows of X, so that its lines are read in order (the
+         * prefetchers follow) and once, whatever the panel count */
+        for (int q = 0; (size_t)q < kq; q++) {
+            const int p = 2 * q;
+            const float *x0 = x + (size_t)p * ldx, *x1 = x0 + ldx;
+            for (int j0 = 0; j0 < w; j0 += PANEL) {
+                const __mmask16 cols = first_lanes(w - j0);
                 __m512i r0 = _mm512_setzero_si512(), r1 = _mm512_setzero_si512();
                 if (p < k)
-                    r0 = round16(_mm512_maskz_loadu_ps(cols, x + (size_t)p * ldx + j0));
+                    r0 = round16(_mm512_maskz_loadu_ps(cols, x0 + j0));
                 if (p + 1 < k)
-                    r1 = round16(_mm512_maskz_loadu_ps(cols, x + (size_t)(p + 1) * ldx + j0));
-                _mm512_store_si512(panel + (size_t)q * PANEL,
+                    r1 = round16(_mm512_maskz_loadu_ps(cols, x1 + j0));
+                _mm512_store_si512(dst + ((size_t)(j0 / PANEL) * kq + (size_t)q) * PANEL,
                                    _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(r0, 16),
                                                            r1));
             }
-            continue;
         }
-        /* w-major: 32 consecutive k of each of the 16 rows j make that
-         * row's 16 pairs; a transpose turns them into 16 packed rows */
-        const __m512i high_halves = _mm512_set_epi16(
-            63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21,
-            19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        return;
+    }
+    /* w-major: 32 consecutive k of each of 16 rows j make that row's 16
+     * pairs; a transpose turns them into 16 packed rows */
+    const __m512i high_halves = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19,
+        17, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (int j0 = 0; j0 < w; j0 += PANEL) {
+        uint32_t *panel = dst + (size_t)(j0 / PANEL) * kq * PANEL;
         for (int p0 = 0; p0 < kp; p0 += K_ALIGN) {
             const __mmask16 lo = first_lanes(k - p0), hi = first_lanes(k - p0 - 16);
             __m512i r[16];
