@@ -3,7 +3,7 @@
  * complete file.  Layout (docs/hdf5.md):
  *   /            attribute config (resolved INI text)
  *   /provenance  attributes: version, commit, modified, openblas, mpi, hdf5,
- *                cpu, ranks, blas_threads, command_line, started
+ *                cpu, ranks, blas_threads, command_line, started, bf16_kernel
  *   /metrics/<column>   one value per training step
  *   /eval/<column>      one value per evaluation
  *   other datasets added by kinds (routing records, expert statistics). */
@@ -35,6 +35,7 @@ typedef struct provenance {
     char version[32], commit[64], openblas[160], mpi[160], hdf5[32], cpu[160];
     int modified, ranks, blas_threads;
     char command_line[1024], started[64];
+    char bf16_kernel[16]; /* the path of bf16 products (bf16_path_name) */
 } provenance;
 
 typedef struct run_record {
