@@ -93,6 +93,25 @@ TARGET static inline __m512i round16(__m512 x)
     return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
 }
 
+/* 32 floats to 32 bf16, lo's 16 then hi's 16, rounded as bf16_from_float.
+ * vcvtne2ps2bf16 rounds the same way (to nearest even, NaN kept quiet) in
+ * one instruction, but reads denormal inputs as zero; the largest of them
+ * round up to FLT_MIN, so 32 floats holding a denormal take the integer
+ * rounding instead. */
+TARGET static inline __m512i bf16x32(__m512 lo, __m512 hi)
+{
+    const __m512i expo = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+    const __m512i ul = _mm512_castps_si512(lo), uh = _mm512_castps_si512(hi);
+    __mmask16 dl = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(ul, expo), ul, mant);
+    __mmask16 dh = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(uh, expo), uh, mant);
+    if (__builtin_expect((dl | dh) == 0, 1))
+        return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    const __m512i high_halves = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19,
+        17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(round16(lo), high_halves, round16(hi));
+}
+
 /* The bits of mask for the first n of 16 lanes (n may be <= 0 or >= 16). */
 static inline __mmask16 first_lanes(int n)
 {
@@ -139,31 +158,31 @@ TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_maj
 {
     const size_t kq = (size_t)kp / 2;
     if (!w_major) {
-        /* rows p and p + 1, 16 columns at a time, the low halves from row
-         * p; along the rows of X, so that its lines are read in order (the
-         * prefetchers follow) and once, whatever the panel count */
+        /* rows p and p + 1, 16 columns at a time, interleaved (row p in
+         * the low halves); along the rows of X, so that its lines are read
+         * in order (the prefetchers follow) and once, whatever the panel
+         * count */
+        const __m512i interleave = _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0);
         for (int q = 0; (size_t)q < kq; q++) {
             const int p = 2 * q;
             const float *x0 = x + (size_t)p * ldx, *x1 = x0 + ldx;
             for (int j0 = 0; j0 < w; j0 += PANEL) {
                 const __mmask16 cols = first_lanes(w - j0);
-                __m512i r0 = _mm512_setzero_si512(), r1 = _mm512_setzero_si512();
+                __m512 r0 = _mm512_setzero_ps(), r1 = _mm512_setzero_ps();
                 if (p < k)
-                    r0 = round16(_mm512_maskz_loadu_ps(cols, x0 + j0));
+                    r0 = _mm512_maskz_loadu_ps(cols, x0 + j0);
                 if (p + 1 < k)
-                    r1 = round16(_mm512_maskz_loadu_ps(cols, x1 + j0));
+                    r1 = _mm512_maskz_loadu_ps(cols, x1 + j0);
                 _mm512_store_si512(dst + ((size_t)(j0 / PANEL) * kq + (size_t)q) * PANEL,
-                                   _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(r0, 16),
-                                                           r1));
+                                   _mm512_permutexvar_epi16(interleave, bf16x32(r0, r1)));
             }
         }
         return;
     }
     /* w-major: 32 consecutive k of each of 16 rows j make that row's 16
      * pairs; a transpose turns them into 16 packed rows */
-    const __m512i high_halves = _mm512_set_epi16(
-        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19,
-        17, 15, 13, 11, 9, 7, 5, 3, 1);
     for (int j0 = 0; j0 < w; j0 += PANEL) {
         uint32_t *panel = dst + (size_t)(j0 / PANEL) * kq * PANEL;
         for (int p0 = 0; p0 < kp; p0 += K_ALIGN) {
@@ -173,9 +192,8 @@ TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_maj
                 r[j] = _mm512_setzero_si512();
                 if (j0 + j < w && lo) {
                     const float *row = x + (size_t)(j0 + j) * ldx + p0;
-                    r[j] = _mm512_permutex2var_epi16(round16(_mm512_maskz_loadu_ps(lo, row)),
-                                                     high_halves,
-                                                     round16(_mm512_maskz_loadu_ps(hi, row + 16)));
+                    r[j] = bf16x32(_mm512_maskz_loadu_ps(lo, row),
+                                   _mm512_maskz_loadu_ps(hi, row + 16));
                 }
             }
             transpose16(r);
