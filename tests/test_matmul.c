@@ -501,15 +501,21 @@ static void test_bf16_force(void **st)
 
 /* matmul_pool cuts C into bands whose bounds depend on the shape alone, each
  * band one call of the same shape on whichever thread: a NULL pool and pools
- * of 1, 2 and 3 threads give the same bits, in fp32 and in bf16, whatever
- * OpenBLAS's kernels do with other row counts; and the result is the
- * product (within check_close's rounding bound).  Shapes cut by rows and
- * by columns, with partial bands, and one too small to cut. */
+ * of 1, 2 and 3 threads give the same bits, in fp32 and in bf16 on every
+ * path this CPU has (on AVX512_BF16 with the operand all bands read packed
+ * once, by whichever threads), whatever OpenBLAS's kernels do with other
+ * row counts; and the result is the product (within check_close's
+ * rounding bound).  Shapes cut by rows and by columns, with partial bands,
+ * and one too small to cut; transposed operands and views. */
 static void test_pool_bits(void **st)
 {
     (void)st;
-    static const int shapes[][3] = { { 256, 96, 300 }, { 1000, 64, 48 }, { 64, 700, 200 },
-                                     { 300, 300, 40 }, { 20, 30, 40 } };
+    /* m, n, k, make_case's combo (transpositions, beta); the last two are
+     * weight-gradient forms (A transposed, long K) */
+    static const int shapes[][4] = { { 256, 96, 300, 0 }, { 1000, 64, 48, 1 },
+                                     { 64, 700, 200, 2 }, { 300, 300, 40, 3 },
+                                     { 20, 30, 40, 4 },   { 256, 704, 1000, 5 },
+                                     { 704, 256, 600, 9 } };
     pcg32 rng;
     pcg32_seed(&rng, 20261130u, 7u);
     thread_pool *pools[3] = { NULL, NULL, NULL };
@@ -526,41 +532,38 @@ static void test_pool_bits(void **st)
             pool_set_bf16(pools[t], bf);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-            float *a = mat(&rng, m, k, k, 0.0f), *b = mat(&rng, k, n, n, 0.0f);
-            float *c0 = mat(&rng, m, n, n, 0.0f), *ref = copy(c0, (size_t)m * n);
+            mm_case x = make_case(&rng, m, n, k, shapes[s][3]);
+            size_t cn = (size_t)m * x.ldc;
+            float *ref = copy(x.c, cn);
             if (bf)
-                assert_int_equal(matmul_bf16_ref(ref, n, a, k, false, b, n, false, m, n, k, 1.0f),
-                                 0);
+                assert_int_equal(matmul_bf16_ref(ref, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m,
+                                                 n, k, x.beta), 0);
             else
-                matmul_ref(ref, n, a, k, false, b, n, false, m, n, k, 1.0f);
+                matmul_ref(ref, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m, n, k, x.beta);
             float *first = NULL;
-            for (int t = 0; t < 3; t++) {
-                float *c = copy(c0, (size_t)m * n);
-                matmul_pool(pools[t], c, n, a, k, false, b, n, false, m, n, k, 1.0f);
+            for (int t = 0; t < 4; t++) { /* t = 3: a NULL pool, fp32 on one thread */
+                if (t == 3 && bf)
+                    break;
+                float *c = copy(x.c, cn);
+                matmul_pool(t < 3 ? pools[t] : NULL, c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb,
+                            m, n, k, x.beta);
                 check_close(bf ? bf16_path_name((bf16_path)(bf - 1)) : "matmul_pool", c, ref, m, n,
-                            n, k, false);
+                            x.ldc, k, true);
                 if (first) {
-                    assert_memory_equal(c, first, (size_t)m * n * sizeof(float));
+                    assert_memory_equal(c, first, cn * sizeof(float));
                     free(c);
                 } else {
                     first = c;
                 }
             }
-            if (!bf) { /* a NULL pool: fp32, one thread */
-                float *c = copy(c0, (size_t)m * n);
-                matmul_pool(NULL, c, n, a, k, false, b, n, false, m, n, k, 1.0f);
-                assert_memory_equal(c, first, (size_t)m * n * sizeof(float));
-                free(c);
-            }
             bool by_cols;
             int bands = matmul_bands(m, n, k, &by_cols);
             if (!bf)
-                print_message("%d x %d x %d: %d band(s) of %s, the same bits on 1, 2, 3 threads\n",
-                              m, n, k, bands, by_cols ? "columns" : "rows");
+                print_message("%d x %d x %d (ta %d tb %d): %d band(s) of %s, the same bits on 1, "
+                              "2, 3 threads\n", m, n, k, x.ta, x.tb, bands,
+                              by_cols ? "columns" : "rows");
             free(first);
-            free(a);
-            free(b);
-            free(c0);
+            free_case(&x);
             free(ref);
         }
     }

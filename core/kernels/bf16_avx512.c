@@ -33,19 +33,29 @@
  * (8 rows x 32 columns: 16 sums, 2 B rows, the A word broadcast from
  * memory); K_CHUNK: k per chunk (128 pair rows: 8 KiB of a B panel, 16 KiB
  * for the two the tile reads). */
-enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32 };
+enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32, PREFETCH_ROWS = 8 };
 
 static int round_up(int x, int r)
 {
     return (x + r - 1) / r * r;
 }
 
+int bf16_avx512_k_blocks(int k)
+{
+    return round_up(k > 0 ? k : 1, K_ALIGN) / K_ALIGN;
+}
+
+size_t bf16_avx512_packed_bytes(int w, int k)
+{
+    /* pairs of bf16, one uint32 each; K padded to whole blocks (the
+     * packing's transposes) */
+    return sizeof(uint32_t) * (size_t)bf16_avx512_k_blocks(k) * (K_ALIGN / 2) *
+           (size_t)round_up(w, PANEL);
+}
+
 size_t bf16_avx512_work_bytes(int m, int n, int k)
 {
-    /* pairs of bf16, one uint32 each; K padded to whole 32-long blocks of
-     * the packing's transposes */
-    size_t kq = (size_t)round_up(k > 0 ? k : 1, K_ALIGN) / 2;
-    return sizeof(uint32_t) * kq * ((size_t)round_up(m, PANEL) + (size_t)round_up(n, PANEL));
+    return bf16_avx512_packed_bytes(m, k) + bf16_avx512_packed_bytes(n, k);
 }
 
 #ifdef MODE_AVX512_BF16
@@ -149,14 +159,16 @@ TARGET static void transpose16(__m512i r[16])
 }
 
 /* X (k x w, element (p, j) at x[p * ldx + j], or at x[j * ldx + p] when
- * w_major) into panels of PANEL along w: panel t is kq = kp / 2 rows of 16
- * words, word j of row q the pair (X[2q][16t + j], X[2q + 1][16t + j]),
- * the first in the low half.  Zero beyond k and w.  Reads nothing outside
- * X (masked loads), so views' padding stays unread. */
+ * w_major) into panels of PANEL along w: panel t is kq rows of 16 words
+ * (kq = 16 x the K blocks), word j of row q the pair (X[2q][16t + j],
+ * X[2q + 1][16t + j]), the first in the low half; zero beyond k and w.
+ * Only the rows of K blocks [block0, block1), so that a packing can be
+ * shared out.  Reads nothing outside X (masked loads): views' padding
+ * stays unread. */
 TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_major, int k, int w,
-                              int kp)
+                              int block0, int block1)
 {
-    const size_t kq = (size_t)kp / 2;
+    const size_t kq = (size_t)bf16_avx512_k_blocks(k) * (K_ALIGN / 2);
     if (!w_major) {
         /* rows p and p + 1, 16 columns at a time, interleaved (row p in
          * the low halves); along the rows of X, so that its lines are read
@@ -165,9 +177,17 @@ TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_maj
         const __m512i interleave = _mm512_set_epi16(
             31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
             4, 19, 3, 18, 2, 17, 1, 16, 0);
-        for (int q = 0; (size_t)q < kq; q++) {
+        for (int q = block0 * K_ALIGN / 2; q < block1 * K_ALIGN / 2; q++) {
             const int p = 2 * q;
             const float *x0 = x + (size_t)p * ldx, *x1 = x0 + ldx;
+            /* rows PREFETCH_ROWS ahead: a slice of a wider X (a band's
+             * columns) is a new page every row or two, where the hardware
+             * prefetchers stop */
+            if (p + PREFETCH_ROWS + 1 < k)
+                for (int j0 = 0; j0 < w; j0 += PANEL) {
+                    _mm_prefetch((const char *)(x0 + (size_t)PREFETCH_ROWS * ldx + j0), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(x1 + (size_t)PREFETCH_ROWS * ldx + j0), _MM_HINT_T0);
+                }
             for (int j0 = 0; j0 < w; j0 += PANEL) {
                 const __mmask16 cols = first_lanes(w - j0);
                 __m512 r0 = _mm512_setzero_ps(), r1 = _mm512_setzero_ps();
@@ -185,7 +205,7 @@ TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_maj
      * pairs; a transpose turns them into 16 packed rows */
     for (int j0 = 0; j0 < w; j0 += PANEL) {
         uint32_t *panel = dst + (size_t)(j0 / PANEL) * kq * PANEL;
-        for (int p0 = 0; p0 < kp; p0 += K_ALIGN) {
+        for (int p0 = block0 * K_ALIGN; p0 < block1 * K_ALIGN; p0 += K_ALIGN) {
             const __mmask16 lo = first_lanes(k - p0), hi = first_lanes(k - p0 - 16);
             __m512i r[16];
             for (int j = 0; j < PANEL; j++) {
@@ -252,19 +272,27 @@ TARGET static void tile_narrow(float *c, int ldc, const uint32_t *a, const uint3
     tile(c, ldc, a, b, bstride, nq, rows, cols, beta, first, 1);
 }
 
-void matmul_bf16_avx512(float *c, int ldc,
-                        const float *a, int lda, bool ta,
-                        const float *b, int ldb, bool tb,
-                        int m, int n, int k, float beta, void *work)
+void bf16_avx512_pack_a(void *pa, const float *a, int lda, bool ta, int m, int k, int block0,
+                        int block1)
+{
+    /* op(A)[i][p] is element (p, i) of an operand stored K-major when ta */
+    pack_pairs(pa, a, lda, !ta, k, m, block0, block1);
+}
+
+void bf16_avx512_pack_b(void *pb, const float *b, int ldb, bool tb, int k, int n, int block0,
+                        int block1)
+{
+    pack_pairs(pb, b, ldb, tb, k, n, block0, block1);
+}
+
+void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
+                         int n, int k, float beta)
 {
     if (m <= 0 || n <= 0)
         return;
-    const int kp = round_up(k > 0 ? k : 1, K_ALIGN), nq = (k + 1) / 2;
-    const size_t kq = (size_t)kp / 2, stride = kq * PANEL; /* words a panel */
-    uint32_t *pa = work, *pb = pa + (size_t)round_up(m, PANEL) * kq;
-    /* op(A)[i][p] is element (p, i) of an operand stored k-major when ta */
-    pack_pairs(pa, a, lda, !ta, k, m, kp);
-    pack_pairs(pb, b, ldb, tb, k, n, kp);
+    const uint32_t *pa = packed_a, *pb = packed_b;
+    const int nq = (k + 1) / 2; /* pair rows with data */
+    const size_t stride = (size_t)bf16_avx512_k_blocks(k) * (K_ALIGN / 2) * PANEL; /* a panel */
     /* k = 0: one empty chunk, so that beta still applies */
     for (int q0 = 0; q0 < nq || q0 == 0; q0 += K_CHUNK / 2) {
         int len = nq - q0 < K_CHUNK / 2 ? nq - q0 : K_CHUNK / 2;
@@ -284,10 +312,42 @@ void matmul_bf16_avx512(float *c, int ldc,
         }
     }
 }
+
+void matmul_bf16_avx512(float *c, int ldc,
+                        const float *a, int lda, bool ta,
+                        const float *b, int ldb, bool tb,
+                        int m, int n, int k, float beta, void *work)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    int blocks = bf16_avx512_k_blocks(k);
+    char *pb = (char *)work + bf16_avx512_packed_bytes(m, k);
+    bf16_avx512_pack_a(work, a, lda, ta, m, k, 0, blocks);
+    bf16_avx512_pack_b(pb, b, ldb, tb, k, n, 0, blocks);
+    bf16_avx512_product(c, ldc, work, pb, m, n, k, beta);
+}
 #else
 bool bf16_avx512_ready(void)
 {
     return false;
+}
+
+void bf16_avx512_pack_a(void *pa, const float *a, int lda, bool ta, int m, int k, int block0,
+                        int block1)
+{
+    (void)pa, (void)a, (void)lda, (void)ta, (void)m, (void)k, (void)block0, (void)block1;
+}
+
+void bf16_avx512_pack_b(void *pb, const float *b, int ldb, bool tb, int k, int n, int block0,
+                        int block1)
+{
+    (void)pb, (void)b, (void)ldb, (void)tb, (void)k, (void)n, (void)block0, (void)block1;
+}
+
+void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
+                         int n, int k, float beta)
+{
+    (void)c, (void)ldc, (void)packed_a, (void)packed_b, (void)m, (void)n, (void)k, (void)beta;
 }
 
 void matmul_bf16_avx512(float *c, int ldc,
