@@ -33,7 +33,7 @@
  * (8 rows x 32 columns: 16 sums, 2 B rows, the A word broadcast from
  * memory); K_CHUNK: k per chunk (128 pair rows: 8 KiB of a B panel, 16 KiB
  * for the two the tile reads). */
-enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32, PREFETCH_ROWS = 8 };
+enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32 };
 
 static int round_up(int x, int r)
 {
@@ -180,14 +180,6 @@ TARGET static void pack_pairs(uint32_t *dst, const float *x, int ldx, bool w_maj
         for (int q = block0 * K_ALIGN / 2; q < block1 * K_ALIGN / 2; q++) {
             const int p = 2 * q;
             const float *x0 = x + (size_t)p * ldx, *x1 = x0 + ldx;
-            /* rows PREFETCH_ROWS ahead: a slice of a wider X (a band's
-             * columns) is a new page every row or two, where the hardware
-             * prefetchers stop */
-            if (p + PREFETCH_ROWS + 1 < k)
-                for (int j0 = 0; j0 < w; j0 += PANEL) {
-                    _mm_prefetch((const char *)(x0 + (size_t)PREFETCH_ROWS * ldx + j0), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(x1 + (size_t)PREFETCH_ROWS * ldx + j0), _MM_HINT_T0);
-                }
             for (int j0 = 0; j0 < w; j0 += PANEL) {
                 const __mmask16 cols = first_lanes(w - j0);
                 __m512 r0 = _mm512_setzero_ps(), r1 = _mm512_setzero_ps();
