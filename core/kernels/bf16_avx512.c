@@ -18,8 +18,6 @@
  * in the same order whichever thread computes it (matmul_pool). */
 #include "core/kernels/bf16_avx512.h"
 
-#include "core/kernels/bf16.h"
-
 #include <stdint.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -31,8 +29,10 @@
 
 /* PANEL: pairs a packed row (one zmm); MR x NR_PANELS: the register tile
  * (8 rows x 32 columns: 16 sums, 2 B rows, the A word broadcast from
- * memory); K_CHUNK: k per chunk (128 pair rows: 8 KiB of a B panel, 16 KiB
- * for the two the tile reads). */
+ * memory; vdpbf16ps's latency wants at least 6 independent sums); K_CHUNK:
+ * k per chunk (128 pair rows: 8 KiB of a B panel, 16 KiB for the two the
+ * tile reads); K_ALIGN: K is packed in blocks of 32 (16 pair rows, one
+ * 16 x 16 transpose). */
 enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32 };
 
 static int round_up(int x, int r)
