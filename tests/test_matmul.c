@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/kernels/bf16.h"
+#include "core/kernels/bf16_avx512.h"
 #include "core/kernels/matmul.h"
 #include "core/util/pool.h"
 #include "core/rng/pcg32.h"
@@ -499,6 +500,56 @@ static void test_bf16_force(void **st)
     free(work);
 }
 
+/* matmul_pool's band on AVX512_BF16 (the shared operand packed once, the
+ * band's own packed unit by unit while the next unit's source is
+ * prefetched) sums as the whole product does: the same bits as
+ * matmul_bf16 on that path, with A or B the band's own operand, every
+ * transposition and beta, views, K of one chunk and of several (odd),
+ * widths of several sub-blocks with a partial panel. */
+static void test_avx512_band(void **st)
+{
+    (void)st;
+    if (!bf16_path_available(BF16_PATH_AVX512)) {
+        print_message("bf16 avx512-bf16 bands: skipped, %s on this CPU\n",
+                      bf16_missing(BF16_PATH_AVX512));
+        return;
+    }
+    static const int shapes[][3] = { { 200, 72, 256 }, { 70, 300, 700 }, { 130, 40, 1101 },
+                                     { 16, 16, 1 },    { 9, 150, 33 } };
+    pcg32 rng;
+    pcg32_seed(&rng, 20261130u, 9u);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        int blocks = bf16_avx512_k_blocks(k);
+        void *work = aligned_alloc(64, (matmul_bf16_work_bytes(m, n, k) + 63) / 64 * 64);
+        void *pa = aligned_alloc(64, (bf16_avx512_packed_bytes(m, k) + 63) / 64 * 64);
+        void *pb = aligned_alloc(64, (bf16_avx512_packed_bytes(n, k) + 63) / 64 * 64);
+        assert_non_null(work);
+        assert_non_null(pa);
+        assert_non_null(pb);
+        for (int combo = 0; combo < 12; combo++) {
+            mm_case x = make_case(&rng, m, n, k, combo);
+            size_t cn = (size_t)m * x.ldc;
+            float *whole = copy(x.c, cn), *band_a = copy(x.c, cn), *band_b = copy(x.c, cn);
+            matmul_bf16_on(BF16_PATH_AVX512, whole, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb, m,
+                           n, k, x.beta, work);
+            bf16_avx512_pack_b(pb, x.b, x.ldb, x.tb, k, n, 0, blocks);
+            bf16_avx512_band(band_a, x.ldc, x.a, x.lda, x.ta, true, pb, m, n, k, x.beta, pa);
+            assert_memory_equal(band_a, whole, cn * sizeof(float));
+            bf16_avx512_pack_a(pa, x.a, x.lda, x.ta, m, k, 0, blocks);
+            bf16_avx512_band(band_b, x.ldc, x.b, x.ldb, x.tb, false, pa, m, n, k, x.beta, pb);
+            assert_memory_equal(band_b, whole, cn * sizeof(float));
+            free_case(&x);
+            free(whole);
+            free(band_a);
+            free(band_b);
+        }
+        free(work);
+        free(pa);
+        free(pb);
+    }
+}
+
 /* matmul_pool cuts C into bands whose bounds depend on the shape alone, each
  * band one call of the same shape on whichever thread: a NULL pool and pools
  * of 1, 2 and 3 threads give the same bits, in fp32 and in bf16 on every
@@ -580,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_bf16_vs_ref),
         cmocka_unit_test(test_bf16_rounding),
         cmocka_unit_test(test_bf16_force),
+        cmocka_unit_test(test_avx512_band),
         cmocka_unit_test(test_pool_bits),
         cmocka_unit_test(test_beta0_overwrites_nan),
         cmocka_unit_test(test_linear),

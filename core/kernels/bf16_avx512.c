@@ -33,7 +33,7 @@
  * k per chunk (128 pair rows: 8 KiB of a B panel, 16 KiB for the two the
  * tile reads); K_ALIGN: K is packed in blocks of 32 (16 pair rows, one
  * 16 x 16 transpose). */
-enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32 };
+enum { PANEL = 16, MR = 8, NR_PANELS = 2, K_CHUNK = 256, K_ALIGN = 32, SUB_WIDTH = 64 };
 
 static int round_up(int x, int r)
 {
@@ -305,6 +305,109 @@ void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *pa
     }
 }
 
+/* A region of an operand in memory, rows of row_bytes at stride bytes,
+ * walked line by line by prefetches. */
+typedef struct prefetch_walk {
+    const char *base;
+    size_t stride, row_bytes;
+    int rows, row;
+    uintptr_t line, last; /* the row's next line and its last */
+} prefetch_walk;
+
+static void walk_start(prefetch_walk *w, const float *base, size_t stride, size_t row_bytes,
+                       int rows)
+{
+    *w = (prefetch_walk){ .base = (const char *)base, .stride = stride,
+                          .row_bytes = row_bytes, .rows = row_bytes ? rows : 0, .row = -1 };
+    w->line = 1, w->last = 0; /* past the end: the first call opens row 0 */
+}
+
+/* Asks for up to count more lines of the region into L2 (a hint: it never
+ * faults, nor changes what is read). */
+TARGET static void walk_prefetch(prefetch_walk *w, int count)
+{
+    for (; count > 0; count--) {
+        if (w->line > w->last) {
+            if (++w->row >= w->rows)
+                return;
+            uintptr_t start = (uintptr_t)(w->base + (size_t)w->row * w->stride);
+            w->line = start & ~(uintptr_t)63;
+            w->last = (start + w->row_bytes - 1) & ~(uintptr_t)63;
+        }
+        _mm_prefetch((const char *)w->line, _MM_HINT_T1);
+        w->line += 64;
+    }
+}
+
+/* The unit (sub-block [s0, s1) of the own operand's width, K chunk from
+ * k0) of a band: its source region. */
+static void unit_region(prefetch_walk *w, const float *x, int ldx, bool w_major, int k, int s0,
+                        int s1, int k0)
+{
+    int k1 = k - k0 < K_CHUNK ? k : k0 + K_CHUNK;
+    size_t stride = (size_t)ldx * sizeof(float);
+    if (w_major)
+        walk_start(w, x + (size_t)s0 * ldx + k0, stride, (size_t)(k1 - k0) * sizeof(float),
+                   s1 - s0);
+    else
+        walk_start(w, x + (size_t)k0 * ldx + s0, stride, (size_t)(s1 - s0) * sizeof(float),
+                   k1 - k0);
+}
+
+void bf16_avx512_band(float *c, int ldc, const float *x, int ldx, bool xt, bool own_is_a,
+                      const void *shared, int m, int n, int k, float beta, void *own)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    /* the own operand as X (k x w), as pack_pairs reads it */
+    const bool w_major = own_is_a ? !xt : xt;
+    const int w = own_is_a ? m : n, nq = (k + 1) / 2;
+    const int chunks = nq > 0 ? (nq + K_CHUNK / 2 - 1) / (K_CHUNK / 2) : 1;
+    const int sub = chunks > 1 ? w : SUB_WIDTH;
+    const size_t stride = (size_t)bf16_avx512_k_blocks(k) * (K_ALIGN / 2) * PANEL; /* a panel */
+    const uint32_t *pa = own_is_a ? own : shared, *pb = own_is_a ? shared : own;
+    prefetch_walk next;
+    walk_start(&next, x, 0, 0, 0);
+    for (int s0 = 0; s0 < w; s0 += sub) {
+        int s1 = w - s0 < sub ? w : s0 + sub;
+        for (int ch = 0; ch < chunks; ch++) {
+            int q0 = ch * (K_CHUNK / 2), len = nq - q0 < K_CHUNK / 2 ? nq - q0 : K_CHUNK / 2;
+            /* pack this unit (its source mostly in L2 by now) and ask for
+             * the next one's while the tiles run */
+            int b0 = ch * (K_CHUNK / K_ALIGN), b1 = ch + 1 < chunks ? b0 + K_CHUNK / K_ALIGN
+                                                                    : bf16_avx512_k_blocks(k);
+            pack_pairs((uint32_t *)own + (size_t)(s0 / PANEL) * stride,
+                       w_major ? x + (size_t)s0 * ldx : x + s0, ldx, w_major, k, s1 - s0, b0, b1);
+            if (ch + 1 < chunks)
+                unit_region(&next, x, ldx, w_major, k, s0, s1, (ch + 1) * K_CHUNK);
+            else if (s1 < w)
+                unit_region(&next, x, ldx, w_major, k, s1, w - s1 < sub ? w : s1 + sub, 0);
+            else
+                walk_start(&next, x, 0, 0, 0);
+            int i0 = own_is_a ? s0 : 0, i1 = own_is_a ? s1 : m;
+            int j0 = own_is_a ? 0 : s0, j1 = own_is_a ? n : s1;
+            int tiles = ((i1 - i0 + MR - 1) / MR) * ((j1 - j0 + NR_PANELS * PANEL - 1) /
+                                                      (NR_PANELS * PANEL));
+            int lines = (int)((next.rows * (next.row_bytes / 64 + 2) + tiles - 1) / tiles);
+            for (int j = j0; j < j1; j += NR_PANELS * PANEL) {
+                const uint32_t *bp = pb + (size_t)(j / PANEL) * stride + (size_t)q0 * PANEL;
+                int cols = j1 - j < NR_PANELS * PANEL ? j1 - j : NR_PANELS * PANEL;
+                for (int i = i0; i < i1; i += MR) {
+                    const uint32_t *ap = pa + (size_t)(i / PANEL) * stride +
+                                         (size_t)q0 * PANEL + (size_t)(i % PANEL);
+                    int rows = i1 - i < MR ? i1 - i : MR;
+                    float *ct = c + (size_t)i * ldc + j;
+                    if (cols > PANEL)
+                        tile_wide(ct, ldc, ap, bp, stride, len, rows, cols, beta, ch == 0);
+                    else
+                        tile_narrow(ct, ldc, ap, bp, stride, len, rows, cols, beta, ch == 0);
+                    walk_prefetch(&next, lines);
+                }
+            }
+        }
+    }
+}
+
 void matmul_bf16_avx512(float *c, int ldc,
                         const float *a, int lda, bool ta,
                         const float *b, int ldb, bool tb,
@@ -340,6 +443,13 @@ void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *pa
                          int n, int k, float beta)
 {
     (void)c, (void)ldc, (void)packed_a, (void)packed_b, (void)m, (void)n, (void)k, (void)beta;
+}
+
+void bf16_avx512_band(float *c, int ldc, const float *x, int ldx, bool xt, bool own_is_a,
+                      const void *shared, int m, int n, int k, float beta, void *own)
+{
+    (void)c, (void)ldc, (void)x, (void)ldx, (void)xt, (void)own_is_a, (void)shared, (void)m;
+    (void)n, (void)k, (void)beta, (void)own;
 }
 
 void matmul_bf16_avx512(float *c, int ldc,

@@ -41,5 +41,15 @@ void bf16_avx512_pack_b(void *pb, const float *b, int ldb, bool tb, int k, int n
                         int block1);
 void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
                          int n, int k, float beta);
+/* bf16_avx512_product with one operand packed (shared) and the other, the
+ * band's own (op(A) when own_is_a, stored as x with ldx and transposed when
+ * xt, as matmul() takes it; else op(B)), packed here into own
+ * (bf16_avx512_packed_bytes of its width and k) unit by unit: sub-blocks of
+ * its width, chunks of K.  While the tiles of one unit run, the next unit's
+ * source is prefetched, so that reading the operand from memory overlaps
+ * the arithmetic instead of stalling the packing.  The same sums in the
+ * same order as bf16_avx512_product. */
+void bf16_avx512_band(float *c, int ldc, const float *x, int ldx, bool xt, bool own_is_a,
+                      const void *shared, int m, int n, int k, float beta, void *own);
 
 #endif

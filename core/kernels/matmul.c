@@ -92,17 +92,13 @@ static void pack_task(void *arg, int t, int worker)
 static bool band_on_shared(const band_job *j, int worker, float *c, const float *a,
                            const float *b, int m, int n)
 {
-    int blocks = bf16_avx512_k_blocks(j->k);
     void *own = pool_scratch(j->pool, worker, bf16_avx512_packed_bytes(j->by_cols ? n : m, j->k));
     if (!own)
         return false;
-    if (j->by_cols) {
-        bf16_avx512_pack_b(own, b, j->ldb, j->tb, j->k, n, 0, blocks);
-        bf16_avx512_product(c, j->ldc, j->shared, own, m, n, j->k, j->beta);
-    } else {
-        bf16_avx512_pack_a(own, a, j->lda, j->ta, m, j->k, 0, blocks);
-        bf16_avx512_product(c, j->ldc, own, j->shared, m, n, j->k, j->beta);
-    }
+    if (j->by_cols)
+        bf16_avx512_band(c, j->ldc, b, j->ldb, j->tb, false, j->shared, m, n, j->k, j->beta, own);
+    else
+        bf16_avx512_band(c, j->ldc, a, j->lda, j->ta, true, j->shared, m, n, j->k, j->beta, own);
     return true;
 }
 
