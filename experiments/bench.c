@@ -25,7 +25,8 @@ static const char usage_bench[] =
     "  ratio to cblas_sgemm GFLOP/s measured in the same run at the model's shapes and\n"
     "  the same threads (summed over ranks, the better of a measurement before and\n"
     "  one after the steps; with run.precision=bf16 also the bf16 products' own\n"
-    "  GFLOP/s), the time by phase, the peak RSS and the\n"
+    "  GFLOP/s and the path they took: amx, avx512-bf16 or emulated, forced with\n"
+    "  MODE_BF16_KERNEL), the time by phase, the peak RSS and the\n"
     "  memory the warm-up steps made resident (activations, caches, work space).\n";
 
 static const char *const phase_names[PHASE_COUNT] = {
@@ -192,14 +193,16 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
         fprintf(stderr, "mode-exp bench: a step failed: %s\n", strerror(-rc));
     if (!rc && ctx->rank == 0) {
         if (c.json) {
-            printf("{\"config\": \"%s\", \"precision\": \"%s\", \"ranks\": %d, "
+            printf("{\"config\": \"%s\", \"precision\": \"%s\", \"bf16_kernel\": \"%s\", "
+                   "\"ranks\": %d, "
                    "\"threads\": %d, \"steps\": %d, "
                    "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"steps_per_s\": %.6g, "
                    "\"gflops_nominal\": %.6g, \"gflops_executed\": %.6g, \"sgemm_gflops\": %.6g, "
                    "\"ratio_nominal\": %.4g, \"ratio_executed\": %.4g, \"peak_rss_mb\": %.1f, "
                    "\"param_state_mb\": %.6g, \"expert_state_mb\": %.6g, "
                    "\"activation_mb\": %.1f, \"bf16_gflops\": %.6g",
-                   c.config, cfg.precision, ctx->size, threads, steps, br.step_s, br.tokens_s,
+                   c.config, cfg.precision, bf16 ? bf16_path_name(bf16_path_current()) : "none",
+                   ctx->size, threads, steps, br.step_s, br.tokens_s,
                    1.0 / br.step_s,
                    br.gflops_nominal, br.gflops_executed, br.sgemm, br.gflops_nominal / br.sgemm,
                    br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb, br.expert_mb, br.act_mb,
@@ -208,8 +211,9 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
                 printf(", \"%s_s\": %.6g", phase_names[p], br.phase[p]);
             printf("}\n");
         } else {
-            printf("%s: %d rank(s) x %d thread(s), %s, %d steps\n", c.config, ctx->size, threads,
-                   !bf16 ? "fp32" : bf16_amx_ready() ? "bf16 on AMX" : "bf16 emulated", steps);
+            printf("%s: %d rank(s) x %d thread(s), %s%s, %d steps\n", c.config, ctx->size,
+                   threads, bf16 ? "bf16 products on the path " : "fp32",
+                   bf16 ? bf16_path_name(bf16_path_current()) : "", steps);
             printf("  %.1f ms/step  %.2f steps/s  %.0f tokens/s\n", br.step_s * 1e3,
                    1.0 / br.step_s, br.tokens_s);
             printf("  training GFLOP/s: nominal %.1f, executed %.1f; sgemm %.1f GFLOP/s in the "

@@ -143,11 +143,10 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     int threads = choose_threads(&c, ctx);
     if (ctx->rank == 0 && !c.quiet && !c.jsonl) {
         char *ini = config_to_ini(&cfg);
-        printf("# mode-exp %s: %d rank(s) x %d thread(s)%s\n# resolved config:\n%s\n",
+        printf("# mode-exp %s: %d rank(s) x %d thread(s)%s%s\n# resolved config:\n%s\n",
                c.config, ctx->size, threads,
-               strcmp(cfg.precision, "bf16") ? ""
-               : bf16_amx_ready()            ? ", bf16 products on AMX"
-                                             : ", bf16 products emulated (no AMX here)",
+               strcmp(cfg.precision, "bf16") ? "" : ", bf16 products on the path ",
+               strcmp(cfg.precision, "bf16") ? "" : bf16_path_name(bf16_path_current()),
                ini ? ini : "");
         free(ini);
     }
@@ -298,6 +297,14 @@ static int cmd_version(void)
     printf("openblas: %s\n", p.openblas);
     printf("openblas kernels: %s\n", openblas_get_corename());
     printf("mpi: %s\nhdf5: %s\ncpu: %s\n", p.mpi, p.hdf5, p.cpu);
+    printf("bf16 products: %s (paths here:", p.bf16_kernel);
+    const char *sep = " ";
+    for (int path = BF16_PATH_COUNT - 1; path >= 0; path--)
+        if (bf16_path_available((bf16_path)path)) {
+            printf("%s%s", sep, bf16_path_name((bf16_path)path));
+            sep = ", ";
+        }
+    printf("; MODE_BF16_KERNEL chooses one)\n");
     return 0;
 }
 
@@ -308,12 +315,20 @@ int main(int argc, char **argv)
         fputs(usage_main, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "flops"))
-        return cmd_flops(argc, argv);
-    if (!strcmp(argv[1], "plan"))
-        return cmd_plan(argc, argv);
-    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))
-        return cmd_version();
+    /* the bf16 path, before any thread: MODE_BF16_KERNEL, else the fastest;
+     * a path this CPU lacks stops every command, on every rank alike */
+    char path_err[256];
+    int path_rc = bf16_path_from_env(path_err, sizeof(path_err));
+    if (!strcmp(argv[1], "flops") || !strcmp(argv[1], "plan") || !strcmp(argv[1], "--version") ||
+        !strcmp(argv[1], "version")) {
+        if (path_rc) {
+            fprintf(stderr, "mode-exp: %s\n", path_err);
+            return 2;
+        }
+        return !strcmp(argv[1], "flops")  ? cmd_flops(argc, argv)
+               : !strcmp(argv[1], "plan") ? cmd_plan(argc, argv)
+                                          : cmd_version();
+    }
     /* Oversubscribed ranks must yield the core while they wait, or they steal
      * it from the BLAS threads doing the work (unless the user chose). */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
@@ -324,6 +339,12 @@ int main(int argc, char **argv)
     }
     ctx.rank = comm_rank(ctx.comm);
     ctx.size = comm_size(ctx.comm);
+    if (path_rc) {
+        if (ctx.rank == 0)
+            fprintf(stderr, "mode-exp: %s\n", path_err);
+        comm_finalize(&ctx.comm);
+        return 2;
+    }
     int rc = !strcmp(argv[1], "eval")     ? cmd_eval(&ctx, argc, argv)
              : !strcmp(argv[1], "sample") ? cmd_sample(&ctx, argc, argv)
              : !strcmp(argv[1], "bench")  ? cmd_bench(&ctx, argc, argv)

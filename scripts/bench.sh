@@ -1,7 +1,8 @@
 #!/bin/sh
 # Benchmarks of every kind at the bench shape (experiments/bench/), at one
 # rank with 2 threads and at 2 ranks with one thread each, in fp32 and with
-# [run] precision = bf16, as one JSON line per run in bench.jsonl and a
+# [run] precision = bf16 (on the fastest bf16 path the CPU has, or the one
+# MODE_BF16_KERNEL names), as one JSON line per run in bench.jsonl and a
 # Markdown table on stdout.  Speed is measured here, never asserted by tests.
 #   ./scripts/bench.sh [STEPS]
 set -eu
@@ -27,8 +28,9 @@ function get(k,   r) { r = $0; sub(".*\"" k "\": \"?", "", r); sub("[\",}].*", "
 {
 	c = get("config"); sub(".*/", "", c); sub("\\.ini", "", c)
 	b = get("bf16_gflops") + 0 > 0 ? sprintf("%.0f", get("bf16_gflops")) : "-"
+	p = get("precision"); if (p == "bf16") p = p " (" get("bf16_kernel") ")"
 	printf "| %s | %s | %s x %s | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %s | %.0f | %.0f |\n", c,
-		get("precision"), get("ranks"), get("threads"), get("step_s") * 1000,
+		p, get("ranks"), get("threads"), get("step_s") * 1000,
 		get("tokens_per_s"), get("gflops_nominal"), get("gflops_executed"),
 		get("sgemm_gflops"), get("ratio_nominal") * 100, b, get("peak_rss_mb"),
 		get("activation_mb")

@@ -2,6 +2,7 @@
 
 #include "core/comm/comm.h"
 #include "core/io/h5util.h"
+#include "core/kernels/bf16.h"
 
 #include <cblas.h>
 #include <dirent.h>
@@ -219,6 +220,7 @@ static int write_provenance(hid_t f, const provenance *p)
     rc |= h5_attr_string(g, "started", p->started);
     if (p->init_from[0])
         rc |= h5_attr_string(g, "init_from", p->init_from);
+    rc |= h5_attr_string(g, "bf16_kernel", p->bf16_kernel);
     H5Gclose(g);
     return rc;
 }
@@ -1111,6 +1113,7 @@ void provenance_collect(provenance *p, int ranks, int blas_threads, int argc, ch
         fclose(fp);
     p->ranks = ranks;
     p->blas_threads = blas_threads;
+    snprintf(p->bf16_kernel, sizeof(p->bf16_kernel), "%s", bf16_path_name(bf16_path_current()));
     size_t off = 0;
     for (int i = 0; i < argc && off < sizeof(p->command_line) - 1; i++) {
         int n = snprintf(p->command_line + off, sizeof(p->command_line) - off, "%s%s",

@@ -4,7 +4,8 @@
  * Written in pieces, each once, so that the bytes written over a run grow
  * with its length (not with its square) and rank 0 holds only what is not
  * yet written:
- *   <dir>/run.h5                       the config, provenance and the arrays
+ *   <dir>/run.h5                       the config, provenance (with the bf16
+ *                                      path, bf16_kernel) and the arrays
  *                                      fixed for the run (routing windows);
  *   <dir>/records/step_NNNNNNNN.h5     at every checkpoint, the rows and
  *                                      records of the steps since the last;
@@ -48,6 +49,7 @@ typedef struct provenance {
     int modified, ranks, blas_threads;
     char command_line[1024], started[64];
     char init_from[1024]; /* the checkpoint a new run's parameters came from, or "" */
+    char bf16_kernel[16]; /* the path of bf16 products (bf16_path_name) */
 } provenance;
 
 typedef struct run_record {

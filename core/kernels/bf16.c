@@ -2,10 +2,12 @@
 #define _GNU_SOURCE
 #include "core/kernels/bf16.h"
 
+#include "core/kernels/bf16_avx512.h"
 #include "core/kernels/matmul.h"
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -32,7 +34,9 @@ size_t matmul_bf16_work_bytes(int m, int n, int k)
     size_t kp = (size_t)round_up(k, TILE_K);
     size_t amx = 2 * (mp * kp + kp * np) + sizeof(float) * mp * np;
     size_t emulated = sizeof(float) * ((size_t)m * k + (size_t)k * n);
-    return amx > emulated ? amx : emulated;
+    size_t avx512 = bf16_avx512_work_bytes(m, n, k);
+    size_t most = amx > emulated ? amx : emulated;
+    return most > avx512 ? most : avx512;
 }
 
 /* 1 ready, -1 not, 0 not asked yet.  A fact about the machine and the
@@ -58,6 +62,87 @@ bool bf16_amx_ready(void)
 #endif
 }
 
+static const char *const path_names[] = { "emulated", "avx512-bf16", "amx" };
+_Static_assert(sizeof(path_names) / sizeof(path_names[0]) == BF16_PATH_COUNT,
+               "a name for every bf16 path");
+
+const char *bf16_path_name(bf16_path path)
+{
+    return path >= 0 && path < BF16_PATH_COUNT ? path_names[path] : "?";
+}
+
+bool bf16_path_available(bf16_path path)
+{
+    switch (path) {
+    case BF16_PATH_EMULATED:
+        return true;
+    case BF16_PATH_AVX512:
+        return bf16_avx512_ready();
+    case BF16_PATH_AMX:
+        return bf16_amx_ready();
+    default:
+        return false;
+    }
+}
+
+/* The forced path, or -1: the fastest available. */
+static atomic_int forced_path = -1;
+
+bf16_path bf16_path_current(void)
+{
+    int f = atomic_load(&forced_path);
+    if (f >= 0)
+        return (bf16_path)f;
+    bf16_path best = BF16_PATH_EMULATED;
+    for (int p = BF16_PATH_COUNT - 1; p > BF16_PATH_EMULATED; p--)
+        if (bf16_path_available((bf16_path)p)) {
+            best = (bf16_path)p;
+            break;
+        }
+    return best;
+}
+
+int bf16_force_path(bf16_path path)
+{
+    if (!bf16_path_available(path))
+        return -ENOTSUP;
+    atomic_store(&forced_path, (int)path);
+    return 0;
+}
+
+int bf16_path_from_env(char *err, size_t err_len)
+{
+    const char *v = getenv("MODE_BF16_KERNEL");
+    if (!v || !*v) {
+        atomic_store(&forced_path, -1);
+        return 0;
+    }
+    int path = -1;
+    for (int p = 0; p < BF16_PATH_COUNT; p++)
+        if (!strcmp(v, path_names[p]))
+            path = p;
+    if (!strcmp(v, "avx512bf16")) /* the CPU flag's spelling */
+        path = BF16_PATH_AVX512;
+    if (path < 0) {
+        snprintf(err, err_len, "MODE_BF16_KERNEL=%s: expected amx, avx512-bf16 or emulated", v);
+        return -EINVAL;
+    }
+    if (bf16_force_path((bf16_path)path)) {
+        char here[64] = "";
+        for (int p = BF16_PATH_COUNT - 1; p >= 0; p--)
+            if (bf16_path_available((bf16_path)p))
+                snprintf(here + strlen(here), sizeof(here) - strlen(here), "%s%s",
+                         here[0] ? ", " : "", path_names[p]);
+        snprintf(err, err_len,
+                 "MODE_BF16_KERNEL=%s: this CPU has no %s (the bf16 paths here: %s)", v,
+                 path == BF16_PATH_AMX ? "AMX-BF16 tiles usable by this process"
+                                       : "AVX-512 with AVX512_BF16",
+                 here);
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
 /* op(A) as ar[m][k] and op(B) as br[k][n], rounded to bf16 (in floats). */
 static void round_operands(float *ar, float *br, const float *a, int lda, bool ta,
                            const float *b, int ldb, bool tb, int m, int n, int k)
@@ -72,10 +157,11 @@ static void round_operands(float *ar, float *br, const float *a, int lda, bool t
                 bf16_round(tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
 }
 
-void matmul_bf16_emulated(float *c, int ldc,
-                          const float *a, int lda, bool ta,
-                          const float *b, int ldb, bool tb,
-                          int m, int n, int k, float beta, void *work)
+/* The rounded operands through cblas_sgemm: bf16 products on any CPU. */
+static void emulated_product(float *c, int ldc,
+                             const float *a, int lda, bool ta,
+                             const float *b, int ldb, bool tb,
+                             int m, int n, int k, float beta, void *work)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -263,10 +349,22 @@ void matmul_bf16(float *c, int ldc,
                  const float *b, int ldb, bool tb,
                  int m, int n, int k, float beta, void *work)
 {
+    matmul_bf16_on(bf16_path_current(), c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
+}
+
+void matmul_bf16_on(bf16_path path, float *c, int ldc,
+                    const float *a, int lda, bool ta,
+                    const float *b, int ldb, bool tb,
+                    int m, int n, int k, float beta, void *work)
+{
     if (m <= 0 || n <= 0)
         return;
+    if (path == BF16_PATH_AVX512) {
+        matmul_bf16_avx512(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
+        return;
+    }
 #ifdef MODE_AMX
-    if (k > 0 && bf16_amx_ready()) {
+    if (path == BF16_PATH_AMX && k > 0) {
         int mp = round_up(m, BLOCK), np = round_up(n, BLOCK), kp = round_up(k, TILE_K);
         uint16_t *pa = work, *pb = pa + (size_t)mp * kp;
         float *acc = (float *)(pb + (size_t)kp * np);
@@ -276,7 +374,7 @@ void matmul_bf16(float *c, int ldc,
         return;
     }
 #endif
-    matmul_bf16_emulated(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
+    emulated_product(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta, work);
 }
 
 int matmul_bf16_ref(float *c, int ldc,

@@ -1,6 +1,7 @@
 #include "core/kernels/matmul.h"
 
 #include "core/kernels/bf16.h"
+#include "core/kernels/bf16_avx512.h"
 #include "core/util/pool.h"
 
 #include <cblas.h>
@@ -64,7 +65,42 @@ typedef struct band_job {
     bool ta, tb, by_cols;
     float beta;
     struct thread_pool *pool; /* bf16 products: the workers' scratch */
+    void *shared;             /* AVX512_BF16: the operand every band reads, packed */
 } band_job;
+
+/* On the AVX512_BF16 path, the operand that every band multiplies whole (B
+ * for bands of rows, A for bands of columns: a weight, or the 4096-row
+ * activations of a weight gradient) is packed once for the product, its
+ * K blocks shared out on the pool, instead of once a band; each band packs
+ * only its own slice.  Packing is exact rounding, so the bits are those of
+ * matmul_bf16 on each band. */
+enum { PACK_BLOCKS = 8 }; /* K blocks a packing task */
+
+static void pack_task(void *arg, int t, int worker)
+{
+    const band_job *j = arg;
+    int blocks = bf16_avx512_k_blocks(j->k), b0 = t * PACK_BLOCKS;
+    int b1 = b0 + PACK_BLOCKS < blocks ? b0 + PACK_BLOCKS : blocks;
+    if (j->by_cols)
+        bf16_avx512_pack_a(j->shared, j->a, j->lda, j->ta, j->m, j->k, b0, b1);
+    else
+        bf16_avx512_pack_b(j->shared, j->b, j->ldb, j->tb, j->k, j->n, b0, b1);
+}
+
+/* A band against the shared packing; false when its own packing finds no
+ * memory. */
+static bool band_on_shared(const band_job *j, int worker, float *c, const float *a,
+                           const float *b, int m, int n)
+{
+    void *own = pool_scratch(j->pool, worker, bf16_avx512_packed_bytes(j->by_cols ? n : m, j->k));
+    if (!own)
+        return false;
+    if (j->by_cols)
+        bf16_avx512_band(c, j->ldc, b, j->ldb, j->tb, false, j->shared, m, n, j->k, j->beta, own);
+    else
+        bf16_avx512_band(c, j->ldc, a, j->lda, j->ta, true, j->shared, m, n, j->k, j->beta, own);
+    return true;
+}
 
 static void band_task(void *arg, int t, int worker)
 {
@@ -83,6 +119,8 @@ static void band_task(void *arg, int t, int worker)
         c += (size_t)x0 * j->ldc;
         m = x1 - x0;
     }
+    if (j->shared && band_on_shared(j, worker, c, a, b, m, n))
+        return;
     void *work = j->pool ? pool_scratch(j->pool, worker, matmul_bf16_work_bytes(m, n, j->k))
                          : NULL;
     if (work)
@@ -93,8 +131,8 @@ static void band_task(void *arg, int t, int worker)
 
 void matmul_use_bf16(struct thread_pool *p, bool on)
 {
-    if (on)
-        bf16_amx_ready();
+    if (on) /* asks the CPU, and the OS for the AMX tile state, before the workers run */
+        bf16_path_current();
     pool_set_bf16(p, on);
 }
 
@@ -116,6 +154,12 @@ void matmul_pool(struct thread_pool *p, float *c, int ldc,
     band_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
                    .k = k, .ta = ta, .tb = tb, .beta = beta, .pool = pool_bf16(p) ? p : NULL };
     j.bands = matmul_bands(m, n, k, &j.by_cols);
+    if (j.pool && j.bands > 1 && bf16_path_current() == BF16_PATH_AVX512) {
+        j.shared = pool_shared_scratch(p, bf16_avx512_packed_bytes(j.by_cols ? m : n, k));
+        int blocks = bf16_avx512_k_blocks(k);
+        if (j.shared)
+            pool_run(p, (blocks + PACK_BLOCKS - 1) / PACK_BLOCKS, pack_task, &j);
+    }
     pool_run(p, j.bands, band_task, &j);
 }
 

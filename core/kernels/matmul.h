@@ -28,8 +28,8 @@ void matmul_set_threads(int threads);
  * thread runs it: the pool's threads share the bands, and the result is
  * the same bits for any thread count and for a NULL pool (one thread). */
 struct thread_pool;
-/* [run] precision on the pool: bf16 products from now on when on (asking
- * the kernel for the AMX tile state first, once), fp32 when off. */
+/* [run] precision on the pool: bf16 products from now on when on (on
+ * bf16_path_current(), chosen first, once), fp32 when off. */
 void matmul_use_bf16(struct thread_pool *p, bool on);
 /* The number of bands of an m x n x k product; *by_cols (when not NULL)
  * says whether they cut C's columns rather than its rows. */

@@ -25,8 +25,9 @@ struct thread_pool {
     unsigned generation; /* bumped by every pool_run (under lock) */
     int quit;
     bool bf16;
-    void *scratch[POOL_MAX_THREADS];
-    size_t scratch_bytes[POOL_MAX_THREADS];
+    /* one a worker, then the shared one */
+    void *scratch[POOL_MAX_THREADS + 1];
+    size_t scratch_bytes[POOL_MAX_THREADS + 1];
     atomic_int running; /* a pool_run is in progress: a nested one runs serially */
 };
 
@@ -97,7 +98,7 @@ void free_thread_pool(thread_pool **pp)
     pthread_mutex_unlock(&p->lock);
     for (int i = 1; i <= p->started; i++)
         pthread_join(p->w[i].tid, NULL);
-    for (int i = 0; i < POOL_MAX_THREADS; i++)
+    for (int i = 0; i <= POOL_MAX_THREADS; i++)
         free(p->scratch[i]);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
@@ -126,6 +127,11 @@ void *pool_scratch(thread_pool *p, int worker, size_t bytes)
         p->scratch_bytes[worker] = p->scratch[worker] ? rounded : 0;
     }
     return p->scratch[worker];
+}
+
+void *pool_shared_scratch(thread_pool *p, size_t bytes)
+{
+    return pool_scratch(p, POOL_MAX_THREADS, bytes);
 }
 
 int pool_threads(const thread_pool *p)

@@ -41,6 +41,9 @@ bool pool_bf16(const thread_pool *p);
 /* Work space of at least bytes for worker (64-byte aligned), kept and grown
  * across calls; NULL when it cannot grow. */
 void *pool_scratch(thread_pool *p, int worker, size_t bytes);
+/* The same, one for the whole pool: what the caller's tasks share (filled
+ * by one pool_run, read by the next). */
+void *pool_shared_scratch(thread_pool *p, size_t bytes);
 
 /* Element-wise loops: fn(arg, begin, end) over [0, count) in chunks of
  * chunk elements (the last may be shorter), the same chunks at any thread

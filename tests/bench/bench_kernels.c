@@ -1,9 +1,11 @@
 /* Each fast kernel against its plain reference, as dav1d's checkasm --bench
  * does: the same random inputs through both, the time of each, the speed-up
- * and the largest difference.  Speed is reported, never asserted; the
- * correctness of each pair is asserted by the unit tests.
+ * and the largest difference; and each bf16 path against sgemm at the
+ * model's shapes.  Speed is reported, never asserted; the correctness of
+ * each pair is asserted by the unit tests.
  *   bench_kernels [threads]      (default 2: the pooled kernels' threads) */
 #include "core/kernels/attention.h"
+#include "core/kernels/bf16.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/parallel.h"
@@ -77,6 +79,82 @@ static void mm_pool(void *p)
 {
     mm_case *c = p;
     matmul_pool(c->pool, c->c, c->n, c->a, c->k, false, c->b, c->n, false, c->m, c->n, c->k, 0.0f);
+}
+
+/* A product as training runs it: matmul_pool (bands of C) on a pool, in
+ * the pool's precision, any transposition. */
+typedef struct shape_case {
+    float *c, *a, *b;
+    int m, n, k;
+    bool ta, tb;
+    thread_pool *pool;
+} shape_case;
+static void shape_pool(void *p)
+{
+    shape_case *c = p;
+    matmul_pool(c->pool, c->c, c->n, c->a, c->ta ? c->m : c->k, c->ta, c->b, c->tb ? c->k : c->n,
+                c->tb, c->m, c->n, c->k, 0.0f);
+}
+static void shape_sgemm(void *p)
+{
+    shape_case *c = p;
+    matmul(c->c, c->n, c->a, c->ta ? c->m : c->k, c->ta, c->b, c->tb ? c->k : c->n, c->tb, c->m,
+           c->n, c->k, 0.0f);
+}
+
+/* Every bf16 path this CPU has against one cblas_sgemm call, one thread,
+ * at the bench model's shapes (d 256, d_ff 704, 16 x 256 rows): the
+ * projections, the MLP's two products, a backward product against a
+ * transposed weight, and the weight-gradient form with its long K.  The
+ * bf16 products run as training runs them: matmul_pool's bands, each
+ * packing its operands.  max diff: against the emulated path (the same
+ * rounded operands through sgemm), relative to the largest element. */
+static void bench_bf16(pcg32 *r)
+{
+    enum { ROWS = 4096, D = 256, F = 704 };
+    static const struct {
+        const char *what;
+        int m, n, k;
+        bool ta, tb;
+    } shapes[] = {
+        { "rows x d by d x d", ROWS, D, D, false, false },
+        { "rows x d by d x f", ROWS, F, D, false, false },
+        { "rows x f by f x d", ROWS, D, F, false, false },
+        { "rows x f by (d x f)^T", ROWS, D, F, false, true },
+        { "(rows x d)^T by rows x f", D, F, ROWS, true, false },
+    };
+    thread_pool *one = NULL;
+    if (build_thread_pool(&one, 1))
+        return;
+    pool_set_bf16(one, true);
+    bf16_path best = bf16_path_current();
+    printf("bf16 products, one thread, GFLOP/s (the fastest path here: %s):\n",
+           bf16_path_name(best));
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int m = shapes[s].m, n = shapes[s].n, k = shapes[s].k;
+        shape_case c = { malloc((size_t)m * n * sizeof(float)), randn(r, (long)m * k),
+                         randn(r, (long)k * n), m, n, k, shapes[s].ta, shapes[s].tb, one };
+        float *emulated = malloc((size_t)m * n * sizeof(float));
+        double flops = 2.0 * m * n * k, t32 = time_of(shape_sgemm, &c);
+        bf16_force_path(BF16_PATH_EMULATED);
+        shape_pool(&c);
+        memcpy(emulated, c.c, (size_t)m * n * sizeof(float));
+        char line[256];
+        int len = snprintf(line, sizeof(line), "  %-26s %4dx%4dx%4d  sgemm %6.1f", shapes[s].what,
+                           m, n, k, flops / t32 * 1e-9);
+        for (int path = BF16_PATH_COUNT - 1; path >= 0; path--) {
+            if (bf16_force_path((bf16_path)path))
+                continue;
+            double t = time_of(shape_pool, &c);
+            len += snprintf(line + len, sizeof(line) - (size_t)len, "  %s %6.1f (x%.2f, diff %.0e)",
+                            bf16_path_name((bf16_path)path), flops / t * 1e-9, t32 / t,
+                            max_rel_diff(c.c, emulated, (long)m * n));
+        }
+        puts(line);
+        free(c.c); free(c.a); free(c.b); free(emulated);
+    }
+    bf16_force_path(best);
+    free_thread_pool(&one);
 }
 
 /* vexpf against expf */
@@ -276,6 +354,7 @@ int main(int argc, char **argv)
         report(name, tf, tr, max_rel_diff(c.g, ref, n));
         free(c.g); free(c.a); free(c.b); free(ref);
     }
+    bench_bf16(&r);
     free_thread_pool(&pool);
     return 0;
 }

@@ -45,8 +45,9 @@ threads)
 	done
 	;;
 bf16)
-	# [run] precision = bf16: the products in bf16 (AMX here, or emulated),
-	# fp32 everything else (the same bits at any thread count: cli-threads).
+	# [run] precision = bf16: the products in bf16 (on AMX tiles, AVX512_BF16
+	# or emulated: the fastest path the CPU has), fp32 everything else (the
+	# same bits at any thread count: cli-threads).
 	# bf16 rounds each operand to 8 bits of mantissa (relative error 2^-9).
 	# On a dense model that moves 24 steps' losses by 1e-4 and gradient
 	# norms by 1% (6e-5 and 0.7% seen): allowed 1e-3 and 5%.  With routed
@@ -59,6 +60,28 @@ bf16)
 	run fd 1 $wide
 	"$compare" fd/tiny/run.h5 bd/tiny/run.h5 1e-3 0.05 || fail "dense bf16 far from fp32"
 	"$compare" fd/tiny/run.h5 bd/tiny/run.h5 0 >/dev/null && fail "bf16 run equals fp32"
+	# the path is named by --version and in the run's provenance; every
+	# path this CPU has can be forced (MODE_BF16_KERNEL) and computes the
+	# same numbers up to the order of fp32 sums; one it lacks is refused
+	fastest=$("$exe" --version | sed -n 's/^bf16 products: \([a-z0-9-]*\) .*/\1/p')
+	h5dump -a provenance/bf16_kernel bd/tiny/run.h5 | grep -q "\"$fastest\"" ||
+		fail "provenance does not name the bf16 path $fastest"
+	for path in amx avx512-bf16 emulated; do
+		if "$exe" --version | grep -q "paths here:.* $path[,;]"; then
+			MODE_BF16_KERNEL=$path run "b-$path" 1 $wide run.precision=bf16
+			h5dump -a provenance/bf16_kernel "b-$path/tiny/run.h5" | grep -q "\"$path\"" ||
+				fail "provenance of a run forced to $path"
+			"$compare" bd/tiny/run.h5 "b-$path/tiny/run.h5" 1e-3 0.05 ||
+				fail "bf16 on $path far from $fastest"
+		else
+			MODE_BF16_KERNEL=$path "$exe" "$config" run.out=refused --quiet 2>err.txt &&
+				fail "MODE_BF16_KERNEL=$path accepted on a CPU without it"
+			grep -q "MODE_BF16_KERNEL=$path: this CPU has no" err.txt ||
+				fail "refusal of $path: $(cat err.txt)"
+		fi
+	done
+	MODE_BF16_KERNEL=fp8 "$exe" --version 2>err.txt && fail "MODE_BF16_KERNEL=fp8 accepted"
+	grep -q "expected amx, avx512-bf16 or emulated" err.txt || fail "fp8: $(cat err.txt)"
 	run b1 1 $wide 'model.layers=dense, mod, moe, integrated, staged' run.precision=bf16
 	run f1 1 $wide 'model.layers=dense, mod, moe, integrated, staged'
 	"$compare" f1/tiny/run.h5 b1/tiny/run.h5 0.02 none || fail "bf16 far from fp32"
