@@ -682,7 +682,8 @@ int open_run_reader(run_reader **out, const char *run_h5, char *err, int err_len
         if ((rc = v.rc))
             goto fail;
     }
-    qsort(r->e, (size_t)r->n_e, sizeof(run_entry), entry_cmp);
+    if (r->n_e > 1) /* qsort's base may not be null, even for no elements */
+        qsort(r->e, (size_t)r->n_e, sizeof(run_entry), entry_cmp);
     free(steps);
     *out = r;
     return 0;
