@@ -4,7 +4,10 @@
  * replicates at every evaluation step they all reached, top-k routing solid
  * inside a band from the lowest to the highest replicate (with three seeds
  * the range shows every replicate, with no assumption on their
- * distribution), the causal rule's mean dashed. */
+ * distribution), the causal rule's mean dashed.  A run's last evaluation
+ * over more windows than the others (run.final_eval_windows) measures
+ * another sample of the held-out text, so it is a dot of its own, not the
+ * end of the line. */
 #include "analysis/runset.h"
 
 #include <math.h>
@@ -12,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { CV_PANEL_W = 440, CV_PANEL_H = 340, CV_TOP = 58, CV_LEGEND_COL = 220 };
+enum { CV_PANEL_W = 440, CV_PANEL_H = 340, CV_TOP = 72, CV_LEGEND_COL = 220 };
 enum { X_FLOPS, X_WALL, X_STEPS, X_COUNT };
 
 /* One run's evaluations, each with the metrics of its step. */
@@ -20,14 +23,19 @@ typedef struct curve {
     long n;
     double *x[X_COUNT]; /* [n] */
     double *topk, *causal;
+    long windows;       /* the line's evaluation windows (0: not recorded) */
+    bool has_final;     /* a last evaluation over final_windows, not on the line */
+    long final_windows;
+    double final_x[X_COUNT], final_topk, final_causal;
 } curve;
 
 /* A group's: the means at the steps every replicate reached, and the
  * replicates' range of the top-k loss. */
 typedef struct group_curve {
     int n_runs;
-    curve mean;
+    curve mean; /* its final point: when every replicate has one */
     double *lo, *hi;
+    double final_lo, final_hi;
 } group_curve;
 
 typedef struct curves_fig {
@@ -68,7 +76,8 @@ static int read_curve(const an_args *a, const char *path, curve *c)
 {
     run_info *ri = NULL;
     double *ms = NULL, *flops = NULL, *wall = NULL, *es = NULL, *topk = NULL, *causal = NULL;
-    long nm = 0, nf = 0, nw = 0, ne = 0, n2 = 0, n3 = 0;
+    double *win = NULL;
+    long nm = 0, nf = 0, nw = 0, ne = 0, n2 = 0, n3 = 0, nwin = 0;
     char err[RUN_PATH_LEN + 512];
     if (build_run_info(&ri, path, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "%s", err);
@@ -90,17 +99,30 @@ static int read_curve(const an_args *a, const char *path, curve *c)
                 ri->cfg.eval_every);
         goto done;
     }
-    if (alloc_curve(c, ne)) {
+    /* files written before eval/windows have none: one line */
+    if (run_read_column(ri, "eval/windows", &win, &nwin) || nwin != ne)
+        nwin = 0;
+    bool final = nwin >= 2 && win[ne - 1] != win[ne - 2];
+    if (alloc_curve(c, final ? ne - 1 : ne)) {
         an_fail(a, rc, "out of memory");
         goto done;
     }
+    c->windows = nwin ? (long)win[0] : 0;
+    c->has_final = final;
+    c->final_windows = final ? (long)win[ne - 1] : 0;
     for (long i = 0, j = 0; i < ne; i++) {
         while (j < nm && ms[j] < es[i]) /* both ascending */
             j++;
         bool at = j < nm && ms[j] == es[i];
-        c->x[X_FLOPS][i] = at ? flops[j] : (double)NAN;
-        c->x[X_WALL][i] = at ? wall[j] : (double)NAN;
-        c->x[X_STEPS][i] = es[i];
+        double x[X_COUNT] = { at ? flops[j] : (double)NAN, at ? wall[j] : (double)NAN, es[i] };
+        if (i == c->n) {
+            memcpy(c->final_x, x, sizeof(x));
+            c->final_topk = topk[i];
+            c->final_causal = causal[i];
+            break;
+        }
+        for (int k = 0; k < X_COUNT; k++)
+            c->x[k][i] = x[k];
         c->topk[i] = topk[i];
         c->causal[i] = causal[i];
     }
@@ -112,6 +134,7 @@ done:
     free(es);
     free(topk);
     free(causal);
+    free(win);
     free_run_info(&ri);
     return rc;
 }
@@ -173,6 +196,25 @@ static int group_curve_of(const an_args *a, const an_runset *rs, int gi, group_c
         g->hi[out++] = hi;
     }
     g->mean.n = out;
+    /* the final point: the mean of the replicates' own, when they all have
+     * one over the same windows */
+    g->mean.has_final = !rc;
+    for (int m = 0; !rc && m < grp->n; m++)
+        g->mean.has_final &= c[m].has_final && c[m].final_windows == c[0].final_windows;
+    if (g->mean.has_final) {
+        g->mean.windows = c[0].windows;
+        g->mean.final_windows = c[0].final_windows;
+        g->final_lo = HUGE_VAL;
+        g->final_hi = -HUGE_VAL;
+        for (int m = 0; m < grp->n; m++) {
+            for (int k = 0; k < X_COUNT; k++)
+                g->mean.final_x[k] += c[m].final_x[k] / grp->n;
+            g->mean.final_topk += c[m].final_topk / grp->n;
+            g->mean.final_causal += c[m].final_causal / grp->n;
+            g->final_lo = fmin(g->final_lo, c[m].final_topk);
+            g->final_hi = fmax(g->final_hi, c[m].final_topk);
+        }
+    }
     for (int m = 0; c && m < grp->n; m++)
         free_curve(&c[m]);
     free(c);
@@ -188,10 +230,17 @@ static void range_of(const curves_fig *f, int which, bool logx, double *lo, doub
     *hi = -HUGE_VAL;
     for (int j = 0; j < f->rs->g.n_groups; j++) {
         const group_curve *g = &f->gc[j];
-        for (long i = 0; i < g->mean.n; i++) {
-            double vals[3] = { which < X_COUNT ? g->mean.x[which][i] : g->lo[i],
-                               which < X_COUNT ? g->mean.x[which][i] : g->hi[i],
-                               which < X_COUNT ? g->mean.x[which][i] : g->mean.causal[i] };
+        for (long i = 0; i <= g->mean.n; i++) {
+            if (i == g->mean.n && !g->mean.has_final)
+                break;
+            bool fin = i == g->mean.n;
+            double vals[3] = {
+                which < X_COUNT ? (fin ? g->mean.final_x[which] : g->mean.x[which][i])
+                                : (fin ? g->final_lo : g->lo[i]),
+                which < X_COUNT ? (fin ? g->mean.final_x[which] : g->mean.x[which][i])
+                                : (fin ? g->final_hi : g->hi[i]),
+                which < X_COUNT ? (fin ? g->mean.final_x[which] : g->mean.x[which][i])
+                                : (fin ? g->mean.final_causal : g->mean.causal[i]) };
             for (int k = 0; k < 3; k++)
                 if (isfinite(vals[k]) && (!logx || vals[k] > 0)) {
                     *lo = fmin(*lo, vals[k]);
@@ -230,6 +279,16 @@ static void draw_curves(cairo_t *cr, void *user)
         snprintf(buf, sizeof(buf), "%d run%s; solid: top-k routing over whole windows, dashed: "
                  "the causal rule (what sampling can do)", f->rs->n, f->rs->n > 1 ? "s" : "");
     plot_text(cr, 20, 36, 0.0, 0.0, buf);
+    const curve *fin = NULL;
+    for (int j = 0; j < f->rs->g.n_groups && !fin; j++)
+        if (f->gc[j].mean.has_final)
+            fin = &f->gc[j].mean;
+    if (fin) {
+        snprintf(buf, sizeof(buf), "dots: the last evaluation, over %ld windows (the lines' are "
+                 "over %ld: another sample of the held-out text)%s", fin->final_windows,
+                 fin->windows, f->max_n > 1 ? ", with the replicates' range" : "");
+        plot_text(cr, 20, 54, 0.0, 0.0, buf);
+    }
     double y0, y1;
     range_of(f, X_COUNT, false, &y0, &y1);
     for (int k = 0; k < X_COUNT; k++) {
@@ -249,6 +308,13 @@ static void draw_curves(cairo_t *cr, void *user)
                           palette_color(j), 1.8, true, false);
             plot_polyline(cr, &ax, g->mean.x[k], g->mean.topk, (int)g->mean.n, palette_color(j),
                           2.0, false, true);
+            if (g->mean.has_final && isfinite(g->mean.final_x[k])) {
+                if (g->n_runs > 1)
+                    plot_error_bar(cr, &ax, g->mean.final_x[k], 0.0, g->final_lo, g->final_hi,
+                                   palette_color(j), 6.0);
+                plot_dot_at(cr, axes_px(&ax, g->mean.final_x[k]), axes_py(&ax, g->mean.final_topk),
+                            4.5, palette_color(j));
+            }
         }
     }
     plot_legend(cr, 80, CV_TOP + CV_PANEL_H, CV_LEGEND_COL, f->legend_cols, f->items, f->n_items);

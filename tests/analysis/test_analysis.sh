@@ -108,9 +108,9 @@ curves)
 	train_moe
 	"$an" curves d/tiny/run.h5 m/tiny/run.h5 e/tiny/run.h5 --out c | grep -q "^wrote c/curves.png$" ||
 		fail "curves"
-	png c/curves.png 1340 430 430
+	png c/curves.png 1340 444 444
 	"$an" curves m/tiny/run.h5 >/dev/null || fail "curves of one run"
-	png m/tiny/curves.png 1340 430 430
+	png m/tiny/curves.png 1340 444 444
 	;;
 compare)
 	train_dense
@@ -264,7 +264,7 @@ groups)
 	grep -q "baseline nosuch: no such group (the groups: a, b, c, dense)" err.txt || fail "$(cat err.txt)"
 	# curves: one colour per group, 4 groups and 3 more legend items in 2 rows
 	"$an" curves known --out g | grep -q "^wrote g/curves.png$" || fail "curves of a folder"
-	png g/curves.png 1340 450 450
+	png g/curves.png 1340 464 464
 	# tokens over the replicates of a: class 1 taken in 1, 2, 3 of 4 windows:
 	# pooled 12 of 24 (Wilson 0.3143 to 0.6857), replicates 0.25, 0.5, 0.75 (sd 0.25)
 	"$an" tokens known/a-s1/run.h5 known/a-s2/run.h5 known/a-s3/run.h5 --out t >t.txt || fail "tokens of replicates"
