@@ -13,12 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add_time(const fwd_args *a, timer_phase p, double t0)
-{
-    if (a && a->ctx)
-        a->ctx->timers[p] += mode_now() - t0;
-}
-
 void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S)
 {
     for (int b = 0; b <= nseq; b++)
@@ -243,17 +237,17 @@ void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
     linear_forward(a->pool, c->v, c->u, w->wv, n, d, d, 0.0f);
     rope_forward_pool(a->pool, c->q, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     rope_forward_pool(a->pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    add_time(a, PHASE_MATMUL, t0);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
     t0 = mode_now();
     attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
                      .scratch = a->ws,
                      .scratch_floats = attention_fwd_scratch_floats(max_seq_rows(rs), dm->d_head) };
     pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_forward_task, &job);
-    add_time(a, PHASE_ATTENTION, t0);
+    mode_time_add(a->ctx, PHASE_ATTENTION, t0);
     t0 = mode_now();
     memcpy(h, x, (size_t)n * d * sizeof(float));
     linear_forward(a->pool, h, c->att, w->wo, n, d, d, 1.0f);
-    add_time(a, PHASE_MATMUL, t0);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
 }
 
 void attn_backward(float *dx, const attn_weights *dw, const float *dh, const float *x,
@@ -269,14 +263,14 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
     for (size_t i = 0; i < nd; i++)
         dx[i] += dh[i]; /* the residual path */
     linear_backward(a->pool, datt, dw->wo, dh, c->att, w->wo, n, d, d, 0.0f);
-    add_time(a, PHASE_MATMUL, t0);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
     t0 = mode_now();
     memset(dq, 0, 3 * nd * sizeof(float));
     attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
                      .dq = dq, .dk = dk, .dv = dv, .scratch = scratch, .datt = datt,
                      .scratch_floats = attention_scratch_floats(max_seq_rows(rs), dm->d_head) };
     pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_backward_task, &job);
-    add_time(a, PHASE_ATTENTION, t0);
+    mode_time_add(a->ctx, PHASE_ATTENTION, t0);
     t0 = mode_now();
     rope_backward_pool(a->pool, dq, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     rope_backward_pool(a->pool, dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
@@ -285,7 +279,7 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
     linear_backward(a->pool, du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
     linear_backward(a->pool, du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
     rmsnorm_backward_pool(a->pool, dx, dw->norm, du, x, w->norm, c->rstd, n, d);
-    add_time(a, PHASE_MATMUL, t0);
+    mode_time_add(a->ctx, PHASE_MATMUL, t0);
 }
 
 void ffn_forward(thread_pool *p, ffn_cache *c, float *out, const float *m, int n,
