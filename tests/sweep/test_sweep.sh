@@ -357,7 +357,7 @@ examples)
 	"$exe" sweep "$examples/isoflop.ini" --dry-run >iso.txt 2>&1 || fail "isoflop.ini: $(cat iso.txt)"
 	grep -q "(isoFLOP design over .*mod.ini): 90 runs into out/isoflop/" iso.txt || fail "isoflop.ini header"
 	[ "$(grep -c '^iso-' iso.txt)" -eq 90 ] || fail "isoflop.ini: not 90 runs"
-	grep -q "^iso-9e12-d128x4-mod-s3 .*model.layers=(dense, mod) x 2  mod.capacity=0.125" iso.txt ||
+	grep -q "^iso-4e12-d128x4-mod-s3 .*model.layers=(dense, mod) x 2  mod.capacity=0.125" iso.txt ||
 		fail "isoflop.ini: the largest MoD run"
 	# a seed list: every run per seed; run.seed belongs to it
 	printf '[sweep]\nbase = %s\nseeds = 4, 7\n[grid]\nrun.seed = 1, 2\n' "$config" >seeds.ini
