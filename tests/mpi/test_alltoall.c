@@ -12,6 +12,7 @@
  * the others may wait in a collective and what follows a wrong count is
  * undefined. */
 #include "core/comm/comm.h"
+#include "check.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -21,18 +22,6 @@
 static int failures;
 
 enum { GUARD = 64 };
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            if (failures <= 20) {                                                                  \
-                fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                     \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fputc('\n', stderr);                                                               \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
 /* Rows from src to dst in a round: 0 for some pairs, large in round 5. */
 static int rows_of(int round, int src, int dst)

@@ -20,6 +20,7 @@
 #include "mod/mod.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -29,18 +30,6 @@
 #include <unistd.h>
 
 static int failures, rank;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            if (failures <= 20) {                                                                  \
-                fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                     \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fputc('\n', stderr);                                                               \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
 static const layer_kind *const kinds[] = { &dense_kind, &mod_kind, &moe_kind, &integrated_kind,
                                            &staged_kind, NULL };
