@@ -177,16 +177,28 @@ static int write_record(run_record *r, const char *dir, const char *name, long l
     return rc;
 }
 
+/* Makes dir and dir/sub (its path into out) and a config to resolve the
+ * runs into: NULL with *rc set when either fails. */
+static run_config *begin_runs(const char *dir, const char *sub, char *out, size_t out_len,
+                              int *rc, char *err, int err_len)
+{
+    snprintf(out, out_len, "%s/%s", dir, sub);
+    if (make_dir(dir, err, err_len) || make_dir(out, err, err_len)) {
+        *rc = -1;
+        return NULL;
+    }
+    run_config *c = malloc(sizeof(run_config));
+    *rc = c ? 0 : -ENOMEM;
+    return c;
+}
+
 int write_known_runs(const char *dir, char *err, int err_len)
 {
     char out[1024];
-    snprintf(out, sizeof(out), "%s/known", dir);
-    if (make_dir(dir, err, err_len) || make_dir(out, err, err_len))
-        return -1;
-    run_config *c = malloc(sizeof(run_config));
+    int rc;
+    run_config *c = begin_runs(dir, "known", out, sizeof(out), &rc, err, err_len);
     if (!c)
-        return -ENOMEM;
-    int rc = 0;
+        return rc;
     for (size_t i = 0; !rc && i < sizeof(known) / sizeof(known[0]); i++) {
         const known_run *k = &known[i];
         char *ini = NULL;
@@ -254,13 +266,10 @@ static int add_model_records(run_record *r, bool record, const run_config *c, do
 int write_huge_runs(const char *dir, char *err, int err_len)
 {
     char out[1024];
-    snprintf(out, sizeof(out), "%s/huge", dir);
-    if (make_dir(dir, err, err_len) || make_dir(out, err, err_len))
-        return -1;
-    run_config *c = malloc(sizeof(run_config));
+    int rc;
+    run_config *c = begin_runs(dir, "huge", out, sizeof(out), &rc, err, err_len);
     if (!c)
-        return -ENOMEM;
-    int rc = 0;
+        return rc;
     for (int seed = 1; !rc && seed <= 2; seed++) {
         char name[64], settings[512], *ini = NULL;
         snprintf(name, sizeof(name), "iso-1e21-d8192x64-moe-s%d", seed);
@@ -293,18 +302,15 @@ int write_huge_runs(const char *dir, char *err, int err_len)
  * ln N + 0.1 (s - 2), L*_{dense,s} = 1.50 + 0.01 s, L*_{mod,s} = that + 0.02. */
 int write_iso_runs(const char *dir, char *err, int err_len)
 {
-    char out[1024];
-    snprintf(out, sizeof(out), "%s/iso", dir);
-    if (make_dir(dir, err, err_len) || make_dir(out, err, err_len))
-        return -1;
     static const int widths[3][2] = { { 16, 32 }, { 24, 48 }, { 32, 64 } }; /* d_model, d_ff */
     static const char *const kinds[2][2] = { { "dense", "dense x 2" }, { "mod", "dense, mod" } };
-    run_config *c = malloc(sizeof(run_config));
+    char out[1024];
+    int rc;
+    run_config *c = begin_runs(dir, "iso", out, sizeof(out), &rc, err, err_len);
     if (!c)
-        return -ENOMEM;
+        return rc;
     /* the sizes' parameters, for the middle of their ln N */
     double ln_lo = 0.0, ln_hi = 0.0;
-    int rc = 0;
     for (int pass = 0; !rc && pass < 2; pass++)
         for (int k = 0; !rc && k < 2; k++)
             for (int z = 0; !rc && z < 3; z++)
