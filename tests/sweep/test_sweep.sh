@@ -355,8 +355,8 @@ examples)
 	"$exe" sweep "$examples/mode-kinds.ini" --dry-run >kinds.txt 2>&1 || fail "kinds: $(cat kinds.txt)"
 	grep -q ": 12 runs into out/mode-kinds/" kinds.txt || fail "mode-kinds.ini header"
 	"$exe" sweep "$examples/isoflop.ini" --dry-run >iso.txt 2>&1 || fail "isoflop.ini: $(cat iso.txt)"
-	grep -q "(isoFLOP design over .*mod.ini): 90 runs into out/isoflop/" iso.txt || fail "isoflop.ini header"
-	[ "$(grep -c '^iso-' iso.txt)" -eq 90 ] || fail "isoflop.ini: not 90 runs"
+	grep -q "(isoFLOP design over .*mod.ini): 126 runs into out/isoflop/" iso.txt || fail "isoflop.ini header"
+	[ "$(grep -c '^iso-' iso.txt)" -eq 126 ] || fail "isoflop.ini: not 126 runs"
 	grep -q "^iso-4e12-d128x4-mod-s3 .*model.layers=(dense, mod) x 2  mod.capacity=0.125" iso.txt ||
 		fail "isoflop.ini: the largest MoD run"
 	# a seed list: every run per seed; run.seed belongs to it
