@@ -119,7 +119,16 @@ signals)
 		# shellcheck disable=SC2086
 		"$exe" "$config" run.out="s$sig" $long --quiet &
 		pid=$!
-		sleep 1
+		# the handlers are installed once the run's header (run.h5) is
+		# written; a signal before that would meet the shell's own
+		# disposition (a background job ignores SIGINT): wait for it, so
+		# that a slow start (ASan, a loaded machine) does not decide
+		i=0
+		while [ ! -e "s$sig/tiny/run.h5" ] && [ $i -lt 600 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		sleep 0.5
 		kill -s "$sig" "$pid"
 		wait "$pid"
 		code=$?
