@@ -1,0 +1,83 @@
+#include "core/train/trainer.h"
+
+#include "core/comm/comm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+long eval_window_index(long i, long n, long avail)
+{
+    return n >= avail ? i : (long)((double)i * (double)avail / (double)n);
+}
+
+int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
+             eval_result *out, char *err, int err_len)
+{
+    int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
+    long avail = dataset_eval_windows(d, S);
+    long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
+    out->local_failure = false;
+    token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
+    double *seq_ce = malloc((size_t)m->max_seq * sizeof(double));
+    int rc = tok && seq_ce ? 0 : -ENOMEM;
+    if (rc)
+        snprintf(err, (size_t)err_len, "evaluation: out of memory");
+    /* sums over windows of the mean loss and of its square: the mean and
+     * the spread of the per-window losses */
+    double sums[2] = { 0.0, 0.0 };
+    /* rank r takes the list's entries r, r+P, ...; in chunks of the model's
+     * batch.  Every rank runs the same number of forwards of the same size
+     * (layers may talk to other ranks), padding with window 0 that does not
+     * count. */
+    long per_rank = (n + P - 1) / P;
+    for (long i0 = 0; i0 < per_rank; i0 += m->max_seq) {
+        int cnt = (int)(per_rank - i0 < m->max_seq ? per_rank - i0 : m->max_seq), real = 0;
+        for (int i = 0; i < cnt && !rc; i++) {
+            long k = rank + (i0 + i) * P;
+            real += k < n;
+            rc = dataset_eval_window(d, tok + (size_t)i * (S + 1), S,
+                                     k < n ? eval_window_index(k, n, avail) : 0, err, err_len);
+        }
+        /* a bad token on any rank: every rank stops at this chunk, before
+         * its forward, with that rank's message */
+        if (ctx && (rc = comm_agree(ctx->comm, rc, err, err_len)))
+            break;
+        if (rc)
+            break;
+        batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
+                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
+                    .seq_ce = seq_ce };
+        fwd_result r;
+        if ((rc = model_forward(m, ctx, &b, mode, &r))) {
+            snprintf(err, (size_t)err_len, "evaluation: forward failed (%s)", strerror(-rc));
+            out->local_failure = true;
+            break;
+        }
+        for (int i = 0; i < real; i++) {
+            double l = seq_ce[i] / S;
+            sums[0] += l;
+            sums[1] += l * l;
+        }
+    }
+    free(tok);
+    free(seq_ce);
+    if (rc)
+        return rc;
+    rc = comm_fault(ctx ? ctx->comm : NULL, "eval");
+    if (!rc)
+        rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
+    if (rc) {
+        snprintf(err, (size_t)err_len, "evaluation: its all-reduce failed (%s)", strerror(-rc));
+        out->local_failure = true;
+        return rc;
+    }
+    double mean = n > 0 ? sums[0] / (double)n : (double)NAN;
+    double var = n > 1 ? (sums[1] - (double)n * mean * mean) / (double)(n - 1) : (double)NAN;
+    out->loss = mean;
+    out->se = n > 1 ? sqrt(var > 0.0 ? var : 0.0) / sqrt((double)n) : (double)NAN;
+    out->windows = n;
+    return 0;
+}

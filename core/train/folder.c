@@ -1,0 +1,146 @@
+#include "core/train/trainer_impl.h"
+
+#include "core/io/runfile.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len)
+{
+    snprintf(dir, len, "%s/%s", c->out, c->name);
+    snprintf(run_h5, len, "%s/%s/run.h5", c->out, c->name);
+    snprintf(ckpt_h5, len, "%s/%s/ckpt.h5", c->out, c->name);
+}
+
+static int make_dirs(const char *dir)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0777) && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* Fail before training when the output folder cannot take our files. */
+int check_writable(const char *dir, char *err, int err_len)
+{
+    int rc = make_dirs(dir);
+    if (rc) {
+        snprintf(err, (size_t)err_len, "%s: cannot create the output folder: %s", dir,
+                 strerror(-rc));
+        return rc;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/.write-probe", dir);
+    FILE *f = fopen(probe, "w");
+    if (!f || fputs("ok\n", f) < 0 || fclose(f)) {
+        snprintf(err, (size_t)err_len, "%s: output folder is not writable", dir);
+        return -EACCES;
+    }
+    remove(probe);
+    return 0;
+}
+
+/* Whether the folder may take this run, before anything is created: a run
+ * there (run.h5, ckpt.h5 or pieces) is refused unless it is resumed or
+ * overwritten, and a resume needs its checkpoint. */
+int check_folder(const trainer *t, const trainer_opts *o, char *err, int err_len)
+{
+    struct stat st;
+    char records[4200];
+    snprintf(records, sizeof(records), "%s/records", t->dir);
+    bool ckpt = !stat(t->ckpt_h5, &st), run = !stat(t->run_h5, &st) || !stat(records, &st);
+    if (o->resume && !ckpt) {
+        snprintf(err, (size_t)err_len, "%s: no checkpoint to resume (%s is missing): start "
+                 "the run without --resume", t->dir, t->ckpt_h5);
+        return -ENOENT;
+    }
+    if (!o->resume && !o->overwrite && (ckpt || run)) {
+        snprintf(err, (size_t)err_len, "%s holds a run (%s%s%s): --resume continues it, "
+                 "--overwrite replaces it, or choose another run.name or run.out", t->dir,
+                 run ? "run.h5" : "", run && ckpt ? ", " : "", ckpt ? "ckpt.h5" : "");
+        return -EEXIST;
+    }
+    return 0;
+}
+
+/* --overwrite, once every check has passed: the earlier run's files go, so
+ * that nothing of it can be resumed into the new one. */
+int clear_folder(const trainer *t)
+{
+    if (remove(t->ckpt_h5) && errno != ENOENT)
+        return -errno;
+    if (remove(t->run_h5) && errno != ENOENT)
+        return -errno;
+    return run_record_remove_pieces(t->run_h5);
+}
+
+/* The keys whose values differ between two resolved configs (INI text as
+ * config_to_ini writes it), as "section.key (a -> b)" in buf. */
+void config_differences(const char *a, const char *b, char *buf, size_t len)
+{
+    size_t w = 0;
+    buf[0] = '\0';
+    const char *texts[2] = { a, b };
+    /* every "key = value" line of a under its section, looked up in b, and
+     * the lines of b that a lacks */
+    for (int pass = 0; pass < 2; pass++) {
+        const char *x = texts[pass], *y = texts[1 - pass];
+        char sec[64] = "";
+        for (const char *p = x; *p;) {
+            const char *e = strchr(p, '\n');
+            size_t l = e ? (size_t)(e - p) : strlen(p);
+            char line[1200];
+            snprintf(line, sizeof(line), "%.*s", (int)(l < sizeof(line) - 1 ? l : sizeof(line) - 1),
+                     p);
+            p += l + (e ? 1 : 0);
+            if (line[0] == '[') {
+                snprintf(sec, sizeof(sec), "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+                continue;
+            }
+            char *eq = strstr(line, " = ");
+            if (!eq)
+                continue;
+            *eq = '\0';
+            const char *val = eq + 3;
+            /* the same key's value in y */
+            char ysec[64] = "", yval[1200] = "";
+            bool found = false;
+            for (const char *q = y; *q && !found;) {
+                const char *f = strchr(q, '\n');
+                size_t m = f ? (size_t)(f - q) : strlen(q);
+                char yl[1200];
+                snprintf(yl, sizeof(yl), "%.*s", (int)(m < sizeof(yl) - 1 ? m : sizeof(yl) - 1), q);
+                q += m + (f ? 1 : 0);
+                if (yl[0] == '[') {
+                    snprintf(ysec, sizeof(ysec), "%.*s", (int)strcspn(yl + 1, "]"), yl + 1);
+                    continue;
+                }
+                char *yeq = strstr(yl, " = ");
+                if (yeq && !strcmp(ysec, sec) && (size_t)(yeq - yl) == strlen(line) &&
+                    !strncmp(yl, line, strlen(line))) {
+                    found = true;
+                    snprintf(yval, sizeof(yval), "%s", yeq + 3);
+                }
+            }
+            if ((found && pass == 1) || (found && !strcmp(val, yval)))
+                continue;
+            int k = snprintf(buf + w, len - w, "%s%s.%s (%s -> %s)", w ? ", " : "", sec, line,
+                             pass == 0 ? val : "unset", pass == 0 ? (found ? yval : "unset") : val);
+            if (k < 0 || (size_t)k >= len - w)
+                return;
+            w += (size_t)k;
+        }
+    }
+}
