@@ -86,6 +86,26 @@ int clear_folder(const trainer *t)
     return run_record_remove_pieces(t->run_h5);
 }
 
+/* The next line of *p (which moves past it) into line.  "[section]"
+ * updates sec; "key = value" leaves the key in line and returns the value;
+ * NULL for every line that is not an entry. */
+static const char *next_entry(const char **p, char *line, size_t len, char *sec, size_t sec_len)
+{
+    const char *e = strchr(*p, '\n');
+    size_t l = e ? (size_t)(e - *p) : strlen(*p);
+    snprintf(line, len, "%.*s", (int)(l < len - 1 ? l : len - 1), *p);
+    *p += l + (e ? 1 : 0);
+    if (line[0] == '[') {
+        snprintf(sec, sec_len, "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+        return NULL;
+    }
+    char *eq = strstr(line, " = ");
+    if (!eq)
+        return NULL;
+    *eq = '\0';
+    return eq + 3;
+}
+
 /* The keys whose values differ between two resolved configs (INI text as
  * config_to_ini writes it), as "section.key (a -> b)" in buf. */
 void config_differences(const char *a, const char *b, char *buf, size_t len)
@@ -97,41 +117,19 @@ void config_differences(const char *a, const char *b, char *buf, size_t len)
      * the lines of b that a lacks */
     for (int pass = 0; pass < 2; pass++) {
         const char *x = texts[pass], *y = texts[1 - pass];
-        char sec[64] = "";
+        char sec[64] = "", line[1200];
         for (const char *p = x; *p;) {
-            const char *e = strchr(p, '\n');
-            size_t l = e ? (size_t)(e - p) : strlen(p);
-            char line[1200];
-            snprintf(line, sizeof(line), "%.*s", (int)(l < sizeof(line) - 1 ? l : sizeof(line) - 1),
-                     p);
-            p += l + (e ? 1 : 0);
-            if (line[0] == '[') {
-                snprintf(sec, sizeof(sec), "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+            const char *val = next_entry(&p, line, sizeof(line), sec, sizeof(sec));
+            if (!val)
                 continue;
-            }
-            char *eq = strstr(line, " = ");
-            if (!eq)
-                continue;
-            *eq = '\0';
-            const char *val = eq + 3;
             /* the same key's value in y */
-            char ysec[64] = "", yval[1200] = "";
+            char ysec[64] = "", yl[1200], yval[1200] = "";
             bool found = false;
             for (const char *q = y; *q && !found;) {
-                const char *f = strchr(q, '\n');
-                size_t m = f ? (size_t)(f - q) : strlen(q);
-                char yl[1200];
-                snprintf(yl, sizeof(yl), "%.*s", (int)(m < sizeof(yl) - 1 ? m : sizeof(yl) - 1), q);
-                q += m + (f ? 1 : 0);
-                if (yl[0] == '[') {
-                    snprintf(ysec, sizeof(ysec), "%.*s", (int)strcspn(yl + 1, "]"), yl + 1);
-                    continue;
-                }
-                char *yeq = strstr(yl, " = ");
-                if (yeq && !strcmp(ysec, sec) && (size_t)(yeq - yl) == strlen(line) &&
-                    !strncmp(yl, line, strlen(line))) {
+                const char *v = next_entry(&q, yl, sizeof(yl), ysec, sizeof(ysec));
+                if (v && !strcmp(ysec, sec) && !strcmp(yl, line)) {
                     found = true;
-                    snprintf(yval, sizeof(yval), "%s", yeq + 3);
+                    snprintf(yval, sizeof(yval), "%s", v);
                 }
             }
             if ((found && pass == 1) || (found && !strcmp(val, yval)))
