@@ -277,6 +277,22 @@ void bf16_avx512_pack_b(void *pb, const float *b, int ldb, bool tb, int k, int n
     pack_pairs(pb, b, ldb, tb, k, n, block0, block1);
 }
 
+/* One register tile of C at (i, j), rows x cols of it, over len pair rows
+ * of K from pair row q0 of the packed operands (panels of stride words). */
+static inline void run_tile(float *c, int ldc, const uint32_t *pa, const uint32_t *pb,
+                            size_t stride, int q0, int len, int i, int j, int rows, int cols,
+                            float beta, bool first)
+{
+    const uint32_t *ap = pa + (size_t)(i / PANEL) * stride + (size_t)q0 * PANEL +
+                         (size_t)(i % PANEL);
+    const uint32_t *bp = pb + (size_t)(j / PANEL) * stride + (size_t)q0 * PANEL;
+    float *ct = c + (size_t)i * ldc + j;
+    if (cols > PANEL)
+        tile_wide(ct, ldc, ap, bp, stride, len, rows, cols, beta, first);
+    else
+        tile_narrow(ct, ldc, ap, bp, stride, len, rows, cols, beta, first);
+}
+
 void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
                          int n, int k, float beta)
 {
@@ -289,18 +305,10 @@ void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *pa
     for (int q0 = 0; q0 < nq || q0 == 0; q0 += K_CHUNK / 2) {
         int len = nq - q0 < K_CHUNK / 2 ? nq - q0 : K_CHUNK / 2;
         for (int j = 0; j < n; j += NR_PANELS * PANEL) {
-            const uint32_t *bp = pb + (size_t)(j / PANEL) * stride + (size_t)q0 * PANEL;
             int cols = n - j < NR_PANELS * PANEL ? n - j : NR_PANELS * PANEL;
-            for (int i = 0; i < m; i += MR) {
-                const uint32_t *ap = pa + (size_t)(i / PANEL) * stride + (size_t)q0 * PANEL +
-                                     (size_t)(i % PANEL);
-                int rows = m - i < MR ? m - i : MR;
-                float *ct = c + (size_t)i * ldc + j;
-                if (cols > PANEL)
-                    tile_wide(ct, ldc, ap, bp, stride, len, rows, cols, beta, q0 == 0);
-                else
-                    tile_narrow(ct, ldc, ap, bp, stride, len, rows, cols, beta, q0 == 0);
-            }
+            for (int i = 0; i < m; i += MR)
+                run_tile(c, ldc, pa, pb, stride, q0, len, i, j, m - i < MR ? m - i : MR, cols,
+                         beta, q0 == 0);
         }
     }
 }
@@ -390,17 +398,10 @@ void bf16_avx512_band(float *c, int ldc, const float *x, int ldx, bool xt, bool 
                                                       (NR_PANELS * PANEL));
             int lines = (int)((next.rows * (next.row_bytes / 64 + 2) + tiles - 1) / tiles);
             for (int j = j0; j < j1; j += NR_PANELS * PANEL) {
-                const uint32_t *bp = pb + (size_t)(j / PANEL) * stride + (size_t)q0 * PANEL;
                 int cols = j1 - j < NR_PANELS * PANEL ? j1 - j : NR_PANELS * PANEL;
                 for (int i = i0; i < i1; i += MR) {
-                    const uint32_t *ap = pa + (size_t)(i / PANEL) * stride +
-                                         (size_t)q0 * PANEL + (size_t)(i % PANEL);
-                    int rows = i1 - i < MR ? i1 - i : MR;
-                    float *ct = c + (size_t)i * ldc + j;
-                    if (cols > PANEL)
-                        tile_wide(ct, ldc, ap, bp, stride, len, rows, cols, beta, ch == 0);
-                    else
-                        tile_narrow(ct, ldc, ap, bp, stride, len, rows, cols, beta, ch == 0);
+                    run_tile(c, ldc, pa, pb, stride, q0, len, i, j, i1 - i < MR ? i1 - i : MR,
+                             cols, beta, ch == 0);
                     walk_prefetch(&next, lines);
                 }
             }
