@@ -79,7 +79,7 @@ static int set_option(cli *c, const opt *o, const char *v)
     return -EINVAL;
 }
 
-int parse_cli(cli *c, int argc, char **argv, const char *usage)
+static int parse_args(cli *c, int argc, char **argv, const char *usage)
 {
     memset(c, 0, sizeof(*c));
     c->temperature = 1.0;
@@ -119,6 +119,16 @@ int parse_cli(cli *c, int argc, char **argv, const char *usage)
         return -EINVAL;
     }
     return 0;
+}
+
+int parse_cli(cli *c, int argc, char **argv, const char *usage)
+{
+    int rc = parse_args(c, argc, argv, usage);
+    if (rc) {
+        free(c->over);
+        c->over = NULL;
+    }
+    return rc;
 }
 
 int choose_threads(const cli *c, mode_ctx *ctx)

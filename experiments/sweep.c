@@ -399,8 +399,10 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
 {
     sweep_opts o;
-    if (parse_sweep_args(&o, argc - 2, argv + 2))
+    if (parse_sweep_args(&o, argc - 2, argv + 2)) {
+        free(o.over);
         return 2;
+    }
     h5_quiet();
     sweep_plan p;
     char err[2048] = "";

@@ -1,0 +1,62 @@
+#!/bin/sh
+# LeakSanitizer over every command of mode-exp and mode-analyze, in the
+# sanitizer build (scripts/test.sh's second build): training each kind at 1
+# and 2 ranks with evaluation, routing records and checkpoints, a resume,
+# eval, sample, flops, plan, bench, a sweep and its report, and error paths
+# (a bad key, a bad option, a missing file).  Any leak whose stack runs
+# through our code fails; the libraries' own allocations kept until exit
+# are suppressed by tests/lsan.supp (Open MPI's MPI_Init and progress
+# thread, hwloc, HDF5, OpenBLAS, cairo).  The rest of the sanitizer pass
+# runs without leak checks: finding the libraries' frames needs the slow
+# unwinder, which would double its time.
+#   leaks.sh MODE_EXP MODE_ANALYZE CONFIG SUPPRESSIONS
+set -u
+. "$(dirname "$0")/../common.sh"
+exe=$(abspath "$1") an=$(abspath "$2") config=$(abspath "$3") supp=$(abspath "$4")
+enter_workdir
+export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0:exitcode=23"
+export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0:exitcode=23"
+
+# check WANT CMD...: CMD exits with WANT and LeakSanitizer reports nothing
+check() {
+	want=$1
+	shift
+	"$@" >out.txt 2>err.txt
+	code=$?
+	if grep -q "LeakSanitizer" err.txt; then
+		sed -n '/LeakSanitizer/,$p' err.txt | head -60
+		fail "leak in: $*"
+	fi
+	[ "$code" -eq "$want" ] || { cat err.txt; fail "exit $code, expected $want: $*"; }
+}
+
+kinds='model.layers=dense, mod, moe, staged, integrated'
+check 0 "$exe" "$config" run.out=a "$kinds" moe.experts=4 --quiet
+check 0 mpirun -n 2 "$exe" "$config" run.out=b "$kinds" moe.experts=4 --quiet
+check 0 "$exe" "$config" run.out=c "$kinds" moe.experts=4 run.precision=bf16 --max-steps 10 --quiet
+check 0 "$exe" "$config" run.out=c "$kinds" moe.experts=4 run.precision=bf16 --resume --quiet
+check 0 "$exe" "$config" run.out=r 'model.layers=dense, mod' mod.router=random --quiet
+check 0 "$exe" eval a/tiny/ckpt.h5 --windows 2
+check 0 "$exe" sample a/tiny/ckpt.h5 --prompt "ab" --tokens 4
+check 0 "$exe" flops "$config" "$kinds"
+check 0 "$exe" plan "$config" "$kinds" moe.experts=4 --ranks 4
+check 0 "$exe" bench "$config" --steps 2
+check 0 "$exe" --version
+printf '[sweep]\nbase = %s\nout = sw\nseeds = 1, 2\n[all]\nmodel.layers = dense, mod\nrun.steps = 8\n[grid]\nmod.capacity = 0.25, 0.5\n' \
+	"$config" >grid.ini
+check 0 "$exe" sweep grid.ini --dry-run
+export MODE_ANALYZE="$an"
+check 0 "$exe" sweep grid.ini
+for cmd in heatmap weights curves compare tokens; do
+	check 0 "$an" "$cmd" a/tiny/run.h5 --out fig
+done
+check 0 "$an" report sw --out rep --baseline capacity-0.5
+# error paths
+check 2 "$exe" "$config" run.out=e model.bogus=1
+check 2 "$exe" "$config" run.out=e --bogus
+check 2 "$exe" sweep grid.ini --bogus
+check 1 "$exe" eval missing.h5
+check 1 "$an" heatmap missing.h5
+printf '[run]\nsteps = many\n' >bad.ini
+check 2 "$exe" bad.ini
+echo "no leaks"
