@@ -112,41 +112,44 @@ checkpoints)
 signals)
 	# SIGTERM and SIGINT: a checkpoint, a clean exit 128+signal, and a resume
 	# that gives exactly the losses of an uninterrupted run
-	long="run.steps=1500 run.eval_every=500 run.ckpt_every=500"
+	long="run.steps=600 run.eval_every=200 run.ckpt_every=50"
 	# shellcheck disable=SC2086
 	"$exe" "$config" run.out=full $long --quiet || fail "full run"
 	for sig in TERM INT; do
 		# shellcheck disable=SC2086
 		"$exe" "$config" run.out="s$sig" $long --quiet &
 		pid=$!
-		# the handlers are installed once the run's header (run.h5) is
-		# written; a signal before that would meet the shell's own
-		# disposition (a background job ignores SIGINT): wait for it, so
-		# that a slow start (ASan, a loaded machine) does not decide
+		# the handlers are in once the run's header (run.h5) is written; a
+		# signal before them would meet the shell's own disposition (a background job
+		# ignores SIGINT).  Signal once the first checkpoint (step 50) is
+		# there, so that neither a slow start (ASan, a loaded machine) nor
+		# a fast machine decides: the run is between steps 50 and 600
+		# (600 steps take the release build about 3 s)
 		i=0
-		while [ ! -e "s$sig/tiny/run.h5" ] && [ $i -lt 600 ]; do
-			sleep 0.1
+		while [ ! -e "s$sig/tiny/ckpt.h5" ] && [ $i -lt 1200 ]; do
+			sleep 0.05
 			i=$((i + 1))
 		done
-		sleep 0.5
 		kill -s "$sig" "$pid"
 		wait "$pid"
 		code=$?
 		want=$([ $sig = TERM ] && echo 143 || echo 130)
 		[ "$code" -eq "$want" ] || fail "SIG$sig: exit $code, expected $want"
 		h5dump -a step "s$sig/tiny/ckpt.h5" >/dev/null || fail "SIG$sig: no readable checkpoint"
-		h5dump -a step "s$sig/tiny/ckpt.h5" | grep -q "(0): 1500" && fail "SIG$sig came too late"
+		h5dump -a step "s$sig/tiny/ckpt.h5" | grep -q "(0): 600" && fail "SIG$sig came too late"
 		# shellcheck disable=SC2086
 		"$exe" "$config" run.out="s$sig" $long --resume --quiet || fail "resume after SIG$sig"
 		"$compare" full/tiny/run.h5 "s$sig/tiny/run.h5" 0 || fail "resume after SIG$sig differs"
 	done
 	;;
 kill)
-	# SIGKILL at any moment leaves the last checkpoint readable
-	"$exe" "$config" run.out=full run.steps=300 --quiet || fail "full run"
+	# SIGKILL at any moment leaves the last checkpoint readable: a checkpoint
+	# every 2 steps (each about 0.1 s, most of it writing), killed at three
+	# moments, before step 45 even on a fast machine
+	"$exe" "$config" run.out=full run.steps=100 --quiet || fail "full run"
 	for delay in 0.7 1.3 2.1; do
 		rm -rf k
-		"$exe" "$config" run.out=k run.steps=300 run.ckpt_every=2 --quiet &
+		"$exe" "$config" run.out=k run.steps=100 run.ckpt_every=2 --quiet &
 		pid=$!
 		sleep "$delay"
 		kill -9 "$pid"
@@ -154,7 +157,7 @@ kill)
 		[ -e k/tiny/ckpt.h5 ] || continue
 		h5dump -a step k/tiny/ckpt.h5 >/dev/null || fail "checkpoint unreadable after SIGKILL at ${delay}s"
 		h5dump -a config k/tiny/run.h5 >/dev/null || fail "run file unreadable after SIGKILL at ${delay}s"
-		"$exe" "$config" run.out=k run.steps=300 run.ckpt_every=2 --resume --quiet || fail "resume after SIGKILL"
+		"$exe" "$config" run.out=k run.steps=100 run.ckpt_every=2 --resume --quiet || fail "resume after SIGKILL"
 		"$compare" full/tiny/run.h5 k/tiny/run.h5 0 || fail "resume after SIGKILL at ${delay}s differs"
 	done
 	;;
