@@ -26,6 +26,7 @@ typedef struct an_args {
     bool all_steps;                    /* --all-steps */
     const char *baseline;              /* --baseline GROUP, or NULL: "dense" when there is one */
     const char *key;                   /* --key section.key (sweep) */
+    int fit_sizes;                     /* --fit-sizes N (isoflop): 0 the default (5), -1 all */
 } an_args;
 
 int cmd_heatmap(const an_args *a);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 static bool usable(const double *x, const double *y, int i)
 {
@@ -156,6 +157,50 @@ void isoflop_optimum(const double *x, const double *y, int n, isofit *f)
     f->status = ISOFIT_INTERIOR;
     f->x_opt = mid + half * u;
     f->y_opt = C - B * B / (4.0 * A);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void isoflop_optimum_near(const double *x, const double *y, int n, int window, isofit *f)
+{
+    isoflop_optimum(x, y, n, f);
+    if (window <= 0 || f->best < 0)
+        return;
+    /* the distinct usable x, sorted */
+    double *xs = malloc(sizeof(double) * (size_t)n * 2), *ym = xs + n;
+    if (!xs)
+        return; /* the fit through every point stands */
+    int nd = 0;
+    for (int i = 0; i < n; i++)
+        if (usable(x, y, i))
+            xs[nd++] = x[i];
+    qsort(xs, (size_t)nd, sizeof(double), cmp_double);
+    int m = 0;
+    for (int i = 0; i < nd; i++)
+        if (m == 0 || !(fabs(xs[i] - xs[m - 1]) <= 1e-12 * fmax(1.0, fabs(xs[m - 1]))))
+            xs[m++] = xs[i];
+    if (m > window) {
+        int p = 0;
+        while (p < m - 1 && fabs(xs[p] - x[f->best]) > 1e-12 * fmax(1.0, fabs(xs[p])))
+            p++;
+        int lo = p - window / 2;
+        if (lo < 0)
+            lo = 0;
+        if (lo + window > m)
+            lo = m - window;
+        double x_lo = xs[lo], x_hi = xs[lo + window - 1],
+               tol = 1e-12 * fmax(1.0, fmax(fabs(x_lo), fabs(x_hi)));
+        for (int i = 0; i < n; i++)
+            ym[i] = x[i] >= x_lo - tol && x[i] <= x_hi + tol ? y[i] : (double)NAN;
+        /* the best point lies in the window, so it is found again: the
+         * same index, and its y */
+        isoflop_optimum(x, ym, n, f);
+    }
+    free(xs);
 }
 
 const char *isofit_status_text(isofit_status s)

@@ -31,6 +31,16 @@ int fit_parabola(const double *x, const double *y, int n, double *a, double *b, 
 /* The fit of y[n] against x[n] and its minimum as isofit describes. */
 void isoflop_optimum(const double *x, const double *y, int n, isofit *f);
 
+/* The same fit through the points of the `window` distinct x nearest the
+ * best point: the best's x and window / 2 on each side, the window moved
+ * inwards at the ends of the range (window <= 0 or at least the distinct x
+ * there are: every point).  Over a range of sizes as wide as a sweep's
+ * (50x and more) the loss against ln N is not one parabola, and a fit
+ * through every size can put the minimum above the best point sampled;
+ * near its minimum it is one.  n_used, x_lo and x_hi then describe the
+ * window, and the vertex must lie inside it. */
+void isoflop_optimum_near(const double *x, const double *y, int n, int window, isofit *f);
+
 /* "parabola", "best sampled (no interior minimum)", ... for tables. */
 const char *isofit_status_text(isofit_status s);
 

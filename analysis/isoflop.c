@@ -5,7 +5,10 @@
  * Per budget and kind, each size is a group of replicates (seeds): its mean
  * final held-out loss (top-k routing) with a 95% interval.  A least-squares
  * parabola in log parameters through the means gives the compute-optimal
- * size N* and loss* (analysis/isofit.c).  How sure that optimum is: the
+ * size N* and loss* (analysis/isofit.c); by default it goes through the
+ * best size's mean and the two sizes' on each side (ISO_FIT_SIZES), since
+ * over a sweep's whole range of sizes the curve is not one parabola and a
+ * fit through all of them misplaces the minimum.  How sure that optimum is: the
  * same fit through each seed's points alone (seed s of every size, the
  * seeds paired as the sweep pairs them), whose optima spread as the seeds
  * do: the sd and 95% interval (Student's t over the seeds) of loss* and of
@@ -210,7 +213,7 @@ static bool seed_optimum(const iso_data *d, int b, int k, uint64_t seed, double 
         y[n++] = ar->loss_topk;
     }
     isofit f;
-    isoflop_optimum(x, y, n, &f);
+    isoflop_optimum_near(x, y, n, d->fit_sizes, &f);
     if (f.status == ISOFIT_EMPTY)
         return false;
     *n_opt = f.status == ISOFIT_INTERIOR ? exp(f.x_opt) : params[f.best];
@@ -230,7 +233,7 @@ static void fit_group(iso_data *d, int b, int k, double *x, double *y, int *idx)
         y[g->n_points] = pt->loss.mean;
         idx[g->n_points++] = p;
     }
-    isoflop_optimum(x, y, g->n_points, &g->fit);
+    isoflop_optimum_near(x, y, g->n_points, d->fit_sizes, &g->fit);
     g->best = g->fit.best >= 0 ? idx[g->fit.best] : -1;
     /* the seeds, in order of appearance */
     uint64_t seeds[ISO_MAX_SEEDS];
@@ -365,10 +368,15 @@ static void write_frontier_md(FILE *f, const iso_data *d)
             fmt_interval(s[1], 64, &g->seed_loss_s, 4);
             fmt_p(s[2], 64, k == d->dense_kind ? (double)NAN : g->vs_dense.p);
             double dn = dense_opt(d, b), y = g->fit.y_opt;
-            char y4[32], dy[32], ry[32];
+            char y4[32], dy[32], ry[32], fit[96];
+            if (g->fit.status == ISOFIT_INTERIOR || g->fit.status == ISOFIT_EDGE)
+                snprintf(fit, sizeof(fit), "%s (%d sizes)", isofit_status_text(g->fit.status),
+                         g->fit.n_used);
+            else
+                snprintf(fit, sizeof(fit), "%s", isofit_status_text(g->fit.status));
             fprintf(f, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
                        "%s |\n",
-                    bl, d->kinds[k], g->n_points, g->n_seeds, isofit_status_text(g->fit.status),
+                    bl, d->kinds[k], g->n_points, g->n_seeds, fit,
                     np, rng, NUM(y4, "%.4f", y), s[0], s[1], NUM(dy, "%+.4f", y - dn), s[2],
                     NUM(ry, "%.4f", y / dn), point_name(d, g->best),
                     g->best >= 0 ? NUM(s[3], "%.4f", d->points[g->best].loss.mean) : "-");
@@ -395,17 +403,28 @@ static void write_points_md(FILE *f, const iso_data *d)
     }
 }
 
+/* Which sizes the fits go through, for the texts. */
+static const char *fit_sizes_text(const iso_data *d)
+{
+    static char buf[96];
+    if (d->fit_sizes <= 0)
+        return "every size";
+    snprintf(buf, sizeof(buf), "the best size and its neighbours, %d sizes", d->fit_sizes);
+    return buf;
+}
+
 static void write_md(FILE *f, const iso_data *d)
 {
     fprintf(f, "# isoFLOP analysis of %s\n\n", d->dir);
     fprintf(f, "Final held-out loss (top-k routing) against parameters N at each training-FLOP "
                "budget. Each size is the mean over its seeds; per budget and kind a "
-               "least-squares parabola in ln N through the means gives the compute-optimal N* "
-               "and loss* (the best sampled size where the parabola has no minimum inside the "
-               "sampled sizes). Their uncertainty: the same fit through each seed's points "
-               "alone; the table gives those optima's range of N*, their loss* as mean ± sd "
+               "least-squares parabola in ln N through the means of %s gives the "
+               "compute-optimal N* and loss* (the best sampled size where the parabola has no "
+               "minimum inside those sizes). Their uncertainty: the same fit through each "
+               "seed's points alone (around that seed's best size); the table gives those optima's range of N*, their loss* as mean ± sd "
                "with a 95%% interval (Student's t over the seeds), and p, Welch's two-sided "
-               "test of the seeds' loss* against the dense kind's.\n\n");
+               "test of the seeds' loss* against the dense kind's.\n\n",
+            fit_sizes_text(d));
     write_frontier_md(f, d);
     fprintf(f, "\n## Sizes\n\nEach size's replicates: n of them usable (complete, evaluated "
                "at the last step); relative FLOPs: forward FLOPs per sequence over those of "
@@ -433,7 +452,7 @@ static void write_csv(FILE *f, const iso_data *d)
     fprintf(f, "budget,kind,sizes,seeds,fit,n_opt,loss_opt,dense_loss_opt,loss_minus_dense,"
                "loss_over_dense,p_vs_dense,seed_n_opt_lo,seed_n_opt_hi,seed_log10_n_opt_mean,"
                "seed_log10_n_opt_sd,seed_loss_opt_mean,seed_loss_opt_sd,seed_loss_opt_ci_lo,"
-               "seed_loss_opt_ci_hi,best_size,best_params,best_loss,a,b,c\n");
+               "seed_loss_opt_ci_hi,best_size,best_params,best_loss,a,b,c,fit_sizes\n");
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
@@ -472,7 +491,7 @@ static void write_csv(FILE *f, const iso_data *d)
             csv_num(f, g->fit.a);
             csv_num(f, g->fit.b);
             csv_num(f, g->fit.c);
-            fputc('\n', f);
+            fprintf(f, ",%d\n", g->fit.n_used);
         }
 }
 
@@ -509,6 +528,7 @@ int cmd_isoflop(const an_args *a)
     if (!d)
         return an_fail(a, EXIT_BAD_INPUT, "out of memory");
     d->dir = a->files[0];
+    d->fit_sizes = a->fit_sizes == 0 ? ISO_FIT_SIZES : a->fit_sizes < 0 ? 0 : a->fit_sizes;
     if (list_run_files(d->dir, &paths, &n_paths, err, (int)sizeof(err))) {
         an_fail(a, EXIT_BAD_INPUT, "%s", err);
         goto done;

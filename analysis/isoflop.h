@@ -7,6 +7,9 @@
 #include "analysis/runset.h"
 
 enum { ISO_MAX_BUDGETS = 16, ISO_MAX_KINDS = 8, ISO_KIND_LEN = 64, ISO_MAX_SEEDS = 64 };
+/* The sizes an isoFLOP parabola goes through by default: the best and two on
+ * each side (mode-analyze isoflop --fit-sizes). */
+enum { ISO_FIT_SIZES = 5 };
 
 /* One run file with a training-FLOP budget. */
 typedef struct iso_run {
@@ -54,6 +57,7 @@ typedef struct iso_data {
     double ref_flops[ISO_MAX_BUDGETS];
     bool ref_dense[ISO_MAX_BUDGETS];
     int width, height;
+    int fit_sizes; /* the sizes around the best one each fit goes through; 0: all */
 } iso_data;
 
 /* N* of a group: the vertex's, or the best sampled size's own count. */

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16 };
+enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32 };
 enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
 
 typedef struct an_command {
@@ -102,16 +102,19 @@ static const an_command commands[] = {
       "sweep with an [isoflop] design): the final held-out loss (top-k) against the\n"
       "parameter count for each budget, one curve per kind: each size's mean over\n"
       "its seeds with a 95% interval, and the least-squares parabola in log\n"
-      "parameters through the means, whose minimum gives the compute-optimal size\n"
-      "and loss (the best sampled size where it has no minimum inside the sampled\n"
-      "sizes). The optimum's uncertainty: the same fit through each seed's points\n"
+      "parameters through the means of the best size and its neighbours (5 sizes\n"
+      "by default), whose minimum gives the compute-optimal size and loss (the\n"
+      "best sampled size where it has no minimum inside those sizes). The\n"
+      "optimum's uncertainty: the same fit through each seed's points\n"
       "alone, and the spread of those optima (sd and 95% interval of loss* and of\n"
       "log10 N*). Also the loss against the FLOPs of a forward pass relative to\n"
       "the best dense size of the budget (MoD paper, Fig. 4). A run's kind is the\n"
       "end of its name iso-<budget>-<size>-<kind>[-s<seed>], else its layer\n"
       "pattern. Incomplete runs are left out. Prints the frontier and writes\n"
-      "isoflop.md, isoflop.csv, isoflop_runs.csv and isoflop.png.\n",
-      "SWEEP_DIR", 1, 1, 0, cmd_isoflop },
+      "isoflop.md, isoflop.csv, isoflop_runs.csv and isoflop.png.\n"
+      "  --fit-sizes N|all  how many sizes around the best one the parabola goes\n"
+      "                     through (at least 3; default 5); all: every size\n",
+      "SWEEP_DIR [--fit-sizes N|all]", 1, 1, OPT_FIT, cmd_isoflop },
     { "report", "every analysis of a folder of runs on one HTML page",
       "Writes DIR/report.html (with --out, OUT/report.html), a self-contained page\n"
       "(images as data URIs) with the runs and their state, and grouped by\n"
@@ -268,6 +271,16 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
                 return an_fail(a, EXIT_USAGE, "--key %s: expected SECTION.KEY (e.g. "
                                "mod.capacity)", v);
             a->key = v;
+        } else if ((c->options & OPT_FIT) &&
+                   (v = opt_value(argc, argv, &i, "--fit-sizes", &missing))) {
+            long k = 0;
+            if (!strcmp(v, "all"))
+                a->fit_sizes = -1;
+            else if (parse_long(v, &k) && k >= 3 && k <= 1000)
+                a->fit_sizes = (int)k;
+            else
+                return an_fail(a, EXIT_USAGE, "--fit-sizes %s: expected a number of sizes "
+                               "(3 or more) or all", v);
         } else if (missing) {
             return an_fail(a, EXIT_USAGE, "%s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {

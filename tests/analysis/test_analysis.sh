@@ -373,7 +373,8 @@ isoflop)
 	d=$(row $ic kind dense) m=$(row $ic kind mod)
 	for r in $d $m; do
 		[ "$(field $ic $r sizes)" = 3 ] && [ "$(field $ic $r seeds)" = 3 ] &&
-			[ "$(field $ic $r fit)" = parabola ] || fail "row $r: sizes, seeds, fit"
+			[ "$(field $ic $r fit)" = parabola ] && [ "$(field $ic $r fit_sizes)" = 3 ] ||
+			fail "row $r: sizes, seeds, fit"
 		# the seeds' optima: sd 0.01 of loss*, 0.1 / ln 10 of log10 N*, interval -+ t(0.975, 2) 0.01 / sqrt 3
 		close "$(field $ic $r seed_loss_opt_sd)" 0.01 1e-9 || fail "loss* sd"
 		close "$(field $ic $r seed_log10_n_opt_sd)" 0.04342944819 1e-8 || fail "log10 N* sd"
@@ -432,6 +433,9 @@ errors)
 	expect 2 "too many run files" "$an" heatmap m/tiny/run.h5 m/tiny/run.h5
 	expect 2 "no run file given" "$an" compare
 	expect 2 "--out needs a value" "$an" compare m/tiny/run.h5 --out
+	expect 2 "--fit-sizes 2: expected a number of sizes (3 or more) or all" \
+		"$an" isoflop m --fit-sizes 2
+	expect 2 "unknown option --fit-sizes" "$an" compare m/tiny/run.h5 --fit-sizes 5
 	"$an" nonsense >out.txt 2>&1; [ $? -eq 2 ] || fail "unknown command exit code"
 	"$an" >out.txt 2>&1; [ $? -eq 2 ] || fail "no command exit code"
 	for c in heatmap weights curves compare sweep tokens isoflop report; do

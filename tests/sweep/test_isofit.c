@@ -1,6 +1,7 @@
 /* The isoFLOP fit (analysis/isofit.c): least squares on known parabolas,
  * their vertex inside and outside the sampled sizes, and the degenerate
- * inputs (too few sizes, repeated sizes, flat and concave losses, NaN). */
+ * inputs (too few sizes, repeated sizes, flat and concave losses, NaN), and
+ * the fit through the sizes nearest the best. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -188,6 +189,61 @@ static void test_vertex_on_edge(void **state)
     assert_string_equal(isofit_status_text(ISOFIT_TOO_FEW), "best sampled (fewer than 3 sizes)");
 }
 
+/* The fit near the best size: a parabola around the minimum, far sizes off
+ * it (as a wide sweep's are).  Through every size the vertex moves; through
+ * the best and two on each side it is exact. */
+static void test_near_best(void **state)
+{
+    (void)state;
+    double x[9], y[9];
+    for (int i = 0; i < 9; i++) {
+        x[8 - i] = i; /* in descending order: the window is found by value */
+        y[8 - i] = i >= 2 && i <= 6 ? (i - 4.2) * (i - 4.2) + 1.0 : 40.0 + i;
+    }
+    isofit all, near;
+    isoflop_optimum(x, y, 9, &all);
+    assert_true(all.status != ISOFIT_INTERIOR || fabs(all.x_opt - 4.2) > 0.05);
+    isoflop_optimum_near(x, y, 9, 5, &near);
+    assert_int_equal(near.status, ISOFIT_INTERIOR);
+    close_to(near.x_opt, 4.2, 1e-12);
+    close_to(near.y_opt, 1.0, 1e-12);
+    assert_int_equal(near.best, 4); /* x = 4 */
+    assert_int_equal(near.n_used, 5);
+    assert_true(near.x_lo == 2.0 && near.x_hi == 6.0);
+    /* window <= 0, or as many sizes as there are: the fit through all */
+    isoflop_optimum_near(x, y, 9, 0, &near);
+    assert_true(near.n_used == 9 && near.a == all.a && near.y_opt == all.y_opt);
+    isoflop_optimum_near(x, y, 9, 9, &near);
+    assert_true(near.n_used == 9 && near.a == all.a);
+    /* an even window: one more size above the best than below */
+    isoflop_optimum_near(x, y, 9, 4, &near);
+    assert_true(near.n_used == 4 && near.x_lo == 2.0 && near.x_hi == 5.0);
+}
+
+/* The window moves inwards at the ends; repeated sizes (seeds) count once. */
+static void test_near_edges(void **state)
+{
+    (void)state;
+    double x[14], y[14];
+    for (int i = 0; i < 7; i++) { /* two replicates of each of 7 sizes */
+        x[i] = x[i + 7] = i;
+        y[i] = (i + 0.5) * (i + 0.5); /* minimum left of the range */
+        y[i + 7] = y[i] + 0.25;
+    }
+    isofit f;
+    isoflop_optimum_near(x, y, 14, 3, &f);
+    assert_int_equal(f.best, 0);
+    assert_int_equal(f.n_used, 6); /* sizes 0, 1, 2, twice each */
+    assert_true(f.x_lo == 0.0 && f.x_hi == 2.0);
+    assert_int_equal(f.status, ISOFIT_EDGE); /* the vertex -0.5 lies outside */
+    close_to(f.y_opt, 0.25, 1e-12);
+    for (int i = 0; i < 14; i++)
+        y[i] = (x[i] - 6.5) * (x[i] - 6.5) + (i >= 7 ? 0.25 : 0.0);
+    isoflop_optimum_near(x, y, 14, 3, &f);
+    assert_int_equal(f.best, 6);
+    assert_true(f.x_lo == 4.0 && f.x_hi == 6.0 && f.n_used == 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +256,8 @@ int main(void)
         cmocka_unit_test(test_too_few),
         cmocka_unit_test(test_non_finite_skipped),
         cmocka_unit_test(test_vertex_on_edge),
+        cmocka_unit_test(test_near_best),
+        cmocka_unit_test(test_near_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
