@@ -10,7 +10,13 @@ static bool usable(const double *x, const double *y, int i)
     return isfinite(x[i]) && isfinite(y[i]);
 }
 
-/* Distinct usable x (equal within 1e-12 relative), up to three: all a fit needs. */
+/* Two sizes are one when their x agree within 1e-12 relative. */
+static bool same_x(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fmax(1.0, fabs(b));
+}
+
+/* Distinct usable x (same_x), up to three: all a fit needs. */
 static int distinct_x(const double *x, const double *y, int n)
 {
     double seen[3];
@@ -20,7 +26,7 @@ static int distinct_x(const double *x, const double *y, int n)
             continue;
         bool dup = false;
         for (int j = 0; j < k; j++)
-            dup |= fabs(x[i] - seen[j]) <= 1e-12 * fmax(1.0, fabs(seen[j]));
+            dup |= same_x(x[i], seen[j]);
         if (!dup)
             seen[k++] = x[i];
     }
@@ -181,21 +187,22 @@ void isoflop_optimum_near(const double *x, const double *y, int n, int window, i
     qsort(xs, (size_t)nd, sizeof(double), cmp_double);
     int m = 0;
     for (int i = 0; i < nd; i++)
-        if (m == 0 || !(fabs(xs[i] - xs[m - 1]) <= 1e-12 * fmax(1.0, fabs(xs[m - 1]))))
+        if (m == 0 || !same_x(xs[i], xs[m - 1]))
             xs[m++] = xs[i];
     if (m > window) {
         int p = 0;
-        while (p < m - 1 && fabs(xs[p] - x[f->best]) > 1e-12 * fmax(1.0, fabs(xs[p])))
+        while (p < m - 1 && !same_x(x[f->best], xs[p]))
             p++;
         int lo = p - window / 2;
         if (lo < 0)
             lo = 0;
         if (lo + window > m)
             lo = m - window;
-        double x_lo = xs[lo], x_hi = xs[lo + window - 1],
-               tol = 1e-12 * fmax(1.0, fmax(fabs(x_lo), fabs(x_hi)));
-        for (int i = 0; i < n; i++)
-            ym[i] = x[i] >= x_lo - tol && x[i] <= x_hi + tol ? y[i] : (double)NAN;
+        double x_lo = xs[lo], x_hi = xs[lo + window - 1];
+        for (int i = 0; i < n; i++) {
+            bool in = (x[i] >= x_lo || same_x(x[i], x_lo)) && (x[i] <= x_hi || same_x(x[i], x_hi));
+            ym[i] = in ? y[i] : (double)NAN;
+        }
         /* the best point lies in the window, so it is found again: the
          * same index, and its y */
         isoflop_optimum(x, ym, n, f);

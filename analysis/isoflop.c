@@ -8,8 +8,8 @@
  * size N* and loss* (analysis/isofit.c); by default it goes through the
  * best size's mean and the two sizes' on each side (ISO_FIT_SIZES), since
  * over a sweep's whole range of sizes the curve is not one parabola and a
- * fit through all of them misplaces the minimum.  How sure that optimum is: the
- * same fit through each seed's points alone (seed s of every size, the
+ * fit through all of them misplaces the minimum.  How sure that optimum is:
+ * the same fit through each seed's points alone (seed s of every size, the
  * seeds paired as the sweep pairs them), whose optima spread as the seeds
  * do: the sd and 95% interval (Student's t over the seeds) of loss* and of
  * log10 N*, and Welch's test of each kind's seed optima against the dense
@@ -421,9 +421,10 @@ static void write_md(FILE *f, const iso_data *d)
                "least-squares parabola in ln N through the means of %s gives the "
                "compute-optimal N* and loss* (the best sampled size where the parabola has no "
                "minimum inside those sizes). Their uncertainty: the same fit through each "
-               "seed's points alone (around that seed's best size); the table gives those optima's range of N*, their loss* as mean ± sd "
-               "with a 95%% interval (Student's t over the seeds), and p, Welch's two-sided "
-               "test of the seeds' loss* against the dense kind's.\n\n",
+               "seed's points alone (around that seed's best size); the table gives those "
+               "optima's range of N*, their loss* as mean ± sd with a 95%% interval (Student's "
+               "t over the seeds), and p, Welch's two-sided test of the seeds' loss* against "
+               "the dense kind's.\n\n",
             fit_sizes_text(d));
     write_frontier_md(f, d);
     fprintf(f, "\n## Sizes\n\nEach size's replicates: n of them usable (complete, evaluated "

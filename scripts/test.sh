@@ -4,8 +4,8 @@
 # this machine picks and again (all but the robust suite) under a second
 # kernel set (a test that holds on one CPU family only must not pass); an
 # AddressSanitizer + UndefinedBehaviorSanitizer build (all but the fault
-# injections; leaks in one test of every command); the libFuzzer targets.  Ends with
-# "N passed, N failed".
+# injections; leaks in one test of every command); the libFuzzer targets.
+# Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
 

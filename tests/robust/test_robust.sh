@@ -120,11 +120,11 @@ signals)
 		"$exe" "$config" run.out="s$sig" $long --quiet &
 		pid=$!
 		# the handlers are in once the run's header (run.h5) is written; a
-		# signal before them would meet the shell's own disposition (a background job
-		# ignores SIGINT).  Signal once the first checkpoint (step 50) is
-		# there, so that neither a slow start (ASan, a loaded machine) nor
-		# a fast machine decides: the run is between steps 50 and 600
-		# (600 steps take the release build about 3 s)
+		# signal before them would meet the shell's own disposition (a
+		# background job ignores SIGINT).  Signal once the first checkpoint
+		# (step 50) is there, so that neither a slow start (ASan, a loaded
+		# machine) nor a fast machine decides: the run is between steps 50
+		# and 600 (600 steps take the release build about 4 s)
 		i=0
 		while [ ! -e "s$sig/tiny/ckpt.h5" ] && [ $i -lt 1200 ]; do
 			sleep 0.05
