@@ -9,13 +9,27 @@
 # thread, hwloc, HDF5, OpenBLAS, cairo).  The rest of the sanitizer pass
 # runs without leak checks: finding the libraries' frames needs the slow
 # unwinder, which would double its time.
+#
+# intercept_tls_get_addr=0: GCC 12's runtime (LLVM's up to 16) mistakes a
+# dynamic TLS block that happens to start 16 bytes past a page for one with
+# glibc 2.19's header and hands the tracer a garbage range, which kills it
+# ("Tracer caught signal 11"; tests/sanitize/dtls_probe.c shows it on
+# purpose).  Where blocks land depends on what was allocated before, which
+# depends on the CPU (the BLAS kernels' buffers): an Intel Xeon with AMX hit
+# it in every run of `mode-exp sweep`, the AMD machines never.  Without the
+# interception the blocks are still scanned as heap chunks reachable from
+# each thread's DTV, so no leak is missed (the probe checks that a leak is
+# still reported).  Should the tracer still die on some machine, that
+# command's check is skipped with the reason, the others still run, and the
+# test reports SKIP (exit 77) naming them, unless a leak was found.
 #   leaks.sh MODE_EXP MODE_ANALYZE CONFIG SUPPRESSIONS
 set -u
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$1") an=$(abspath "$2") config=$(abspath "$3") supp=$(abspath "$4")
 enter_workdir
-export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0:exitcode=23"
+export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0:exitcode=23:intercept_tls_get_addr=0"
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0:exitcode=23"
+unchecked=""
 
 # check WANT CMD...: CMD exits with WANT and LeakSanitizer reports nothing
 check() {
@@ -23,6 +37,13 @@ check() {
 	shift
 	"$@" >out.txt 2>err.txt
 	code=$?
+	if grep -q "LeakSanitizer has encountered a fatal error" err.txt; then
+		# the sanitizer itself could not run: not a finding about our code
+		echo "not checked (LeakSanitizer's tracer died: $(grep -m1 'Tracer caught' err.txt)): $*"
+		unchecked="$unchecked
+  $*"
+		return
+	fi
 	if grep -q "LeakSanitizer" err.txt; then
 		sed -n '/LeakSanitizer/,$p' err.txt | head -60
 		fail "leak in: $*"
@@ -59,4 +80,8 @@ check 1 "$exe" eval missing.h5
 check 1 "$an" heatmap missing.h5
 printf '[run]\nsteps = many\n' >bad.ini
 check 2 "$exe" bad.ini
+if [ -n "$unchecked" ]; then
+	echo "skipped: no leaks found, but LeakSanitizer could not check these commands here:$unchecked"
+	exit 77
+fi
 echo "no leaks"
