@@ -16,8 +16,10 @@
  * below. */
 #include "analysis/analyze.h"
 #include "analysis/rundir.h"
+#include "core/util/file.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,7 +400,7 @@ int an_save_figure(const an_args *a, const char *path, int w, int h, plot_draw_f
     return 0;
 }
 
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
@@ -419,4 +421,18 @@ int main(int argc, char **argv)
     fprintf(stderr, "mode-analyze: unknown command '%s'\n\n", argv[1]);
     usage_main(stderr);
     return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    /* a closed pipe behind stdout is a failed write, not a silent death */
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run_command(argc, argv);
+    char err[256];
+    if (file_close_stdout(err, sizeof(err))) {
+        fprintf(stderr, "mode-analyze%s%s: %s\n", argc > 1 ? " " : "", argc > 1 ? argv[1] : "",
+                err);
+        return rc ? rc : EXIT_BAD_INPUT;
+    }
+    return rc;
 }

@@ -1,6 +1,7 @@
 /* mode-exp bench: time training steps of a config on random tokens, beside
  * cblas_sgemm measured in the same run at the same thread count. */
 #include "experiments/cli.h"
+#include "experiments/json.h"
 
 #include "core/comm/comm.h"
 #include "core/kernels/bf16.h"
@@ -193,23 +194,32 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
         fprintf(stderr, "mode-exp bench: a step failed: %s\n", strerror(-rc));
     if (!rc && ctx->rank == 0) {
         if (c.json) {
-            printf("{\"config\": \"%s\", \"precision\": \"%s\", \"bf16_kernel\": \"%s\", "
-                   "\"ranks\": %d, "
-                   "\"threads\": %d, \"steps\": %d, "
-                   "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"steps_per_s\": %.6g, "
-                   "\"gflops_nominal\": %.6g, \"gflops_executed\": %.6g, \"sgemm_gflops\": %.6g, "
-                   "\"ratio_nominal\": %.4g, \"ratio_executed\": %.4g, \"peak_rss_mb\": %.1f, "
-                   "\"param_state_mb\": %.6g, \"expert_state_mb\": %.6g, "
-                   "\"activation_mb\": %.1f, \"bf16_gflops\": %.6g",
-                   c.config, cfg.precision, bf16 ? bf16_path_name(bf16_path_current()) : "none",
-                   ctx->size, threads, steps, br.step_s, br.tokens_s,
-                   1.0 / br.step_s,
-                   br.gflops_nominal, br.gflops_executed, br.sgemm, br.gflops_nominal / br.sgemm,
-                   br.gflops_executed / br.sgemm, br.rss_mb, br.param_mb, br.expert_mb, br.act_mb,
-                   br.bf16);
-            for (int p = 0; p < PHASE_COUNT; p++)
-                printf(", \"%s_s\": %.6g", phase_names[p], br.phase[p]);
-            printf("}\n");
+            json_line j = json_begin(stdout, ", ");
+            json_str(&j, "config", c.config);
+            json_str(&j, "precision", cfg.precision);
+            json_str(&j, "bf16_kernel", bf16 ? bf16_path_name(bf16_path_current()) : "none");
+            json_int(&j, "ranks", ctx->size);
+            json_int(&j, "threads", threads);
+            json_int(&j, "steps", steps);
+            json_num(&j, "step_s", 6, br.step_s);
+            json_num(&j, "tokens_per_s", 6, br.tokens_s);
+            json_num(&j, "steps_per_s", 6, 1.0 / br.step_s);
+            json_num(&j, "gflops_nominal", 6, br.gflops_nominal);
+            json_num(&j, "gflops_executed", 6, br.gflops_executed);
+            json_num(&j, "sgemm_gflops", 6, br.sgemm);
+            json_num(&j, "ratio_nominal", 4, br.gflops_nominal / br.sgemm);
+            json_num(&j, "ratio_executed", 4, br.gflops_executed / br.sgemm);
+            json_fixed(&j, "peak_rss_mb", 1, br.rss_mb);
+            json_num(&j, "param_state_mb", 6, br.param_mb);
+            json_num(&j, "expert_state_mb", 6, br.expert_mb);
+            json_fixed(&j, "activation_mb", 1, br.act_mb);
+            json_num(&j, "bf16_gflops", 6, br.bf16);
+            for (int p = 0; p < PHASE_COUNT; p++) {
+                char key[40];
+                snprintf(key, sizeof(key), "%s_s", phase_names[p]);
+                json_num(&j, key, 6, br.phase[p]);
+            }
+            json_end(&j);
         } else {
             printf("%s: %d rank(s) x %d thread(s), %s%s, %d steps\n", c.config, ctx->size,
                    threads, bf16 ? "bf16 products on the path " : "fp32",

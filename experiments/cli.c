@@ -21,30 +21,31 @@ typedef struct opt {
     const char *name;
     opt_type type;
     size_t offset;
+    double max; /* numbers: the largest accepted (a bound on what it sizes) */
 } opt;
 
 #define OFF(f) offsetof(cli, f)
 static const opt options[] = {
-    { "--resume", OPT_FLAG, OFF(resume) },
-    { "--overwrite", OPT_FLAG, OFF(overwrite) },
-    { "--init-from", OPT_STRING, OFF(init_from) },
-    { "--ids", OPT_FLAG, OFF(ids) },
-    { "--prompt-ids", OPT_STRING, OFF(prompt_ids) },
-    { "--quiet", OPT_FLAG, OFF(quiet) },
-    { "--jsonl", OPT_FLAG, OFF(jsonl) },
-    { "--json", OPT_FLAG, OFF(json) },
-    { "--threads", OPT_POSITIVE, OFF(threads) },
-    { "--ranks", OPT_POSITIVE, OFF(ranks) },
-    { "--max-steps", OPT_LONG, OFF(max_steps) },
-    { "--steps", OPT_POSITIVE, OFF(steps) },
-    { "--windows", OPT_LONG, OFF(windows) },
-    { "--tokens", OPT_LONG, OFF(tokens) },
-    { "--top-k", OPT_LONG, OFF(top_k) },
-    { "--seed", OPT_LONG, OFF(seed) },
-    { "--temperature", OPT_DOUBLE, OFF(temperature) },
-    { "--data", OPT_STRING, OFF(data) },
-    { "--mode", OPT_STRING, OFF(mode) },
-    { "--prompt", OPT_STRING, OFF(prompt) },
+    { "--resume", OPT_FLAG, OFF(resume), 0 },
+    { "--overwrite", OPT_FLAG, OFF(overwrite), 0 },
+    { "--init-from", OPT_STRING, OFF(init_from), 0 },
+    { "--ids", OPT_FLAG, OFF(ids), 0 },
+    { "--prompt-ids", OPT_STRING, OFF(prompt_ids), 0 },
+    { "--quiet", OPT_FLAG, OFF(quiet), 0 },
+    { "--jsonl", OPT_FLAG, OFF(jsonl), 0 },
+    { "--json", OPT_FLAG, OFF(json), 0 },
+    { "--threads", OPT_POSITIVE, OFF(threads), CLI_MAX_THREADS },
+    { "--ranks", OPT_POSITIVE, OFF(ranks), 1 << 20 },
+    { "--max-steps", OPT_LONG, OFF(max_steps), (double)MODE_MAX_STEPS },
+    { "--steps", OPT_POSITIVE, OFF(steps), 1e6 },
+    { "--windows", OPT_LONG, OFF(windows), 1e12 },
+    { "--tokens", OPT_LONG, OFF(tokens), 1e9 },
+    { "--top-k", OPT_LONG, OFF(top_k), 2147483647.0 },
+    { "--seed", OPT_LONG, OFF(seed), 9.2e18 },
+    { "--temperature", OPT_DOUBLE, OFF(temperature), 1e9 },
+    { "--data", OPT_STRING, OFF(data), 0 },
+    { "--mode", OPT_STRING, OFF(mode), 0 },
+    { "--prompt", OPT_STRING, OFF(prompt), 0 },
 };
 
 static int set_option(cli *c, const opt *o, const char *v)
@@ -55,7 +56,7 @@ static int set_option(cli *c, const opt *o, const char *v)
     case OPT_STRING: *(const char **)(void *)f = v; return 0;
     case OPT_DOUBLE: {
         double x = strtod(v, &end);
-        if (!*v || *end || !(x >= 0.0 && x < 1e9))
+        if (!*v || *end || !(x >= 0.0 && x < o->max))
             break;
         *(double *)(void *)f = x;
         return 0;
@@ -63,7 +64,8 @@ static int set_option(cli *c, const opt *o, const char *v)
     default: {
         errno = 0;
         long n = strtol(v, &end, 10);
-        if (!*v || *end || errno || n < (o->type == OPT_POSITIVE ? 1 : 0))
+        if (!*v || *end || errno || n < (o->type == OPT_POSITIVE ? 1 : 0) ||
+            (double)n > o->max)
             break;
         if (o->offset == OFF(threads))
             c->threads = (int)n;
@@ -72,10 +74,11 @@ static int set_option(cli *c, const opt *o, const char *v)
         return 0;
     }
     }
-    fprintf(stderr, "mode-exp: %s %s: expected %s\n", o->name, v,
-            o->type == OPT_DOUBLE     ? "a number >= 0"
-            : o->type == OPT_POSITIVE ? "a positive integer"
-                                      : "a non-negative integer");
+    if (o->type == OPT_DOUBLE)
+        fprintf(stderr, "mode-exp: %s %s: expected a number in [0, %g)\n", o->name, v, o->max);
+    else
+        fprintf(stderr, "mode-exp: %s %s: expected %s integer up to %.0f\n", o->name, v,
+                o->type == OPT_POSITIVE ? "a positive" : "a non-negative", o->max);
     return -EINVAL;
 }
 

@@ -9,6 +9,9 @@
 
 #include <stdbool.h>
 
+/* The most threads a rank may ask for. */
+#define CLI_MAX_THREADS 4096
+
 typedef struct cli {
     const char *config;
     int n_over;

@@ -12,13 +12,16 @@
 #include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
 #include "core/train/trainer.h"
+#include "core/util/file.h"
 #include "core/util/pool.h"
 #include "experiments/cli.h"
+#include "experiments/json.h"
 #include "moe/kinds.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,19 +91,28 @@ typedef struct log_opts {
 static void print_log(const train_log *l, void *user)
 {
     const log_opts *o = user;
-    if (o->quiet)
+    if (o->quiet || ferror(stdout)) /* a closed pipe: the log stops, the run goes on */
         return;
     if (o->jsonl) {
-        printf("{\"step\":%ld,\"total\":%ld,\"loss\":%.6g,\"ce\":%.6g,\"aux\":%.6g,"
-               "\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"gflops\":%.2f,"
-               "\"eta_s\":%.1f,\"wall_s\":%.2f",
-               l->step, l->total, l->loss, l->ce, l->aux, l->lr, l->grad_norm, l->tokens_per_s,
-               l->gflops, l->eta_s, l->wall_s);
-        if (l->has_eval)
-            printf(",\"eval_topk\":%.6g,\"eval_causal\":%.6g,\"eval_se\":%.4g,"
-                   "\"eval_windows\":%ld", l->eval_topk, l->eval_causal, l->eval_se,
-                   l->eval_windows);
-        printf("}\n");
+        json_line j = json_begin(stdout, ",");
+        json_int(&j, "step", l->step);
+        json_int(&j, "total", l->total);
+        json_num(&j, "loss", 6, l->loss);
+        json_num(&j, "ce", 6, l->ce);
+        json_num(&j, "aux", 6, l->aux);
+        json_num(&j, "lr", 6, l->lr);
+        json_num(&j, "grad_norm", 6, l->grad_norm);
+        json_fixed(&j, "tokens_per_s", 1, l->tokens_per_s);
+        json_fixed(&j, "gflops", 2, l->gflops);
+        json_fixed(&j, "eta_s", 1, l->eta_s);
+        json_fixed(&j, "wall_s", 2, l->wall_s);
+        if (l->has_eval) {
+            json_num(&j, "eval_topk", 6, l->eval_topk);
+            json_num(&j, "eval_causal", 6, l->eval_causal);
+            json_num(&j, "eval_se", 4, l->eval_se);
+            json_int(&j, "eval_windows", l->eval_windows);
+        }
+        json_end(&j);
     } else {
         char eta[32];
         fmt_time(eta, sizeof(eta), l->eta_s);
@@ -116,11 +128,14 @@ static void print_log(const train_log *l, void *user)
 static void print_checkpoint(long step, double seconds, void *user)
 {
     const log_opts *o = user;
-    if (o->quiet)
+    if (o->quiet || ferror(stdout)) /* a closed pipe: the log stops, the run goes on */
         return;
-    if (o->jsonl)
-        printf("{\"checkpoint\":%ld,\"seconds\":%.3f}\n", step, seconds);
-    else
+    if (o->jsonl) {
+        json_line j = json_begin(stdout, ",");
+        json_int(&j, "checkpoint", step);
+        json_fixed(&j, "seconds", 3, seconds);
+        json_end(&j);
+    } else
         printf("ckpt   %6ld  written in %.2f s\n", step, seconds);
     fflush(stdout);
 }
@@ -235,10 +250,14 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         fprintf(stderr, "mode-exp eval: %s\n", err);
     if (!rc && ctx->rank == 0) {
         const char *mn = mode == FWD_EVAL_TOPK ? "topk" : "causal";
-        if (c.json)
-            printf("{\"loss\": %.9g, \"se\": %.6g, \"windows\": %ld, \"mode\": \"%s\"}\n",
-                   ev.loss, ev.se, ev.windows, mn);
-        else
+        if (c.json) {
+            json_line j = json_begin(stdout, ", ");
+            json_num(&j, "loss", 9, ev.loss);
+            json_num(&j, "se", 6, ev.se); /* null for one window */
+            json_int(&j, "windows", ev.windows);
+            json_str(&j, "mode", mn);
+            json_end(&j);
+        } else
             printf("%s: loss %.6f +- %.6f (standard error over windows) over %ld windows of %d "
                    "tokens (%s)\n", c.config, ev.loss, ev.se, ev.windows, cfg.seq_len, mn);
     }
@@ -278,6 +297,13 @@ static int cmd_flops(int argc, char **argv)
     printf("forward per step        %.4g FLOPs (batch %d)\n", fwd_step, cfg.batch);
     printf("training per step       %.4g FLOPs (3 x forward)\n", 3.0 * fwd_step);
     long steps = config_planned_steps(&cfg, 3.0 * fwd_step);
+    if (steps < 0) {
+        fprintf(stderr, "mode-exp flops: run.flops_budget %g buys more than the %ld steps a run "
+                "may take (one costs %g FLOPs)\n", cfg.flops_budget, MODE_MAX_STEPS,
+                3.0 * fwd_step);
+        free(c.over);
+        return 2;
+    }
     printf("training steps          %ld%s\n", steps,
            cfg.flops_budget > 0 ? " (from run.flops_budget)" : "");
     printf("training in all         %.4g FLOPs\n", 3.0 * fwd_step * (double)steps);
@@ -308,7 +334,40 @@ static int cmd_version(void)
     return 0;
 }
 
+/* What a command printed must have arrived: a full disk or a closed pipe
+ * behind standard output turns a success into exit 1 (docs/robustness.md).
+ * Training goes on when its log cannot be written, and says so at the end. */
+static int finish_output(int rc, int argc, char **argv)
+{
+    static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep",
+                                               "plan", "--version", "version", "--help", "-h",
+                                               "help", NULL };
+    const char *sub = NULL;
+    for (int i = 0; argc >= 2 && subcommands[i]; i++)
+        if (!strcmp(argv[1], subcommands[i]))
+            sub = subcommands[i];
+    char err[256];
+    if (file_close_stdout(err, sizeof(err)) == 0)
+        return rc;
+    if (sub)
+        fprintf(stderr, "mode-exp %s: %s\n", sub, err);
+    else
+        fprintf(stderr, "mode-exp: %s; the training went on without its log%s\n", err,
+                rc ? "" : " and its files (run.h5, ckpt.h5) are whole");
+    return rc ? rc : 1;
+}
+
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    /* a closed pipe behind stdout stops the printing, never the program:
+     * writes then fail with EPIPE, and finish_output reports it */
+    signal(SIGPIPE, SIG_IGN);
+    return finish_output(run_command(argc, argv), argc, argv);
+}
+
+static int run_command(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

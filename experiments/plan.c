@@ -2,6 +2,7 @@
  * kind table without allocating the model (core/model/model.h,
  * model_plan_memory), so that a job can be sized before it is submitted. */
 #include "experiments/cli.h"
+#include "experiments/json.h"
 
 #include "moe/kinds.h"
 
@@ -49,12 +50,18 @@ int cmd_plan(int argc, char **argv)
     const double MiB = 1024.0 * 1024.0;
     double total = (mm.shared + mm.experts + mm.activations + mm.work) / MiB;
     if (c.json) {
-        printf("{\"config\": \"%s\", \"ranks\": %d, \"sequences_per_rank\": %d, "
-               "\"parameters\": %.0f, \"shared_state_mb\": %.6g, \"expert_state_mb\": %.6g, "
-               "\"activation_mb\": %.6g, \"work_mb\": %.6g, \"total_mb\": %.6g, "
-               "\"runtime_mb\": %.0f}\n", c.config, P, cfg.batch / P, mm.params_all,
-               mm.shared / MiB, mm.experts / MiB, mm.activations / MiB, mm.work / MiB, total,
-               PLAN_RUNTIME_MIB);
+        json_line j = json_begin(stdout, ", ");
+        json_str(&j, "config", c.config);
+        json_int(&j, "ranks", P);
+        json_int(&j, "sequences_per_rank", cfg.batch / P);
+        json_fixed(&j, "parameters", 0, mm.params_all);
+        json_num(&j, "shared_state_mb", 6, mm.shared / MiB);
+        json_num(&j, "expert_state_mb", 6, mm.experts / MiB);
+        json_num(&j, "activation_mb", 6, mm.activations / MiB);
+        json_num(&j, "work_mb", 6, mm.work / MiB);
+        json_num(&j, "total_mb", 6, total);
+        json_fixed(&j, "runtime_mb", 0, PLAN_RUNTIME_MIB);
+        json_end(&j);
     } else {
         printf("%s at %d rank(s), %d sequence(s) of %d tokens a rank; per rank:\n", c.config, P,
                cfg.batch / P, cfg.seq_len);

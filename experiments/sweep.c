@@ -9,6 +9,8 @@
 #include "core/io/h5util.h"
 #include "core/io/runfile.h"
 #include "core/train/trainer.h"
+#include "core/util/lock.h"
+#include "core/util/signals.h"
 #include "experiments/sweep.h"
 #include "moe/kinds.h"
 
@@ -224,9 +226,10 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
                 snprintf(where, sizeof(where), "%s:%d", p->path, line);
             else
                 snprintf(where, sizeof(where), "%s", line < 0 ? "command line" : p->base);
-            snprintf(err, (size_t)err_len, "%s: run.flops_budget = %g buys no step of run %s "
-                     "(one step costs %.4g FLOPs): expected a larger budget", where,
-                     cfg->flops_budget, r->name, step_flops);
+            snprintf(err, (size_t)err_len, "%s: run.flops_budget = %g buys %s of run %s "
+                     "(one step costs %.4g FLOPs): expected a %s budget", where,
+                     cfg->flops_budget, planned[i] < 0 ? "more than 10^12 steps" : "no step",
+                     r->name, step_flops, planned[i] < 0 ? "smaller" : "larger");
             rc = -EINVAL;
             break;
         }
@@ -409,10 +412,23 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     long *planned = NULL;
     run_action *act = NULL;
     int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
+    folder_lock lock = folder_lock_none();
     if (!rc) {
         planned = calloc((size_t)p.n_runs, sizeof(long));
         act = calloc((size_t)p.n_runs, sizeof(run_action));
         rc = planned && act ? check_all(ctx, &p, planned, act, err, (int)sizeof(err)) : -ENOMEM;
+    }
+    /* the out folder is this sweep's while it runs: a second sweep there is
+     * refused at once, naming this one (a dry run writes nothing; a sweep
+     * refused above created nothing) */
+    if (!rc && !o.dry_run) {
+        if (ctx->rank == 0 && (rc = file_make_dirs(p.out)))
+            snprintf(err, sizeof(err), "%s: cannot create the sweep's folder: %s", p.out,
+                     strerror(-rc));
+        else if (ctx->rank == 0)
+            rc = folder_lock_take(&lock, p.out, "sweep", err, (int)sizeof(err));
+        if ((rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))))
+            code = 1; /* not a bad sweep file: a folder in use or unwritable */
     }
     if (rc) {
         if (ctx->rank == 0)
@@ -443,10 +459,23 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         goto done;
     int done_as[4] = { 0, 0, 0, 0 }; /* trained, resumed, skipped, failed */
     double t_all = mode_now();
+    /* a stop signal between runs, or during one (train), ends the sweep */
+    stop_signals_install();
     for (int i = 0; i < p.n_runs; i++) {
         const sweep_run *r = &p.runs[i];
         double t0 = mode_now();
         err[0] = '\0';
+        int sig = stop_signal_pending();
+        comm_allreduce_max_int(ctx->comm, &sig);
+        if (sig) {
+            stop_signal_set(sig);
+            if (ctx->rank == 0)
+                printf("# stopped by signal %d before run %d; run the sweep again to go on\n",
+                       sig, i + 1);
+            code = 128 + sig;
+            stop_signals_restore();
+            goto done;
+        }
         rc = act[i] == ACT_SKIP ? 0
                                 : do_run(ctx, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
                                          argv, err, (int)sizeof(err));
@@ -458,9 +487,11 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
             if (ctx->rank == 0)
                 printf("# stopped; run the sweep again to resume\n");
             code = 128 + train_stop_signal();
+            stop_signals_restore();
             goto done;
         }
     }
+    stop_signals_restore();
     if (ctx->rank == 0) {
         char t[32];
         fmt_duration(t, sizeof(t), mode_now() - t_all);
@@ -473,6 +504,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     if (ctx->rank == 0 && !o.no_report && run_report(p.out))
         code = 1;
 done:
+    folder_lock_release(&lock);
     free(planned);
     free(act);
     sweep_plan_free(&p);

@@ -8,6 +8,7 @@
 
 #include "core/config/config.h"
 #include "core/model/spec.h"
+#include "core/util/file.h"
 #include "moe/kinds.h"
 
 #include <ctype.h>
@@ -728,10 +729,10 @@ static int read_sweep_section(parser *P, const entry **seeds)
                            p->path, base->value);
     if (n < 0 || (size_t)n >= sizeof(p->base))
         return fail(P, base->line, "[sweep] base = %s: the path is too long", base->value);
-    FILE *f = fopen(p->base, "r");
+    char why[700];
+    FILE *f = file_fopen_regular(p->base, "r", why, sizeof(why));
     if (!f)
-        return fail(P, base->line, "[sweep] base = %s: cannot open %s: %s", base->value,
-                    p->base, strerror(errno));
+        return fail(P, base->line, "[sweep] base = %s: %s", base->value, why);
     fclose(f);
     if (out) {
         n = snprintf(p->out, sizeof(p->out), "%s", out->value);
@@ -759,11 +760,9 @@ int sweep_plan_load(sweep_plan *p, const char *path, int n_cli, char *const *cli
         return -EINVAL;
     }
     snprintf(p->path, sizeof(p->path), "%s", path);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, (size_t)err_len, "%s: cannot open it: %s", path, strerror(errno));
-        return -errno;
-    }
+    FILE *f = file_fopen_regular(path, "r", err, err_len);
+    if (!f)
+        return errno ? -errno : -EIO;
     rc = read_file(&P, f);
     fclose(f);
     const entry *seeds = NULL;

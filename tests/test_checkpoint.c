@@ -66,7 +66,7 @@ static void test_checkpoint_round_trip(void **state)
     char path[128], tmp[140], err[256];
     snprintf(path, sizeof(path), "%s/ckpt.h5", dir);
     model *a = make(12, 1), *b = make(12, 2);
-    assert_int_equal(checkpoint_save(path, a, "[run]\nname = x\n", 17, 99, NULL, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "[run]\nname = x\n", 17, 99, NULL }, NULL, err, sizeof(err)), 0);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     assert_int_equal(access(tmp, F_OK), -1); /* the temporary is renamed away */
     ckpt_meta meta;
@@ -88,7 +88,7 @@ static void test_checkpoint_shape_mismatch(void **state)
     char path[128], err[256] = "";
     snprintf(path, sizeof(path), "%s/small.h5", dir);
     model *a = make(12, 1), *b = make(16, 1);
-    assert_int_equal(checkpoint_save(path, a, "", 1, 1, NULL, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 1, 1, NULL }, NULL, err, sizeof(err)), 0);
     assert_int_not_equal(checkpoint_load(path, b, false, NULL, err, sizeof(err)), 0);
     print_message("%s\n", err);
     assert_non_null(strstr(err, "dataset 'layers/0/w1' has extent 12 in dimension 1, expected 16"));
@@ -189,6 +189,7 @@ static void test_run_file_pieces(void **state)
     check_steps(path, 9, true);
     /* resuming at step 6: the piece of step 9 goes */
     assert_int_equal(run_record_rewind(path, 6, err, sizeof(err)), 0);
+    r->flushed_through = 6; /* what the trainer's resume sets */
     assert_int_equal(count_pieces(sub), 2);
     check_steps(path, 6, true);
     for (long s = 7; s <= 9; s++)
@@ -203,6 +204,59 @@ static void test_run_file_pieces(void **state)
     assert_int_not_equal(run_record_rewind(path, 6, err, sizeof(err)), 0);
     print_message("%s\n", err);
     assert_non_null(strstr(err, "past the checkpoint's step 6"));
+    free_run_record(&r);
+}
+
+/* Records with a hole: a piece removed (or damaged) stops the reader, and
+ * so a resume or the gathering, with a message naming the piece and the
+ * steps that are missing; a late piece (an evaluation made again on
+ * resume) reads after the piece of its step. */
+static void test_run_file_holes(void **state)
+{
+    char sub[96], path[128], piece[192], err[512];
+    snprintf(sub, sizeof(sub), "%s/holes", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    snprintf(path, sizeof(path), "%s/run.h5", sub);
+    run_record *r = NULL;
+    assert_int_equal(build_run_record(&r, "[run]\nname = h\n"), 0);
+    static const char *const cols[] = { "step", "a", "b" };
+    int t = run_record_add_table(r, "layer_stats/1", cols, 3);
+    assert_int_equal(run_record_write_header(r, path, err, sizeof(err)), 0);
+    for (long s = 1; s <= 12; s++) {
+        add_step(r, t, s);
+        if (s % 4 == 0)
+            assert_int_equal(run_record_flush(r, path, s, err, sizeof(err)), 0);
+    }
+    /* a late piece of step 12: one evaluation row */
+    double row[6] = { 12, 1.5, 1.6, 0.01, 0.01, 4 };
+    assert_int_equal(run_table_append(&r->eval, row), 0);
+    assert_int_equal(run_record_flush_late(r, path, 12, err, sizeof(err)), 0);
+    run_reader *rd = NULL;
+    assert_int_equal(open_run_reader(&rd, path, err, sizeof(err)), 0);
+    assert_int_equal(run_reader_last_step(rd), 12);
+    assert_int_equal(run_reader_files(rd), 5);
+    close_run_reader(&rd);
+    /* the middle piece gone */
+    run_record_piece_path(piece, sizeof(piece), path, 8);
+    char kept[200];
+    snprintf(kept, sizeof(kept), "%s.kept", piece);
+    assert_int_equal(rename(piece, kept), 0);
+    assert_int_not_equal(open_run_reader(&rd, path, err, sizeof(err)), 0);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "step_00000012.h5: the records of steps 5..8 are missing"));
+    assert_int_not_equal(run_record_finish(path, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "the records of steps 5..8 are missing"));
+    /* a damaged piece: named, with the steps it held */
+    assert_int_equal(rename(kept, piece), 0);
+    FILE *f = fopen(piece, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 3000, SEEK_SET), 0);
+    fputc(0x5a ^ fgetc(f), f);
+    fclose(f);
+    assert_int_not_equal(open_run_reader(&rd, path, err, sizeof(err)), 0);
+    print_message("%s\n", err);
+    assert_non_null(strstr(err, "step_00000008.h5"));
+    assert_non_null(strstr(err, "it held the records of steps 5..8"));
     free_run_record(&r);
 }
 
@@ -258,14 +312,14 @@ static void test_full_disk(void **state)
     snprintf(runp, sizeof(runp), "%s/run.h5", mnt);
     snprintf(fill, sizeof(fill), "%s/filler", mnt);
     model *a = make_layers(64, 1, 4), *b = make_layers(64, 2, 4);
-    assert_int_equal(checkpoint_save(path, a, "", 5, 1, NULL, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 5, 1, NULL }, NULL, err, sizeof(err)), 0);
     run_record *r = NULL;
     assert_int_equal(build_run_record(&r, "[run]\n"), 0);
     assert_int_equal(run_record_write_header(r, runp, err, sizeof(err)), 0);
     /* fill the disk, leaving less than another checkpoint needs */
     snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=4k 2>/dev/null; true", fill);
     assert_int_equal(system(cmd), 0);
-    int rc = checkpoint_save(path, b, "", 6, 1, NULL, err, sizeof(err));
+    int rc = checkpoint_save(path, b, &(ckpt_header){ "", 6, 1, NULL }, NULL, err, sizeof(err));
     print_message("%s\n", err);
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(err, "ckpt.h5"));
@@ -304,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_checkpoint_shape_mismatch),
         cmocka_unit_test(test_run_file_pieces),
+        cmocka_unit_test(test_run_file_holes),
         cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_foreign_files),
         cmocka_unit_test(test_full_disk),

@@ -61,8 +61,8 @@ static const bad_case bad_cases[] = {
     /* types */
     { "[run]\nseed = abc\n", NULL, 0, "cfg.ini:2: [run] seed = abc: expected an integer in [0, 18446744073709551615]" },
     { "[run]\nseed = -1\n", NULL, 0, "cfg.ini:2: [run] seed = -1: expected an integer in [0," },
-    { "[run]\nsteps = 12x\n", NULL, 0, "cfg.ini:2: [run] steps = 12x: expected an integer >= 0" },
-    { "[run]\nsteps =\n", NULL, 0, "cfg.ini:2: [run] steps = : expected an integer >= 0" },
+    { "[run]\nsteps = 12x\n", NULL, 0, "cfg.ini:2: [run] steps = 12x: expected an integer in [0, 1e+12]" },
+    { "[run]\nsteps =\n", NULL, 0, "cfg.ini:2: [run] steps = : expected an integer in [0, 1e+12]" },
     { "[data]\nbatch = 99999999999999999999\n", NULL, 0, "cfg.ini:2: [data] batch = 99999999999999999999: expected an integer >= 1" },
     { "[optim]\nlr = 1e-3x\n", NULL, 0, "cfg.ini:2: [optim] lr = 1e-3x: expected a number > 0" },
     { "[optim]\nlr = inf\n", NULL, 0, "cfg.ini:2: [optim] lr = inf: expected a number > 0" },
@@ -75,7 +75,19 @@ static const bad_case bad_cases[] = {
     { "[mod]\ncapacity = 1.5\n", NULL, 0, "cfg.ini:2: [mod] capacity = 1.5: expected a number in (0, 1]" },
     { "[mod]\nrouter = smart\n", NULL, 0, "cfg.ini:2: [mod] router = smart: expected one of learned, random" },
     { "[moe]\nexperts = 0\n", NULL, 0, "cfg.ini:2: [moe] experts = 0: expected an integer >= 1" },
-    { "[run]\nname = a;b\n", NULL, 0, "cfg.ini:2: [run] name = a;b: expected a text" },
+    { "[run]\nname = a;b\n", NULL, 0,
+      "cfg.ini:2: [run] name = a;b: expected a folder name inside run.out" },
+    /* a name that is a path would leave run.out */
+    { "[run]\nname = ../x\n", NULL, 0, "cfg.ini:2: [run] name = ../x: expected a folder name" },
+    { "[run]\nname = ..\n", NULL, 0, "cfg.ini:2: [run] name = ..: expected a folder name" },
+    { "[run]\nname = a/b\n", NULL, 0, "cfg.ini:2: [run] name = a/b: expected a folder name" },
+    { "", "run.name=.", 0, "command line: run.name=.: expected a folder name inside run.out" },
+    /* numbers that would overflow what they size */
+    { "[run]\nsteps = 2000000000000\n", NULL, 0,
+      "cfg.ini:2: [run] steps = 2000000000000: expected an integer in [0, 1e+12]" },
+    { "[data]\nbatch = 100000\nseq_len = 65536\n", NULL, 0,
+      "cfg.ini:3: [data] seq_len = 65536: expected [data] batch = 100000 (line 2) times "
+      "[data] seq_len to be at most 2^30 token positions a step" },
     /* between keys */
     { "[model]\nd_model = 100\nn_heads = 3\n", NULL, 0,
       "cfg.ini:3: [model] n_heads = 3: expected [model] d_model = 100 (line 2) to be a "

@@ -263,10 +263,10 @@ static void test_bad_files(void **state)
     expect_error(path, 70000, 0.1, 8, NULL, want, NULL);
 
     snprintf(path, sizeof(path), "%s/missing.bin", t->path);
-    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    snprintf(want, sizeof(want), "%s: cannot open it (", path);
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
     snprintf(path, sizeof(path), "%s/missing.txt", t->path);
-    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    snprintf(want, sizeof(want), "%s: cannot open it (", path);
     expect_error(path, 256, 0.1, 8, NULL, want, NULL);
 
     /* Unreadable: a folder where the file should be (chmod 000 would not
@@ -315,7 +315,7 @@ static void test_token_checks(void **state)
     write_file(t, "big.bin", b, sizeof(b), path, sizeof(path));
     dataset *d = NULL;
     assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, 8, NULL, err, sizeof(err)), 0);
-    assert_true(d->source->tokens_mem.mapped);
+    assert_true(d->source->fd >= 0); /* read from the file in place */
     token_t out[16];
     assert_int_equal(dataset_read(d, &d->train, 0, 5, out, err, sizeof(err)), 0);
     assert_int_equal(dataset_read(d, &d->train, 3, 8, out, err, sizeof(err)), -ERANGE);
@@ -446,7 +446,7 @@ static void test_held_out_file(void **state)
              path);
     expect_error_held(path, held, 1000, 0.1, 9, NULL, want, NULL);
     snprintf(path, sizeof(path), "%s/missing.bin", t->path);
-    snprintf(want, sizeof(want), "%s: cannot open (", path);
+    snprintf(want, sizeof(want), "%s: cannot open it (", path);
     expect_error_held(src, path, 1000, 0.1, S, NULL, want, NULL);
     write_file(t, "empty.bin", b, 0, path, sizeof(path));
     snprintf(want, sizeof(want), "%s: file is empty", path);
@@ -492,7 +492,7 @@ static void test_brown_files(void **state)
 {
     tmp_dir *t = *state;
     char path[512], want[640], err[512];
-    snprintf(want, sizeof(want), "%s/brown.txt: cannot open (", t->path);
+    snprintf(want, sizeof(want), "%s/brown.txt: cannot open it (", t->path);
     expect_error("brown", 0, 0.1, 8, t->path, want, "run scripts/fetch-brown.sh");
 
     enum { N = 200 };
@@ -502,7 +502,7 @@ static void test_brown_files(void **state)
         pos[i] = (uint8_t)(i % 5 == 4 ? 0 : 2 + i % 7);
     }
     write_file(t, "brown.txt", text, N, path, sizeof(path));
-    snprintf(want, sizeof(want), "%s/brown.pos: cannot open (", t->path);
+    snprintf(want, sizeof(want), "%s/brown.pos: cannot open it (", t->path);
     expect_error("brown", 0, 0.1, 8, t->path, want, "run scripts/fetch-brown.sh");
 
     write_file(t, "brown.pos", pos, N - 1, path, sizeof(path));
@@ -895,7 +895,7 @@ static void test_synthetic_dataset(void **state)
     const corpus *c = d->source;
     assert_int_equal(c->n_tokens, 1000000);
     assert_int_equal(c->width, 1);
-    assert_false(c->tokens_mem.mapped); /* generated in memory */
+    assert_int_equal(c->fd, -1); /* generated in memory */
     assert_int_equal(d->vocab, 256);
     assert_int_equal(d->train.n_tokens, 900000);
     assert_int_equal(c->n_label_classes, N_CLASSES);
@@ -909,6 +909,104 @@ static void test_synthetic_dataset(void **state)
     assert_ptr_equal(l, c->labels + 900000 + 3 * 256);
     free_dataset(&d);
     free_dataset(&e);
+}
+
+/* A file that changes under a run: a truncated corpus fails the read that
+ * meets its new end with a message naming it (it used to be memory-mapped,
+ * and such a read died of SIGBUS); the fingerprint tells a changed file. */
+static void test_changed_file(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[1024], fa[DATA_FINGERPRINT_LEN], fb[DATA_FINGERPRINT_LEN];
+    uint8_t b[4000];
+    for (size_t i = 0; i < sizeof(b); i++)
+        b[i] = (uint8_t)(i * 7 + 3);
+    write_file(t, "c.txt", b, sizeof(b), path, sizeof(path));
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_int_equal(dataset_fingerprint(d, fa, sizeof(fa), err, sizeof(err)), 0);
+    assert_non_null(strstr(fa, "bytes 4000 fnv1a64 "));
+    assert_non_null(strstr(fa, "(whole)"));
+    token_t out[16];
+    assert_int_equal(dataset_read(d, &d->train, 3000, 9, out, err, sizeof(err)), 0);
+    assert_int_equal(out[0], (token_t)(uint8_t)(3000 * 7 + 3));
+    assert_int_equal(truncate(path, 1000), 0);
+    assert_int_equal(dataset_read(d, &d->train, 0, 9, out, err, sizeof(err)), 0);
+    assert_int_equal(dataset_read(d, &d->train, 3000, 9, out, err, sizeof(err)), -EIO);
+    assert_non_null(strstr(err, "c.txt: the file changed under the run: it ends at byte 1000, "
+                                "but it held 4000 bytes when it was opened"));
+    assert_int_not_equal(dataset_fingerprint(d, fa, sizeof(fa), err, sizeof(err)), 0);
+    free_dataset(&d);
+    /* the same size, other bytes: another fingerprint */
+    write_file(t, "c.txt", b, sizeof(b), path, sizeof(path));
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_int_equal(dataset_fingerprint(d, fa, sizeof(fa), err, sizeof(err)), 0);
+    free_dataset(&d);
+    b[1234] ^= 1;
+    write_file(t, "c.txt", b, sizeof(b), path, sizeof(path));
+    assert_int_equal(load_dataset(&d, path, NULL, 0, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_int_equal(dataset_fingerprint(d, fb, sizeof(fb), err, sizeof(err)), 0);
+    assert_string_not_equal(fa, fb);
+    free_dataset(&d);
+}
+
+/* A large file is fingerprinted from blocks spread over it: a change in its
+ * first or last byte, or inside one of the blocks in between, changes the
+ * fingerprint (one in the gaps between blocks would not: data.h). */
+static void test_sampled_fingerprint(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[1024], f0[DATA_FINGERPRINT_LEN], f1[DATA_FINGERPRINT_LEN];
+    long n = DATA_FINGERPRINT_WHOLE + 12345;
+    uint8_t *b = malloc((size_t)n);
+    assert_non_null(b);
+    for (long i = 0; i < n; i++)
+        b[i] = (uint8_t)(i * 13 + (i >> 9));
+    dataset *d = NULL;
+    long block100 = 100 * (n - (64L << 10)) / (DATA_FINGERPRINT_BLOCKS - 1);
+    const long at[] = { n - 1, 0, block100 + 20 };
+    for (int k = -1; k < 3; k++) {
+        if (k >= 0)
+            b[at[k]] ^= 0x40;
+        write_file(t, "big.txt", b, (size_t)n, path, sizeof(path));
+        assert_int_equal(load_dataset(&d, path, NULL, 0, 0.1, 8, NULL, err, sizeof(err)), 0);
+        assert_int_equal(dataset_fingerprint(d, k < 0 ? f0 : f1, sizeof(f0), err, sizeof(err)),
+                         0);
+        free_dataset(&d);
+        if (k < 0) {
+            assert_non_null(strstr(f0, "(sampled)"));
+            continue;
+        }
+        assert_string_not_equal(f0, f1);
+        b[at[k]] ^= 0x40;
+    }
+    free(b);
+}
+
+/* A FIFO (or any file that is not a regular file) is refused at once, never
+ * waited on: open() of a FIFO without O_NONBLOCK blocks until a writer
+ * comes.  The alarm turns a hang into a failure. */
+static void test_fifo(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[1024];
+    snprintf(path, sizeof(path), "%s/f.txt", t->path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(20);
+    dataset *d = NULL;
+    assert_int_not_equal(load_dataset(&d, path, NULL, 0, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "f.txt: not a regular file (a FIFO)"));
+    assert_int_not_equal(load_eval_file(&d, path, 256, 8, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "f.txt: not a regular file (a FIFO)"));
+    assert_int_not_equal(load_dataset(&d, "synthetic", path, 0, 0.1, 8, NULL, err, sizeof(err)),
+                         0);
+    assert_non_null(strstr(err, "not a regular file"));
+    alarm(0);
+    unlink(path);
+    assert_int_equal(mkdir(path, 0700), 0); /* a folder named f.txt */
+    assert_int_not_equal(load_dataset(&d, path, NULL, 0, 0.1, 8, NULL, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "f.txt: not a regular file (a directory)"));
+    rmdir(path);
 }
 
 int main(void)
@@ -928,6 +1026,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sample_pins, setup_tmp, teardown_tmp),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_synthetic_dataset),
+        cmocka_unit_test_setup_teardown(test_changed_file, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_sampled_fingerprint, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_fifo, setup_tmp, teardown_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
  * resolved-config writer; only the checks between keys are written out. */
 #include "core/config/config.h"
 #include "core/config/layers.h"
+#include "core/util/file.h"
 
 #include <ini.h>
 
@@ -45,7 +46,8 @@ _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_COUNT,
                "one name per section");
 
 typedef enum key_type {
-    K_STR,    /* free text (name, paths) */
+    K_STR,    /* free text (paths) */
+    K_NAME,   /* a folder's name inside another: no '/', not starting with '.' */
     K_SOURCE, /* brown | synthetic | *.txt | *.bin | *.u32 */
     K_HELD_OUT, /* none | brown | *.txt | *.bin | *.u32 */
     K_LAYERS, /* the layer-spec table */
@@ -83,11 +85,11 @@ static const char *const precisions[] = { "fp32", "bf16", NULL };
 
 /* The order here is the order config_to_ini() writes. */
 static const cfg_key config_keys[] = {
-    { SEC_RUN, "name", K_STR, RC(name), 0, 0, 0, NULL },
+    { SEC_RUN, "name", K_NAME, RC(name), 0, 0, 0, NULL },
     { SEC_RUN, "seed", K_U64, RC(seed), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "init_seed", K_U64, RC(init_seed), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "data_seed", K_U64, RC(data_seed), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "steps", K_LONG, RC(steps), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "steps", K_LONG, RC(steps), 0, (double)MODE_MAX_STEPS, 0, NULL },
     { SEC_RUN, "flops_budget", K_DOUBLE, RC(flops_budget), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "out", K_STR, RC(out), 0, 0, 0, NULL },
     { SEC_RUN, "log_every", K_LONG, RC(log_every), 0, NO_MAX, 0, NULL },
@@ -484,6 +486,11 @@ static void expected_text(const cfg_key *k, char *out, size_t n)
         snprintf(out, n, "a text of 1 to %d characters without ';', control characters "
                  "or surrounding spaces", max_text(k));
         break;
+    case K_NAME:
+        snprintf(out, n, "a folder name inside run.out: 1 to %d characters without '/', ';', "
+                 "control characters or surrounding spaces, not starting with '.'",
+                 max_text(k));
+        break;
     case K_SOURCE:
         snprintf(out, n, "brown, synthetic or a path ending .txt, .bin or .u32 (at most %d "
                  "characters)", max_text(k));
@@ -520,6 +527,7 @@ static int parse_value(loader *L, const cfg_key *k, char *base, const char *text
     switch (k->type) {
     case K_LAYERS: return parse_layers(L, text, why, n);
     case K_STR: ok = text_ok(k, text); break;
+    case K_NAME: ok = text_ok(k, text) && !strchr(text, '/') && text[0] != '.'; break;
     case K_SOURCE: ok = text_ok(k, text) && source_ok(text); break;
     case K_HELD_OUT: ok = text_ok(k, text) && held_out_ok(text); break;
     case K_ENUM: ok = name_index(k->allowed, text) >= 0; break;
@@ -538,8 +546,8 @@ static int parse_value(loader *L, const cfg_key *k, char *base, const char *text
             *(double *)f = d;
         break;
     }
-    if (ok && (k->type == K_STR || k->type == K_SOURCE || k->type == K_HELD_OUT ||
-               k->type == K_ENUM))
+    if (ok && (k->type == K_STR || k->type == K_NAME || k->type == K_SOURCE ||
+               k->type == K_HELD_OUT || k->type == K_ENUM))
         snprintf((char *)f, k->size, "%s", text);
     if (!ok)
         expected_text(k, why, n);
@@ -785,6 +793,18 @@ static int check_steps(loader *L)
     return fail_pair(L, &a, " or ", &b, " to be > 0: set run.steps or run.flops_budget");
 }
 
+/* The positions of a step (sequences x length) index ints in the kernels. */
+static int check_positions(loader *L)
+{
+    const run_config *c = L->c;
+    if ((long)c->batch * c->seq_len <= MODE_MAX_POSITIONS)
+        return 0;
+    char va[VALUE_LEN], vb[VALUE_LEN];
+    cfg_ref a = key_ref(L, key_index(SEC_DATA, "batch"), va, sizeof(va));
+    cfg_ref b = key_ref(L, key_index(SEC_DATA, "seq_len"), vb, sizeof(vb));
+    return fail_pair(L, &a, " times ", &b, " to be at most 2^30 token positions a step");
+}
+
 /* RoPE rotates pairs of a head's coordinates: the head width must be even. */
 static int check_heads(loader *L)
 {
@@ -957,7 +977,8 @@ static void resolve_seeds(loader *L)
 
 static int resolve(loader *L, int ranks)
 {
-    if (check_source(L) || check_steps(L) || check_heads(L) || check_ranks(L, ranks) ||
+    if (check_source(L) || check_steps(L) || check_positions(L) || check_heads(L) ||
+        check_ranks(L, ranks) ||
         check_top_k(L, -1) || resolve_layers(L) || check_expert_ranks(L, ranks))
         return -EINVAL;
     resolve_seeds(L);
@@ -1038,11 +1059,12 @@ fail:
 int config_load(run_config *c, const char *path, int n_over, char *const *over,
                 const layer_kind *const *kinds, int ranks, char *err, int err_len)
 {
-    FILE *f = fopen(path, "r");
+    char why[CFG_ERR_LEN];
+    FILE *f = file_fopen_regular(path, "r", why, sizeof(why));
     if (!f) {
         int e = errno;
         if (err && err_len > 0)
-            snprintf(err, (size_t)err_len, "%s: cannot open it: %s", path, strerror(e));
+            snprintf(err, (size_t)err_len, "%s", why);
         return e ? -e : -EIO;
     }
     int rc = load(c, f, NULL, path, n_over, over, kinds, ranks, err, err_len);

@@ -13,6 +13,12 @@
 
 #define CFG_PATH_LEN 512
 #define CFG_ERR_LEN 512
+/* The most steps a run may take (run.steps, or what run.flops_budget buys):
+ * far beyond any run, well inside a long and a double's exact integers. */
+#define MODE_MAX_STEPS 1000000000000L
+/* The most token positions a step may hold on one rank or in all
+ * (data.batch x data.seq_len): row counts are ints in the kernels. */
+#define MODE_MAX_POSITIONS (1L << 30)
 
 typedef struct run_config {
     /* [run] */

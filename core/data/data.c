@@ -4,14 +4,15 @@
 #include "core/data/data.h"
 
 #include "core/rng/pcg32.h"
+#include "core/util/file.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,94 +36,164 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* ---- memory ------------------------------------------------------------- */
+/* ---- files --------------------------------------------------------------- */
 
-/* Map the whole of a regular, non-empty file read-only.  The map outlives
- * the descriptor, which is closed here. */
-static int map_file(data_region *r, const char *path, char *err, int err_len)
+/* Open the whole of a regular, non-empty file for pread(); *size is its
+ * length.  A FIFO or a device is refused, never waited on. */
+static int open_data_file(const char *path, int *fd_out, long *size, char *err, int err_len)
 {
-    *r = (data_region){ 0 };
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, (size_t)err_len, "%s: cannot open (%s)", path, strerror(e));
-        return -e;
-    }
-    int rc = -EINVAL;
+    *fd_out = -1;
+    int fd = file_open_regular(path, err, err_len);
+    if (fd < 0)
+        return fd;
     struct stat st;
-    void *addr;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, (size_t)err_len, "%s: not a regular file", path);
-        goto fail;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        snprintf(err, (size_t)err_len, "%s: cannot stat (%s)", path, strerror(e));
+        close(fd);
+        return -e;
     }
     if (st.st_size == 0) {
         snprintf(err, (size_t)err_len, "%s: file is empty", path);
-        goto fail;
+        close(fd);
+        return -EINVAL;
     }
-    addr = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (addr == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, (size_t)err_len, "%s: cannot map its %lld bytes (%s)", path,
-                 (long long)st.st_size, strerror(-rc));
-        goto fail;
-    }
-    *r = (data_region){ .addr = addr, .len = (size_t)st.st_size, .mapped = true };
-    rc = 0;
-fail:
-    close(fd);
-    return rc;
+    *fd_out = fd;
+    *size = (long)st.st_size;
+    return 0;
 }
 
-static void free_region(data_region *r)
+/* Bytes [at, at + n) of c's file into buf.  A file that ends before them
+ * changed under the run (truncated): said so, naming the file. */
+static int read_at(const corpus *c, uint8_t *buf, long at, long n, char *err, int err_len)
 {
-    if (r->mapped)
-        munmap(r->addr, r->len);
-    else
-        free(r->addr);
-    *r = (data_region){ 0 };
+    long done = 0;
+    while (done < n) {
+        ssize_t got = pread(c->fd, buf + done, (size_t)(n - done), (off_t)(at + done));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            snprintf(err, (size_t)err_len, "%s: reading byte offset %ld failed (%s)", c->path,
+                     at + done, strerror(e));
+            return -e;
+        }
+        if (got == 0) {
+            struct stat st;
+            long now = fstat(c->fd, &st) == 0 ? (long)st.st_size : -1;
+            snprintf(err, (size_t)err_len,
+                     "%s: the file changed under the run: it ends at byte %ld, but it held %ld "
+                     "bytes when it was opened (byte offset %ld is gone)", c->path, now,
+                     c->n_tokens * c->width, at + done);
+            return -EIO;
+        }
+        done += got;
+    }
+    return 0;
 }
 
 /* Training reads scattered samples of a page or two: no read-ahead around
- * them, which would read (and map into the rank) pages no sample asked for. */
+ * them, which would read pages no sample asked for. */
 static void advise_random(const token_split *s)
 {
     const corpus *c = s->c;
-    if (!c->tokens_mem.mapped || s->n_tokens == 0)
+    if (c->fd < 0 || s->n_tokens == 0)
         return;
-    long page = sysconf(_SC_PAGESIZE);
-    size_t from = (size_t)s->first * (size_t)c->width;
-    size_t to = (size_t)(s->first + s->n_tokens) * (size_t)c->width;
-    from -= from % (size_t)page; /* posix_madvise wants a page-aligned start */
-    posix_madvise((uint8_t *)c->tokens_mem.addr + from, to - from, POSIX_MADV_RANDOM);
+    posix_fadvise(c->fd, (off_t)s->first * c->width, (off_t)s->n_tokens * c->width,
+                  POSIX_FADV_RANDOM);
 }
 
 static void free_corpus(corpus **c)
 {
     if (!*c)
         return;
-    free_region(&(*c)->tokens_mem);
-    free_region(&(*c)->labels_mem);
+    if ((*c)->fd >= 0)
+        close((*c)->fd);
+    free((*c)->bytes);
+    free((*c)->labels);
     free(*c);
     *c = NULL;
+}
+
+/* ---- fingerprints ---------------------------------------------------------- */
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+#define FINGERPRINT_BLOCK (64L << 10)
+
+static uint64_t fnv1a(uint64_t h, const uint8_t *p, long n)
+{
+    for (long i = 0; i < n; i++)
+        h = (h ^ p[i]) * FNV_PRIME;
+    return h;
+}
+
+int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len)
+{
+    long size = c->n_tokens * c->width;
+    bool whole = size <= DATA_FINGERPRINT_WHOLE;
+    uint64_t h = FNV_OFFSET;
+    if (c->fd < 0) {
+        h = fnv1a(h, c->bytes, size); /* in memory (synthetic): small */
+        whole = true;
+    } else {
+        uint8_t *buf = malloc((size_t)FINGERPRINT_BLOCK);
+        if (!buf) {
+            snprintf(err, (size_t)err_len, "%s: out of memory", c->path);
+            return -ENOMEM;
+        }
+        long blocks = whole ? (size + FINGERPRINT_BLOCK - 1) / FINGERPRINT_BLOCK
+                            : DATA_FINGERPRINT_BLOCKS;
+        int rc = 0;
+        for (long b = 0; b < blocks && !rc; b++) {
+            /* whole: consecutive blocks; sampled: block b starts at
+             * b (size - block) / (blocks - 1), so the last ends at the end */
+            long at = whole ? b * FINGERPRINT_BLOCK
+                            : b * (size - FINGERPRINT_BLOCK) / (blocks - 1);
+            long n = size - at < FINGERPRINT_BLOCK ? size - at : FINGERPRINT_BLOCK;
+            if (!(rc = read_at(c, buf, at, n, err, err_len)))
+                h = fnv1a(h, buf, n);
+        }
+        free(buf);
+        if (rc)
+            return rc;
+    }
+    snprintf(out, (size_t)out_len, "bytes %ld fnv1a64 %016llx (%s)", size, (unsigned long long)h,
+             whole ? "whole" : "sampled");
+    return 0;
+}
+
+int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int err_len)
+{
+    char a[DATA_FINGERPRINT_LEN], b[DATA_FINGERPRINT_LEN] = "";
+    int rc = corpus_fingerprint(d->source, a, sizeof(a), err, err_len);
+    if (!rc && d->held_out)
+        rc = corpus_fingerprint(d->held_out, b, sizeof(b), err, err_len);
+    if (rc)
+        return rc;
+    if (d->held_out)
+        snprintf(out, (size_t)out_len, "%s: %s; %s: %s", d->source->path, a, d->held_out->path, b);
+    else
+        snprintf(out, (size_t)out_len, "%s: %s", d->source->path, a);
+    return 0;
 }
 
 /* ---- the sources -------------------------------------------------------- */
 
 /* A file of fixed-width little-endian tokens (width 1: text). */
-static int map_tokens(corpus *c, const char *path, int width, const char *type, char *err,
-                      int err_len)
+static int open_tokens(corpus *c, const char *path, int width, const char *type, char *err,
+                       int err_len)
 {
-    int rc = map_file(&c->tokens_mem, path, err, err_len);
+    long n = 0;
+    int rc = open_data_file(path, &c->fd, &n, err, err_len);
     if (rc)
         return rc;
-    size_t n = c->tokens_mem.len;
-    if (n % (size_t)width != 0) {
-        snprintf(err, (size_t)err_len, "%s: %zu bytes is not a whole number of %s tokens", path,
+    if (n % width != 0) {
+        snprintf(err, (size_t)err_len, "%s: %ld bytes is not a whole number of %s tokens", path,
                  n, type);
         return -EINVAL;
     }
-    c->bytes = c->tokens_mem.addr;
-    c->n_tokens = (long)(n / (size_t)width);
+    c->n_tokens = n / width;
     c->width = width;
     return 0;
 }
@@ -143,25 +214,37 @@ static int load_brown(corpus *c, const char *data_dir, char *err, int err_len)
     const char *missing = stat(c->path, &st) != 0 ? c->path : stat(pos, &st) != 0 ? pos : NULL;
     if (missing) {
         snprintf(err, (size_t)err_len,
-                 "%s: cannot open (%s); run scripts/fetch-brown.sh to fetch the Brown corpus",
+                 "%s: cannot open it (%s); run scripts/fetch-brown.sh to fetch the Brown corpus",
                  missing, strerror(errno));
         return -ENOENT;
     }
-    int rc = map_tokens(c, c->path, 1, "byte", err, err_len);
-    if (!rc)
-        rc = map_file(&c->labels_mem, pos, err, err_len);
+    int rc = open_tokens(c, c->path, 1, "byte", err, err_len);
     if (rc)
         return rc;
-    long n = (long)c->labels_mem.len;
-    if (n != c->n_tokens) {
+    /* Labels are read and checked whole: the corpus is small (6 MB), and a
+     * class out of range would index past the analysis tables. */
+    corpus lc = { .fd = -1, .width = 1 };
+    long n = 0;
+    snprintf(lc.path, sizeof(lc.path), "%s", pos);
+    rc = open_data_file(pos, &lc.fd, &n, err, err_len);
+    if (!rc && n != c->n_tokens) {
         snprintf(err, (size_t)err_len,
                  "%s: %ld labels for the %ld bytes of %s (expected one per byte)", pos, n,
                  c->n_tokens, c->path);
-        return -EINVAL;
+        rc = -EINVAL;
     }
-    /* Labels are checked whole: the corpus is small (6 MB), and a class out
-     * of range would index past the analysis tables. */
-    const uint8_t *labels = c->labels_mem.addr;
+    if (!rc && !(c->labels = malloc((size_t)n))) {
+        snprintf(err, (size_t)err_len, "%s: out of memory for its %ld labels", pos, n);
+        rc = -ENOMEM;
+    }
+    lc.n_tokens = n;
+    if (!rc)
+        rc = read_at(&lc, c->labels, 0, n, err, err_len);
+    if (lc.fd >= 0)
+        close(lc.fd);
+    if (rc)
+        return rc;
+    const uint8_t *labels = c->labels;
     for (long i = 0; i < n; i++) {
         if (labels[i] >= BROWN_CLASSES) {
             snprintf(err, (size_t)err_len, "%s: label at offset %ld is %d, not below %d classes",
@@ -169,7 +252,6 @@ static int load_brown(corpus *c, const char *data_dir, char *err, int err_len)
             return -EINVAL;
         }
     }
-    c->labels = labels;
     c->n_label_classes = BROWN_CLASSES;
     c->label_names = brown_label_names;
     return 0;
@@ -177,23 +259,18 @@ static int load_brown(corpus *c, const char *data_dir, char *err, int err_len)
 
 static int load_synthetic(corpus *c, char *err, int err_len)
 {
-    c->tokens_mem = (data_region){ .addr = malloc((size_t)SYNTHETIC_TOKENS),
-                                   .len = (size_t)SYNTHETIC_TOKENS };
-    c->labels_mem = (data_region){ .addr = malloc((size_t)SYNTHETIC_TOKENS),
-                                   .len = (size_t)SYNTHETIC_TOKENS };
-    if (!c->tokens_mem.addr || !c->labels_mem.addr) {
+    c->bytes = malloc((size_t)SYNTHETIC_TOKENS);
+    c->labels = malloc((size_t)SYNTHETIC_TOKENS);
+    if (!c->bytes || !c->labels) {
         snprintf(err, (size_t)err_len, "synthetic: cannot allocate %ld tokens", SYNTHETIC_TOKENS);
         return -ENOMEM;
     }
-    if (synthetic_generate(c->tokens_mem.addr, c->labels_mem.addr, SYNTHETIC_TOKENS,
-                           SYNTHETIC_SEED)) {
+    if (synthetic_generate(c->bytes, c->labels, SYNTHETIC_TOKENS, SYNTHETIC_SEED)) {
         snprintf(err, (size_t)err_len, "synthetic: generator failed");
         return -EINVAL;
     }
-    c->bytes = c->tokens_mem.addr;
     c->n_tokens = SYNTHETIC_TOKENS;
     c->width = 1;
-    c->labels = c->labels_mem.addr;
     c->n_label_classes = SYNTH_CLASSES;
     c->label_names = synthetic_label_names;
     return 0;
@@ -210,6 +287,7 @@ static int load_corpus(corpus **out, int *vocab_out, const char *source, int voc
         snprintf(err, (size_t)err_len, "%s: out of memory", source);
         return -ENOMEM;
     }
+    c->fd = -1;
     snprintf(c->path, sizeof(c->path), "%s", source);
     int rc = -EINVAL;
     *vocab_out = 256;
@@ -218,7 +296,7 @@ static int load_corpus(corpus **out, int *vocab_out, const char *source, int voc
     } else if (strcmp(source, "synthetic") == 0) {
         rc = load_synthetic(c, err, err_len);
     } else if (ends_with(source, ".txt")) {
-        rc = map_tokens(c, source, 1, "byte", err, err_len);
+        rc = open_tokens(c, source, 1, "byte", err, err_len);
     } else if (ends_with(source, ".bin") || ends_with(source, ".u32")) {
         /* the extension declares the width (data.h) */
         bool wide = ends_with(source, ".u32");
@@ -229,7 +307,7 @@ static int load_corpus(corpus **out, int *vocab_out, const char *source, int voc
                      "%s: vocab %d does not fit uint16 tokens (at most 65536); store the tokens "
                      "as little-endian uint32 in a .u32 file", source, vocab);
         else
-            rc = map_tokens(c, source, wide ? 4 : 2, wide ? "uint32" : "uint16", err, err_len);
+            rc = open_tokens(c, source, wide ? 4 : 2, wide ? "uint32" : "uint16", err, err_len);
         *vocab_out = vocab;
     } else {
         snprintf(err, (size_t)err_len,
@@ -379,30 +457,43 @@ void free_dataset(dataset **d)
 
 /* ---- reading tokens ------------------------------------------------------ */
 
-/* Token i of c, little-endian whatever the host. */
-static token_t token_at(const corpus *c, long i)
+/* Token i of the little-endian tokens at p, whatever the host. */
+static token_t token_at(const uint8_t *p, int width, long i)
 {
-    const uint8_t *p = c->bytes + (size_t)i * (size_t)c->width;
-    switch (c->width) {
+    p += (size_t)i * (size_t)width;
+    switch (width) {
     case 1: return p[0];
     case 2: return (token_t)p[0] | (token_t)p[1] << 8;
     default: return (token_t)p[0] | (token_t)p[1] << 8 | (token_t)p[2] << 16 | (token_t)p[3] << 24;
     }
 }
 
+/* Tokens are read from files in chunks of this many bytes (on the stack). */
+#define READ_CHUNK 16384
+
 int dataset_read(const dataset *d, const token_split *s, long at, long n, token_t *out,
                  char *err, int err_len)
 {
     assert(at >= 0 && n >= 0 && at + n <= s->n_tokens);
     const corpus *c = s->c;
-    for (long i = 0; i < n; i++) {
-        long k = s->first + at + i; /* in the file */
-        out[i] = token_at(c, k);
-        if (out[i] >= (token_t)d->vocab) {
-            snprintf(err, (size_t)err_len,
-                     "%s: token %ld (byte offset %ld) is %lu, not below vocab %d", c->path, k,
-                     k * c->width, (unsigned long)out[i], d->vocab);
-            return -ERANGE;
+    uint8_t chunk[READ_CHUNK];
+    long per = READ_CHUNK / c->width;
+    for (long i0 = 0; i0 < n; i0 += per) {
+        long m = n - i0 < per ? n - i0 : per, k0 = s->first + at + i0; /* in the file */
+        const uint8_t *p = c->bytes ? c->bytes + (size_t)k0 * (size_t)c->width : chunk;
+        int rc = c->bytes ? 0 : read_at(c, chunk, k0 * c->width, m * c->width, err, err_len);
+        if (rc)
+            return rc;
+        for (long i = 0; i < m; i++) {
+            token_t v = token_at(p, c->width, i);
+            out[i0 + i] = v;
+            if (v >= (token_t)d->vocab) {
+                long k = k0 + i;
+                snprintf(err, (size_t)err_len,
+                         "%s: token %ld (byte offset %ld) is %lu, not below vocab %d", c->path, k,
+                         k * c->width, (unsigned long)v, d->vocab);
+                return -ERANGE;
+            }
         }
     }
     return 0;

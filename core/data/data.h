@@ -13,15 +13,15 @@
  *   synthetic  1M byte tokens with difficulty labels, generated in memory
  *              (synthetic.c; small, so it is the one corpus held in a buffer).
  *
- * Memory.  Files are mapped read-only (mmap) and read in place, never copied
- * whole: a rank's private memory does not grow with the file, and its
- * resident set holds only the pages its samples and windows have touched
- * (with the kernel's fault-around, up to 64 KiB about each).  Those are page
- * cache pages: one copy per node, shared by its ranks, dropped under memory
- * pressure.  The training region is advised random (no read-ahead).  Samples
- * and windows are copied out, widened to token_t.  A file must not be
- * truncated while a run maps it (reading a page past the new end would
- * fault).
+ * Memory.  Files are read in place, never copied whole: each sample and
+ * window is read with pread() from the open file, so a rank's memory does
+ * not grow with the file and the page cache holds one copy per node,
+ * shared by its ranks.  The training region is advised random (no
+ * read-ahead).  Samples and windows are widened to token_t as they are
+ * read.  (Files used to be memory-mapped; a file truncated under a run then
+ * killed it with SIGBUS on the next read of a vanished page.  A read now
+ * meets the file's new end and fails with a message naming the file.)
+ * Brown's labels (6 MB) are read whole at load.
  *
  * The held-out split.  Without val_source: the last floor(n * val_fraction)
  * tokens of the source, training samples from the rest.  With val_source (a
@@ -31,7 +31,8 @@
  * apply.
  *
  * Checks.  At load, what the file size tells: the file exists, is a regular
- * file, is not empty, holds a whole number of tokens, and each split holds at
+ * file (opened without blocking, so a FIFO is refused, never waited on), is
+ * not empty, holds a whole number of tokens, and each split holds at
  * least one sample (S+1 tokens); Brown's labels are checked then too (6 MB).
  * Token values are checked against V as they are read (dataset_sample,
  * dataset_eval_window): scanning a 10 GB file at start would cost every rank
@@ -63,24 +64,31 @@ extern const char *const brown_label_names[BROWN_CLASSES];
 enum synthetic_class { SYNTH_EASY, SYNTH_MEDIUM, SYNTH_HARD, SYNTH_FILLER, SYNTH_CLASSES };
 extern const char *const synthetic_label_names[SYNTH_CLASSES];
 
-/* Memory a corpus owns: a read-only map of a file, or a malloc'd buffer. */
-typedef struct data_region {
-    void *addr;
-    size_t len;
-    bool mapped;
-} data_region;
-
-/* One corpus as stored, read in place. */
+/* One corpus as stored, read in place: an open file, or (synthetic) a
+ * buffer in memory. */
 typedef struct corpus {
     char path[512];         /* the file messages name ("synthetic" for that one) */
-    const uint8_t *bytes;   /* [n_tokens * width] little-endian tokens */
+    int fd;                 /* the file read with pread(), or -1 */
+    uint8_t *bytes;         /* in memory: [n_tokens * width] little-endian tokens, or NULL */
     long n_tokens;
     int width;              /* bytes per token: 1 text, 2 .bin, 4 .u32 */
-    const uint8_t *labels;  /* [n_tokens] label class per token, or NULL */
+    uint8_t *labels;        /* [n_tokens] label class per token, or NULL */
     int n_label_classes;
     const char *const *label_names; /* [n_label_classes] */
-    data_region tokens_mem, labels_mem;
 } corpus;
+
+/* What identifies a corpus's content cheaply (a run records it and a resume
+ * on other data is refused): its size and a 64-bit FNV-1a hash of the whole
+ * file when it is at most DATA_FINGERPRINT_WHOLE bytes, else of
+ * DATA_FINGERPRINT_BLOCKS blocks of 64 KiB spread evenly over it (the first
+ * at the start, the last ending at its end), about 16 MiB read. */
+#define DATA_FINGERPRINT_WHOLE (16L << 20)
+#define DATA_FINGERPRINT_BLOCKS 256
+#define DATA_FINGERPRINT_LEN 96
+/* "bytes 6012345 fnv1a64 0123456789abcdef (whole)"; non-zero and err on a
+ * read that fails. */
+int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len);
+
 
 /* A split: tokens [first, first + n_tokens) of a corpus. */
 typedef struct token_split {
@@ -108,6 +116,10 @@ int load_dataset(dataset **out, const char *source, const char *val_source, int 
                  double val_fraction, int seq_len, const char *data_dir, char *err,
                  int err_len);
 void free_dataset(dataset **d);
+/* The fingerprints of what a dataset reads (corpus_fingerprint), as
+ * "PATH: bytes N fnv1a64 H (whole)", and "; " and the held-out file's with
+ * val_source. */
+int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int err_len);
 /* A .txt, .bin or .u32 file that is all evaluation data (no training split):
  * its windows start at its first token. */
 int load_eval_file(dataset **out, const char *path, int vocab, int seq_len, char *err,

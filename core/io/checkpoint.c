@@ -36,22 +36,23 @@ static int write_layer_attrs(hid_t f, const model *m)
     return 0;
 }
 
-static int write_root_attrs(hid_t f, const model *m, const char *config_text, long step,
-                            uint64_t seed)
+static int write_root_attrs(hid_t f, const model *m, const ckpt_header *h)
 {
     const model_dims *d = &m->dims;
     int rc = 0;
-    rc |= h5_attr_string(f, "config", config_text);
+    rc |= h5_attr_string(f, "config", h->config);
+    if (h->data)
+        rc |= h5_attr_string(f, "data", h->data);
     rc |= h5_attr_long(f, "d_model", d->d_model);
     rc |= h5_attr_long(f, "n_heads", d->n_heads);
     rc |= h5_attr_long(f, "d_ff", d->d_ff);
     rc |= h5_attr_long(f, "vocab", d->vocab);
     rc |= h5_attr_long(f, "seq_len", d->seq_len);
     rc |= h5_attr_long(f, "n_layers", d->n_layers);
-    rc |= h5_attr_long(f, "step", step);
+    rc |= h5_attr_long(f, "step", h->step);
     rc |= h5_attr_string(f, "rng", "pcg32 keyed by (seed, step, ...): seed and step are the state");
     char seed_s[32];
-    snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)seed);
+    snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)h->seed);
     rc |= h5_attr_string(f, "seed", seed_s);
     return rc ? -EIO : 0;
 }
@@ -80,8 +81,8 @@ typedef struct save_status {
 
 /* Rank 0: create and lay out the file; offsets[3 n_tensors] of the
  * datasets.  Every rank: nothing. */
-static int lay_out(h5_out **o, const char *path, const model *m, const char *config_text,
-                   long step, uint64_t seed, uint64_t *offsets, char *err, int err_len)
+static int lay_out(h5_out **o, const char *path, const model *m, const ckpt_header *h,
+                   uint64_t *offsets, char *err, int err_len)
 {
     int n = m->n_tensors;
     uint64_t bytes = 0;
@@ -92,7 +93,7 @@ static int lay_out(h5_out **o, const char *path, const model *m, const char *con
         return -ENOMEM;
     int rc = h5_out_create(o, path, bytes, err, err_len);
     if (!rc)
-        rc = write_root_attrs(h5_out_file(*o), m, config_text, step, seed);
+        rc = write_root_attrs(h5_out_file(*o), m, h);
     for (int b = 0; !rc && b < 3; b++) {
         for (int t = 0; !rc && t < n; t++) {
             const model_tensor *mt = &m->tensors[t];
@@ -147,8 +148,8 @@ static int write_share(const char *tmp, const model *m, const uint64_t *offsets,
     return rc;
 }
 
-int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
-                    uint64_t seed, comm *cm, char *err, int err_len)
+int checkpoint_save(const char *path, const model *m, const ckpt_header *h, comm *cm, char *err,
+                    int err_len)
 {
     int P = comm_size(cm), rank = comm_rank(cm), n = m->n_tensors, rc = 0;
     size_t off_bytes = (size_t)3 * n * sizeof(uint64_t);
@@ -167,7 +168,7 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
     if (rank == 0 && (st->rc = comm_fault(cm, "checkpoint-layout")))
         snprintf(st->msg, MSG_LEN, "%s: laying the checkpoint out failed (injected)", path);
     else if (rank == 0)
-        st->rc = lay_out(&o, path, m, config_text, step, seed, offsets, st->msg, MSG_LEN);
+        st->rc = lay_out(&o, path, m, h, offsets, st->msg, MSG_LEN);
     if ((rc = comm_bcast(cm, a, sizeof(save_status) + off_bytes, 0)))
         st->rc = rc;
     /* phase 2, every rank: its share; the statuses and pieces to rank 0 */
@@ -267,6 +268,7 @@ int checkpoint_save(const char *path, const model *m, const char *config_text, l
 void ckpt_meta_clear(ckpt_meta *meta)
 {
     free(meta->config);
+    free(meta->data);
     memset(meta, 0, sizeof(*meta));
 }
 
@@ -336,6 +338,7 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
         ckpt_meta_clear(meta);
     } else {
         meta->seed = strtoull(seed, NULL, 10);
+        meta->data = H5Aexists(f, "data") > 0 ? h5_attr_read_string(f, "data") : NULL;
     }
     free(seed);
     if (f >= 0)

@@ -19,7 +19,17 @@ typedef struct ckpt_meta {
     long step;      /* optimizer updates done */
     uint64_t seed;
     char *config;   /* malloc'd resolved INI text */
+    char *data;     /* malloc'd fingerprint of the data the run read, or NULL
+                       (files written before it was kept) */
 } ckpt_meta;
+
+/* What a checkpoint says about itself beside the tensors. */
+typedef struct ckpt_header {
+    const char *config; /* the resolved INI text */
+    long step;
+    uint64_t seed;
+    const char *data;   /* dataset_fingerprint of what the run reads, or NULL */
+} ckpt_header;
 
 /* Write the checkpoint, collectively over cm (NULL: one process): one file,
  * MODEL.md's names and whole shapes (experts_w1 is [E][d][f] whatever the
@@ -28,11 +38,11 @@ typedef struct ckpt_meta {
  * over the ranks (tensor t by rank t mod P); rank 0 gathers the pieces'
  * CRCs and seals the file.  No rank ever holds another's experts.  Every
  * rank returns the same code; err holds the failing rank's message. */
-int checkpoint_save(const char *path, const model *m, const char *config_text, long step,
-                    uint64_t seed, struct comm *cm, char *err, int err_len);
+int checkpoint_save(const char *path, const model *m, const ckpt_header *h, struct comm *cm,
+                    char *err, int err_len);
 /* Check the file's seal (every rank reads a 1/P slice of it, rank 0
  * combines the CRCs), then read the metadata (config text, step, seed) to
- * rebuild the model.  Collective over cm. */
+ * rebuild the model, and the data's fingerprint.  Collective over cm. */
 int checkpoint_read_meta(const char *path, ckpt_meta *meta, struct comm *cm, char *err,
                          int err_len);
 void ckpt_meta_clear(ckpt_meta *meta);

@@ -1,5 +1,7 @@
 #include "core/io/h5util.h"
 
+#include "core/util/file.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -383,9 +385,9 @@ int h5_body_part_crc(const char *path, int part, int parts, uint32_t *crc, uint6
     *crc = 0;
     *len = 0;
     *body = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = file_open_regular(path, NULL, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     struct stat st;
     int rc = fstat(fd, &st) ? -errno : 0;
     if (!rc && (uint64_t)st.st_size < H5_USERBLOCK)
@@ -404,7 +406,7 @@ int h5_body_part_crc(const char *path, int part, int parts, uint32_t *crc, uint6
 int h5_seal_matches(const char *path, uint64_t body, uint32_t crc, char *err, int err_len)
 {
     uint8_t head[32];
-    FILE *f = fopen(path, "rb");
+    FILE *f = file_fopen_regular(path, "rb", NULL, 0);
     size_t got = f ? fread(head, 1, sizeof(head), f) : 0;
     if (f)
         fclose(f);
@@ -428,11 +430,9 @@ int h5_seal_matches(const char *path, uint64_t body, uint32_t crc, char *err, in
 
 int h5_check_seal(const char *path, char *err, int err_len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, (size_t)err_len, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = file_fopen_regular(path, "rb", err, err_len);
+    if (!f)
         return -ENOENT;
-    }
     uint8_t head[32];
     uint32_t crc = 0;
     uint64_t len = 0;

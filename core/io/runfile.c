@@ -31,6 +31,7 @@ const int run_eval_count = (int)(sizeof(run_eval_cols) / sizeof(run_eval_cols[0]
 
 #define PIECES_DIR "records"
 #define THROUGH_ATTR "records_through"
+#define FROM_ATTR "from_step"
 
 /* ---- the record in memory ------------------------------------------------ */
 
@@ -192,11 +193,19 @@ static void run_dir(char *buf, size_t len, const char *run_h5)
         snprintf(buf, len, ".");
 }
 
-void run_record_piece_path(char *buf, size_t len, const char *run_h5, long step)
+/* Pieces are listed as codes 2 step + late: a late piece sorts after the
+ * piece of its step. */
+static void piece_path(char *buf, size_t len, const char *run_h5, long code)
 {
     char dir[4096];
     run_dir(dir, sizeof(dir), run_h5);
-    snprintf(buf, len, "%s/" PIECES_DIR "/step_%08ld.h5", dir, step);
+    snprintf(buf, len, "%s/" PIECES_DIR "/step_%08ld%s.h5", dir, code / 2,
+             code % 2 ? ".late" : "");
+}
+
+void run_record_piece_path(char *buf, size_t len, const char *run_h5, long step)
+{
+    piece_path(buf, len, run_h5, 2 * step);
 }
 
 static int write_provenance(hid_t f, const provenance *p)
@@ -221,6 +230,8 @@ static int write_provenance(hid_t f, const provenance *p)
     if (p->init_from[0])
         rc |= h5_attr_string(g, "init_from", p->init_from);
     rc |= h5_attr_string(g, "bf16_kernel", p->bf16_kernel);
+    if (p->data[0])
+        rc |= h5_attr_string(g, "data", p->data);
     H5Gclose(g);
     return rc;
 }
@@ -394,24 +405,29 @@ int run_record_write_header(run_record *r, const char *run_h5, char *err, int er
     return rc;
 }
 
+typedef struct piece_span {
+    long from, step;
+} piece_span;
+
 static int piece_attrs(hid_t f, const void *user)
 {
-    return h5_attr_long(f, "step", *(const long *)user);
+    const piece_span *p = user;
+    int rc = h5_attr_long(f, "step", p->step);
+    return rc ? rc : h5_attr_long(f, FROM_ATTR, p->from);
 }
 
-int run_record_flush(run_record *r, const char *run_h5, long step, char *err, int err_len)
+static int flush_to(run_record *r, const char *path, long from, long step, char *err,
+                    int err_len)
 {
-    if (record_bytes(r) == 0)
-        return 0;
-    char path[4200], dir[4200];
-    run_record_piece_path(path, sizeof(path), run_h5, step);
+    char dir[4200];
     snprintf(dir, sizeof(dir), "%s", path);
     *strrchr(dir, '/') = '\0';
     if (mkdir(dir, 0777) && errno != EEXIST) {
         snprintf(err, (size_t)err_len, "%s: cannot create the folder: %s", dir, strerror(errno));
         return -errno;
     }
-    int rc = write_file(path, r, piece_attrs, &step, err, err_len);
+    piece_span span = { .from = from, .step = step };
+    int rc = write_file(path, r, piece_attrs, &span, err, err_len);
     if (rc)
         return rc;
     r->metrics.n_rows = r->eval.n_rows = 0;
@@ -421,15 +437,36 @@ int run_record_flush(run_record *r, const char *run_h5, long step, char *err, in
     return 0;
 }
 
-/* The pieces beside run_h5, in step order (steps[] and their count); with
- * tmp, also what a crash left half-written (*.tmp). */
-static int list_pieces(const char *run_h5, long **steps, int *n)
+int run_record_flush(run_record *r, const char *run_h5, long step, char *err, int err_len)
+{
+    if (record_bytes(r) == 0)
+        return 0;
+    char path[4200];
+    run_record_piece_path(path, sizeof(path), run_h5, step);
+    int rc = flush_to(r, path, r->flushed_through, step, err, err_len);
+    if (!rc)
+        r->flushed_through = step;
+    return rc;
+}
+
+int run_record_flush_late(run_record *r, const char *run_h5, long step, char *err, int err_len)
+{
+    if (record_bytes(r) == 0)
+        return 0;
+    char path[4200];
+    piece_path(path, sizeof(path), run_h5, 2 * step + 1);
+    return flush_to(r, path, step, step, err, err_len);
+}
+
+/* The pieces beside run_h5 in order, as codes (piece_path): 2 step for
+ * records/step_N.h5, 2 step + 1 for records/step_N.late.h5. */
+static int list_pieces(const char *run_h5, long **codes, int *n)
 {
     char dir[4200];
     run_dir(dir, sizeof(dir), run_h5);
     size_t l = strlen(dir);
     snprintf(dir + l, sizeof(dir) - l, "/" PIECES_DIR);
-    *steps = NULL;
+    *codes = NULL;
     *n = 0;
     DIR *d = opendir(dir);
     if (!d)
@@ -438,26 +475,29 @@ static int list_pieces(const char *run_h5, long **steps, int *n)
     int cap = 0;
     while ((e = readdir(d))) {
         long s;
-        char tail[8] = "";
-        if (sscanf(e->d_name, "step_%ld.h5%7s", &s, tail) != 1 || tail[0])
+        char tail[12] = "";
+        if (sscanf(e->d_name, "step_%ld%11s", &s, tail) != 2 || s < 0)
+            continue;
+        bool late = !strcmp(tail, ".late.h5");
+        if (!late && strcmp(tail, ".h5"))
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
-            long *p = realloc(*steps, (size_t)cap * sizeof(long));
+            long *p = realloc(*codes, (size_t)cap * sizeof(long));
             if (!p) {
                 closedir(d);
                 return -ENOMEM;
             }
-            *steps = p;
+            *codes = p;
         }
-        (*steps)[(*n)++] = s;
+        (*codes)[(*n)++] = 2 * s + (late ? 1 : 0);
     }
     closedir(d);
     for (int i = 1; i < *n; i++) /* insertion sort: pieces come nearly in order */
-        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
-            long t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
+        for (int j = i; j > 0 && (*codes)[j - 1] > (*codes)[j]; j--) {
+            long t = (*codes)[j];
+            (*codes)[j] = (*codes)[j - 1];
+            (*codes)[j - 1] = t;
         }
     return 0;
 }
@@ -465,18 +505,18 @@ static int list_pieces(const char *run_h5, long **steps, int *n)
 /* Remove the pieces of steps above keep, and any temporary. */
 static int remove_pieces_after(const char *run_h5, long keep)
 {
-    long *steps;
+    long *codes;
     int n;
-    int rc = list_pieces(run_h5, &steps, &n);
+    int rc = list_pieces(run_h5, &codes, &n);
     for (int i = 0; !rc && i < n; i++) {
-        if (steps[i] <= keep)
+        if (codes[i] / 2 <= keep)
             continue;
         char path[4200];
-        run_record_piece_path(path, sizeof(path), run_h5, steps[i]);
+        piece_path(path, sizeof(path), run_h5, codes[i]);
         if (remove(path) && errno != ENOENT)
             rc = -errno;
     }
-    free(steps);
+    free(codes);
     char dir[4200];
     run_dir(dir, sizeof(dir), run_h5);
     size_t l = strlen(dir);
@@ -552,6 +592,7 @@ enum { RUN_F64 = RUN_BLOB_DOUBLE };
 
 struct run_reader {
     char path[4096];
+    long last_step;     /* what the records reach */
     int n_files;
     char (*files)[4200];
     char *config;
@@ -666,17 +707,49 @@ int open_run_reader(run_reader **out, const char *run_h5, char *err, int err_len
         goto fail;
     }
     snprintf(r->files[r->n_files++], sizeof(r->files[0]), "%s", run_h5);
-    for (int i = 0; i < n_steps; i++)
-        if (steps[i] > through) /* what run.h5 does not hold yet */
-            run_record_piece_path(r->files[r->n_files++], sizeof(r->files[0]), run_h5, steps[i]);
-    for (int i = 0; i < r->n_files; i++) {
-        hid_t h = i ? h5_open_checked(r->files[i], err, err_len) : H5Fopen(run_h5, H5F_ACC_RDONLY,
-                                                                           H5P_DEFAULT);
+    long reach = through; /* the last step of the records read so far */
+    for (int i = 0; i < n_steps; i++) {
+        if (steps[i] / 2 <= through) /* run.h5 holds it already */
+            continue;
+        char *piece = r->files[r->n_files];
+        piece_path(piece, sizeof(r->files[0]), run_h5, steps[i]);
+        hid_t h = h5_open_checked(piece, err, err_len);
+        if (h < 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, (size_t)err_len - l, ": it held the records of steps %ld..%ld",
+                     reach + 1, steps[i] / 2);
+            rc = -EINVAL;
+            goto fail;
+        }
+        /* each piece follows the one before: a hole is a piece gone */
+        long from = -1;
+        if (h5_attr_read_long(h, FROM_ATTR, &from))
+            from = -1; /* written before pieces said it */
+        if (from >= 0 && from != reach) {
+            H5Fclose(h);
+            snprintf(err, (size_t)err_len,
+                     "%s: the records of steps %ld..%ld are missing: this piece follows step "
+                     "%ld, but the records before it end at step %ld (a piece of "
+                     "records/ was removed or lost)", piece, reach + 1, from, from, reach);
+            rc = -EINVAL;
+            goto fail;
+        }
+        visit_ctx v = { .r = r, .file = r->n_files };
+        H5Ovisit(h, H5_INDEX_NAME, H5_ITER_INC, index_dataset, &v);
+        H5Fclose(h);
+        if ((rc = v.rc))
+            goto fail;
+        r->n_files++;
+        reach = steps[i] / 2;
+    }
+    r->last_step = reach;
+    {
+        hid_t h = H5Fopen(run_h5, H5F_ACC_RDONLY, H5P_DEFAULT);
         if (h < 0) {
             rc = -EINVAL;
             goto fail;
         }
-        visit_ctx v = { .r = r, .file = i };
+        visit_ctx v = { .r = r, .file = 0 };
         H5Ovisit(h, H5_INDEX_NAME, H5_ITER_INC, index_dataset, &v);
         H5Fclose(h);
         if ((rc = v.rc))
@@ -717,6 +790,11 @@ const char *run_reader_config(const run_reader *r)
 int run_reader_files(const run_reader *r)
 {
     return r->n_files;
+}
+
+long run_reader_last_step(const run_reader *r)
+{
+    return r->last_step;
 }
 
 /* The first entry of path (then the next files' ones follow), or -1. */
@@ -978,13 +1056,9 @@ int run_record_finish(const char *run_h5, char *err, int err_len)
         close_run_reader(&rd);
         return 0;
     }
-    long *steps = NULL, *ds = NULL, last = 0;
-    int n_steps = 0;
+    long *ds = NULL, last = rd->last_step;
     h5_out *o = NULL;
     uint64_t bytes = 0;
-    if ((rc = list_pieces(run_h5, &steps, &n_steps)))
-        goto fail;
-    last = n_steps ? steps[n_steps - 1] : 0;
     for (long i = 0; i < rd->n_e; i++) {
         uint64_t n = blob_elem(rd->e[i].type);
         for (int d = 0; d < rd->e[i].ndim; d++)
@@ -1071,7 +1145,6 @@ int run_record_finish(const char *run_h5, char *err, int err_len)
     }
     close_run_reader(&rd);
     free(ds);
-    free(steps);
     if ((rc = h5_out_finish(&o, NULL, 0, err, err_len)))
         return rc;
     /* run.h5 holds every piece now (records_through): removing them is
@@ -1081,7 +1154,6 @@ fail:
     h5_out_abandon(&o);
     close_run_reader(&rd);
     free(ds);
-    free(steps);
     return rc;
 }
 

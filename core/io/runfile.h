@@ -14,7 +14,10 @@
  * piece is written atomically (h5util.h, h5_out), so a crash at any moment
  * leaves whole files only; run.h5's attribute records_through says which
  * pieces it already holds.  Readers (run_reader) see the same record in
- * every state: run.h5, then the pieces newer than it, tables concatenated. */
+ * every state: run.h5, then the pieces newer than it, tables concatenated.
+ * Each piece says which steps it follows (attribute from_step): a reader
+ * refuses records with a hole (a piece missing or unreadable), naming the
+ * piece and the steps it held. */
 #ifndef MODE_CORE_IO_RUNFILE_H
 #define MODE_CORE_IO_RUNFILE_H
 
@@ -50,6 +53,7 @@ typedef struct provenance {
     char command_line[1024], started[64];
     char init_from[1024]; /* the checkpoint a new run's parameters came from, or "" */
     char bf16_kernel[16]; /* the path of bf16 products (bf16_path_name) */
+    char data[2048];      /* the fingerprint of the data read (dataset_fingerprint), or "" */
 } provenance;
 
 typedef struct run_record {
@@ -60,6 +64,9 @@ typedef struct run_record {
     int n_extra;
     run_blob *blobs;
     int n_blobs, cap_blobs;
+    long flushed_through; /* the step the records written so far reach (the last
+                             piece's, or the resumed checkpoint's): the next
+                             piece holds the steps after it */
 } run_record;
 
 extern const char *const run_metric_cols[];
@@ -94,6 +101,11 @@ int run_record_write_header(run_record *r, const char *run_h5, char *err, int er
 int run_record_flush(run_record *r, const char *run_h5, long step, char *err, int err_len);
 /* Where the piece of step lies (records/step_NNNNNNNN.h5 beside run_h5). */
 void run_record_piece_path(char *buf, size_t len, const char *run_h5, long step);
+/* Rows of steps up to step that were made after its piece was written (an
+ * evaluation a signal cut short, made again on resume) into a piece of
+ * their own, records/step_NNNNNNNN.late.h5, read after step's piece. */
+int run_record_flush_late(run_record *r, const char *run_h5, long step, char *err,
+                          int err_len);
 /* Gather run.h5 and its pieces into one run.h5, then remove the pieces. */
 int run_record_finish(const char *run_h5, char *err, int err_len);
 /* Resuming at step: remove the pieces of later steps (written before a
@@ -113,6 +125,9 @@ void close_run_reader(run_reader **r);
 const char *run_reader_config(const run_reader *r);
 /* The files: run.h5 first, then the pieces in step order. */
 int run_reader_files(const run_reader *r);
+/* The last step the records reach: the last piece's step, or what run.h5
+ * holds (records_through) when no piece is newer. */
+long run_reader_last_step(const run_reader *r);
 /* Whether any file holds a dataset at path. */
 bool run_reader_has(const run_reader *r, const char *path);
 /* A 1-D column (e.g. "metrics/wall_s"), every file's part in order, as

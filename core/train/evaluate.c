@@ -1,6 +1,7 @@
 #include "core/train/trainer.h"
 
 #include "core/comm/comm.h"
+#include "core/util/signals.h"
 
 #include <errno.h>
 #include <math.h>
@@ -41,8 +42,15 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
             rc = dataset_eval_window(d, tok + (size_t)i * (S + 1), S,
                                      k < n ? eval_window_index(k, n, avail) : 0, err, err_len);
         }
-        /* a bad token on any rank: every rank stops at this chunk, before
-         * its forward, with that rank's message */
+        /* a stop signal (training: core/util/signals.h) ends the evaluation
+         * between chunks, so that a run stops within a chunk's time */
+        if (!rc && stop_signal_pending()) {
+            snprintf(err, (size_t)err_len, "evaluation stopped by signal %d",
+                     stop_signal_pending());
+            rc = -EINTR;
+        }
+        /* a bad token or a signal on any rank: every rank stops at this
+         * chunk, before its forward, with that rank's message */
         if (ctx && (rc = comm_agree(ctx->comm, rc, err, err_len)))
             break;
         if (rc)

@@ -1,6 +1,7 @@
 #include "core/train/trainer_impl.h"
 
 #include "core/io/runfile.h"
+#include "core/util/file.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -15,27 +16,10 @@ void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size
     snprintf(ckpt_h5, len, "%s/%s/ckpt.h5", c->out, c->name);
 }
 
-static int make_dirs(const char *dir)
-{
-    char buf[4096];
-    snprintf(buf, sizeof(buf), "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0777) && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0777) && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 /* Fail before training when the output folder cannot take our files. */
 int check_writable(const char *dir, char *err, int err_len)
 {
-    int rc = make_dirs(dir);
+    int rc = file_make_dirs(dir);
     if (rc) {
         snprintf(err, (size_t)err_len, "%s: cannot create the output folder: %s", dir,
                  strerror(-rc));

@@ -7,6 +7,7 @@
 #include "core/train/optim.h"
 #include "core/train/shard.h"
 #include "core/util/pool.h"
+#include "core/util/signals.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,9 +18,10 @@
 
 long config_planned_steps(const run_config *c, double train_flops_per_step)
 {
-    if (c->flops_budget > 0.0)
-        return (long)floor(c->flops_budget / train_flops_per_step);
-    return c->steps;
+    if (c->flops_budget <= 0.0)
+        return c->steps;
+    double steps = floor(c->flops_budget / train_flops_per_step);
+    return steps > (double)MODE_MAX_STEPS || !(steps == steps) ? -1 : (long)steps;
 }
 
 /* An agreement point (docs/robustness.md): every rank learns whether any
@@ -46,8 +48,9 @@ static int save_all(trainer *t, long step, bool last, char *err, int err_len)
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         return rc;
     /* every rank writes its share: its experts, some shared tensors */
-    if ((rc = checkpoint_save(t->ckpt_h5, t->m, t->ini, step, t->cfg->seed, ctx->comm, err,
-                              err_len)))
+    ckpt_header h = { .config = t->ini, .step = step, .seed = t->cfg->seed,
+                      .data = ctx->rank == 0 ? t->data : NULL };
+    if ((rc = checkpoint_save(t->ckpt_h5, t->m, &h, ctx->comm, err, err_len)))
         return rc;
     if (last && ctx->rank == 0)
         rc = run_record_finish(t->run_h5, err, err_len);
@@ -70,6 +73,15 @@ static int resume_from(trainer *t, char *err, int err_len)
         ckpt_meta_clear(&meta);
         return -EINVAL;
     }
+    /* rank 0 knows what the run reads now: the same data, or no resume */
+    if (t->ctx->rank == 0 && meta.data && strcmp(meta.data, t->data) != 0) {
+        snprintf(err, (size_t)err_len,
+                 "%s: the run read other data: when checkpointed, %.700s; now %.700s (resume "
+                 "needs the data the run started on; --overwrite starts anew)", t->ckpt_h5,
+                 meta.data, t->data);
+        ckpt_meta_clear(&meta);
+        return -EINVAL;
+    }
     t->start = meta.step;
     ckpt_meta_clear(&meta);
     /* the experts this rank holds now, whatever rank count wrote the file */
@@ -81,6 +93,16 @@ static int resume_from(trainer *t, char *err, int err_len)
         rc = run_record_rewind(t->run_h5, t->start, err, err_len);
         run_reader *rd = NULL;
         if (!rc && !(rc = open_run_reader(&rd, t->run_h5, err, err_len))) {
+            long reach = run_reader_last_step(rd);
+            if (reach < t->start) {
+                char piece[4200];
+                run_record_piece_path(piece, sizeof(piece), t->run_h5, t->start);
+                snprintf(err, (size_t)err_len,
+                         "%s: its records end at step %ld, but the checkpoint is at step %ld: "
+                         "the records of steps %ld..%ld (%.1000s) are missing", t->run_h5, reach,
+                         t->start, reach + 1, t->start, piece);
+                rc = -EINVAL;
+            }
             double *v = NULL;
             long n = 0;
             if (!run_reader_column(rd, "metrics/wall_s", &v, &n) && n > 0)
@@ -89,7 +111,21 @@ static int resume_from(trainer *t, char *err, int err_len)
             if (!run_reader_column(rd, "metrics/skipped", &v, &n) && n > 0)
                 t->skipped = v[n - 1];
             free(v);
+            /* an evaluation of the checkpoint's step that a signal cut short is
+             * made now, before the next step (train_steps) */
+            double last_eval_step = -1.0;
+            if (!run_reader_column(rd, "eval/step", &v, &n) && n > 0)
+                last_eval_step = v[n - 1];
+            free(v);
+            if (!run_reader_column(rd, "eval/loss_topk", &v, &n) && n > 0)
+                t->last_eval = v[n - 1];
+            free(v);
+            long ev = t->cfg->eval_every;
+            t->eval_pending = t->start > 0 && ev > 0 &&
+                              (t->start % ev == 0 || t->start == t->total) &&
+                              last_eval_step < (double)t->start;
             close_run_reader(&rd);
+            t->rec->flushed_through = t->start;
         }
     }
     return rc;
@@ -113,19 +149,9 @@ static void prefix_step(char *err, int err_len, long step)
     snprintf(err, (size_t)err_len, "step %ld: %s", step, msg);
 }
 
-/* SIGINT and SIGTERM ask for a checkpoint and a clean stop at the end of the
- * current step.  A signal handler can only set a flag: this is the one
- * static variable of the library. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop_signal(int sig)
-{
-    stop_signal = sig;
-}
-
 int train_stop_signal(void)
 {
-    return stop_signal;
+    return stop_signal_pending();
 }
 
 /* A testing aid (docs/robustness.md): MODE_FAULT=nan@STEP puts a NaN into a
@@ -181,6 +207,7 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
         return rc;
     }
     lg->has_eval = true;
+    t->last_eval = topk.loss;
     lg->eval_topk = topk.loss;
     lg->eval_causal = causal.loss;
     lg->eval_se = topk.se;
@@ -209,6 +236,41 @@ static int fail_in_step(trainer *t, const trainer_opts *o, long done, int rc, co
     return rc;
 }
 
+/* On resume: the evaluation of the checkpoint's step that a signal cut
+ * short, into a late piece of that step (the checkpoint's piece is written
+ * already), and the run gathered when that was its last step.  Collective. */
+static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int err_len)
+{
+    const run_config *c = t->cfg;
+    long done = t->start;
+    bool last = done == t->total, local = false;
+    train_log lg = { .step = done, .total = t->total, .loss = (double)NAN, .wall_s = 0.0 };
+    int rc = evaluate_both(t, done, last ? c->final_eval_windows : c->eval_windows, &lg, err,
+                           err_len, &local);
+    if (rc == -EINTR && !local) {
+        snprintf(err, (size_t)err_len, "stopped by signal %d at step %ld, before its "
+                 "evaluation was made; --resume goes on from the checkpoint",
+                 stop_signal_pending() ? stop_signal_pending() : SIGTERM, done);
+        return rc;
+    }
+    if (rc) {
+        if (local)
+            fail_in_step(t, o, done, rc, "evaluation", err, err_len);
+        else
+            prefix_step(err, err_len, done);
+        return rc;
+    }
+    if (t->ctx->rank == 0) {
+        rc = run_record_flush_late(t->rec, t->run_h5, done, err, err_len);
+        if (!rc && last)
+            rc = run_record_finish(t->run_h5, err, err_len);
+    }
+    if ((rc = agree_msg(t->ctx, rc, err, err_len)))
+        return rc;
+    t->eval_pending = 0;
+    return 0;
+}
+
 static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len)
 {
     const run_config *c = t->cfg;
@@ -226,6 +288,10 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     comm_bcast(ctx->comm, &t->wall0, sizeof(t->wall0), 0);
     double train_flops_step = 3.0 * t->flops_per_seq * c->batch;
     int rc = 0;
+    if (t->eval_pending && (rc = evaluate_pending(t, o, err, err_len))) {
+        free(tok);
+        return rc;
+    }
     for (long step = t->start; step < t->total && !rc; step++) {
         long done = step + 1;
         double t0 = mode_now(), comm0 = ctx->timers[PHASE_COMM];
@@ -309,6 +375,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             shard_adamw(t->shard, ctx, m, &oc, step + 1, lr);
             mode_time_add(ctx, PHASE_OPTIMIZER, to);
         }
+        t->reached = done;
         double dt = mode_now() - t0, wall = mode_now() - t->wall0;
         train_log lg = {
             .step = done, .total = t->total, .loss = loss, .ce = ce, .aux = sums[1],
@@ -327,7 +394,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                              compute, t->skipped };
             local_rc = run_table_append(&t->rec->metrics, row);
         }
-        int sig = stop_signal;
+        int sig = stop_signal_pending();
         comm_allreduce_max_int(ctx->comm, &sig); /* a signal on any rank stops all */
         bool stop = sig || (o->max_steps > 0 && done - t->start >= o->max_steps);
         bool last = done == t->total;
@@ -340,15 +407,26 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             fail_in_step(t, o, done, rc, "recording routing", err, err_len);
             break;
         }
-        bool eval_local = false;
+        bool eval_local = false, cut = false;
         if (c->eval_every > 0 && (done % c->eval_every == 0 || last) &&
             (rc = evaluate_both(t, done, last ? c->final_eval_windows : c->eval_windows, &lg,
                                 err, err_len, &eval_local))) {
-            if (eval_local) /* the other ranks may wait in the forward's collectives */
-                fail_in_step(t, o, done, rc, "evaluation", err, err_len);
-            else /* agreed by every rank (a bad token in a window) */
-                prefix_step(err, err_len, done);
-            break;
+            if (rc == -EINTR && !eval_local) {
+                /* a signal during the evaluation, agreed between its chunks:
+                 * stop with a checkpoint; the resume makes the evaluation */
+                cut = true;
+                rc = 0;
+                sig = stop_signal_pending();
+                comm_allreduce_max_int(ctx->comm, &sig);
+                sig = sig ? sig : SIGTERM;
+                stop = true;
+            } else {
+                if (eval_local) /* the other ranks may wait in the forward's collectives */
+                    fail_in_step(t, o, done, rc, "evaluation", err, err_len);
+                else /* agreed by every rank (a bad token in a window) */
+                    prefix_step(err, err_len, done);
+                break;
+            }
         }
         if (local_rc) {
             rc = local_rc;
@@ -362,7 +440,9 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             o->log(&lg, o->log_user);
         if ((c->ckpt_every > 0 && done % c->ckpt_every == 0) || last || stop) {
             double ts = mode_now();
-            rc = save_all(t, done, last, err, err_len);
+            /* a run whose last evaluation was cut short is not gathered: the
+             * resume adds the evaluation (a late piece), then gathers */
+            rc = save_all(t, done, last && !cut, err, err_len);
             if (rc) /* agreed: the same message on every rank */
                 prefix_step(err, err_len, done);
             else if (o->checkpoint && ctx->rank == 0)
@@ -370,8 +450,10 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         }
         if (!rc && sig) {
             snprintf(err, (size_t)err_len,
-                     "stopped by signal %d after step %ld; the checkpoint is written and "
-                     "--resume goes on from it", sig, done);
+                     "stopped by signal %d after step %ld%s; the checkpoint is written and "
+                     "--resume goes on from it", sig, done,
+                     cut ? " (during its evaluation, which the resume makes)" : "");
+            stop_signal_set(sig);
             rc = -EINTR;
         }
         if (stop)
@@ -381,19 +463,67 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     return rc;
 }
 
+/* A run that ends in nonsense is not a success: its last evaluation not
+ * finite, or most of its steps skipped (run.nonfinite = skip).  The
+ * records stay; the exit says what happened.  Every rank has the numbers. */
+static int check_outcome(const trainer *t, char *err, int err_len)
+{
+    const run_config *c = t->cfg;
+    if (t->reached < t->total) /* stopped early (--max-steps): judged when it ends */
+        return 0;
+    if (t->skipped * 2.0 > (double)t->total) {
+        snprintf(err, (size_t)err_len,
+                 "the run skipped %.0f of its %ld steps for non-finite losses or gradients "
+                 "(run.nonfinite = skip): most of it made no update, so it is no result; its "
+                 "records are in %.1000s", t->skipped, t->total, t->run_h5);
+        return -ERANGE;
+    }
+    if (c->eval_every > 0 && !isfinite(t->last_eval)) {
+        snprintf(err, (size_t)err_len,
+                 "the run ended with a held-out loss of %g at step %ld: not a result (%.0f "
+                 "steps skipped); its records are in %.1000s", t->last_eval, t->total,
+                 t->skipped, t->run_h5);
+        return -ERANGE;
+    }
+    return 0;
+}
+
+/* The steps the run takes (run.steps, or what run.flops_budget buys). */
+static int plan_steps(trainer *t, char *err, int err_len)
+{
+    const run_config *cfg = t->cfg;
+    t->flops_per_seq = model_flops_per_seq(t->m, NULL);
+    double step_flops = 3.0 * t->flops_per_seq * cfg->batch;
+    t->total = config_planned_steps(cfg, step_flops);
+    if (t->total > 0)
+        return 0;
+    if (t->total < 0)
+        snprintf(err, (size_t)err_len, "run.flops_budget %g buys more than the %ld steps a run "
+                 "may take (one costs %g FLOPs)", cfg->flops_budget, MODE_MAX_STEPS, step_flops);
+    else
+        snprintf(err, (size_t)err_len, "run.flops_budget %g buys no step (one costs %g)",
+                 cfg->flops_budget, step_flops);
+    return -EINVAL;
+}
+
 int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
           const trainer_opts *o, char *err, int err_len)
 {
-    trainer t = { .cfg = cfg, .ctx = ctx, .wall0 = mode_now() };
+    trainer t = { .cfg = cfg, .ctx = ctx, .wall0 = mode_now(), .lock = folder_lock_none(),
+                  .last_eval = (double)NAN };
     model_dims dims = config_dims(cfg);
     int P = ctx->size;
     dims.ranks = P; /* the experts spread over the ranks: each holds its own */
     dims.rank = ctx->rank;
     int rc = -ENOMEM;
+    /* a stop signal from here on is honoured at the next agreement point */
+    stop_signals_install();
     /* the products' precision lives on the pool that runs them */
     thread_pool *own_pool = NULL, *caller_pool = ctx->pool;
-    if (!ctx->pool && build_thread_pool(&own_pool, 1))
+    if (!ctx->pool && build_thread_pool(&own_pool, 1)) {
+        stop_signals_restore();
         return -ENOMEM;
+    }
     if (own_pool)
         ctx->pool = own_pool;
     matmul_use_bf16(ctx->pool, !strcmp(cfg->precision, "bf16"));
@@ -409,9 +539,20 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     if (!rc)
         rc = build_shard_plan(&t.shard, t.m, ctx);
     if (!rc && ctx->rank == 0)
+        rc = dataset_fingerprint(t.d, t.data, sizeof(t.data), err, err_len);
+    if (!rc)
+        rc = plan_steps(&t, err, err_len);
+    /* the folder: refused before anything is created when it cannot take the
+     * run; then created, locked, and checked again under the lock (another
+     * process may have written there meanwhile) */
+    if (!rc && ctx->rank == 0)
         rc = check_folder(&t, o, err, err_len);
     if (!rc && ctx->rank == 0)
         rc = check_writable(t.dir, err, err_len);
+    if (!rc && ctx->rank == 0)
+        rc = folder_lock_take(&t.lock, t.dir, "training", err, err_len);
+    if (!rc && ctx->rank == 0)
+        rc = check_folder(&t, o, err, err_len);
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
     model_init(t.m, cfg->init_seed);
@@ -428,14 +569,6 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
             goto fail;
         }
     }
-    t.flops_per_seq = model_flops_per_seq(t.m, NULL);
-    t.total = config_planned_steps(cfg, 3.0 * t.flops_per_seq * cfg->batch);
-    if (t.total <= 0) {
-        snprintf(err, (size_t)err_len, "run.flops_budget %g buys no step (one costs %g)",
-                 cfg->flops_budget, 3.0 * t.flops_per_seq * cfg->batch);
-        rc = -EINVAL;
-        goto fail;
-    }
     if (ctx->rank == 0 && (rc = build_run_record(&t.rec, t.ini)))
         goto fail;
     if ((rc = agree_msg(ctx, setup_stat_tables(&t), err, err_len)))
@@ -447,31 +580,33 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
                  strerror(-rc));
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
+    /* rank 0 read the run file: what it found goes to all */
+    comm_bcast(ctx->comm, &t.eval_pending, sizeof(t.eval_pending), 0);
+    comm_bcast(ctx->comm, &t.last_eval, sizeof(t.last_eval), 0);
     if ((rc = agree_msg(ctx, setup_routing_windows(&t, err, err_len), err, err_len)))
         goto fail;
     if (ctx->rank == 0 && t.start < t.total) {
         provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
         if (o->init_from)
             snprintf(t.rec->prov.init_from, sizeof(t.rec->prov.init_from), "%s", o->init_from);
+        snprintf(t.rec->prov.data, sizeof(t.rec->prov.data), "%s", t.data);
         rc = record_model(&t);
         if (!rc)
             rc = run_record_write_header(t.rec, t.run_h5, err, err_len);
     }
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
-    struct sigaction sa = { .sa_handler = on_stop_signal }, old_int, old_term;
-    sigemptyset(&sa.sa_mask);
-    stop_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    t.reached = t.start;
     rc = train_steps(&t, o, err, err_len);
     /* a run that was finished already (resumed at its last step): its
      * record is gathered, if a crash came before */
     if (!rc && ctx->rank == 0 && t.start == t.total)
         rc = run_record_finish(t.run_h5, err, err_len);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
+        goto fail;
+    rc = check_outcome(&t, err, err_len);
 fail:
+    folder_lock_release(&t.lock);
     free_routing_windows(&t.rw);
     free_layer_stats(&t.st);
     free_run_record(&t.rec);
@@ -482,5 +617,6 @@ fail:
     matmul_use_bf16(ctx->pool, false);
     ctx->pool = caller_pool;
     free_thread_pool(&own_pool);
+    stop_signals_restore();
     return rc;
 }

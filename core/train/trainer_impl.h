@@ -10,6 +10,7 @@
 #include "core/io/runfile.h"
 #include "core/train/shard.h"
 #include "core/train/trainer.h"
+#include "core/util/lock.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +45,11 @@ typedef struct trainer {
     layer_stats st;
     routing_windows rw;
     double wall0, skipped; /* the run's clock (continued over resumes) and skipped steps */
+    folder_lock lock;      /* rank 0: the run folder is this run's */
+    char data[2048];       /* rank 0: dataset_fingerprint of what the run reads */
+    int eval_pending;      /* resumed at a step whose evaluation a signal cut short */
+    double last_eval;      /* the held-out loss (top-k) of the last evaluation, NaN before */
+    long reached;          /* the last step done by this invocation (or resumed at) */
 } trainer;
 
 /* folder.c: the run folder */

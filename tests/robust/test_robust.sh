@@ -2,6 +2,7 @@
 # Robustness: bad input, signals, crashes, non-finite numbers, failing ranks.
 #   test_robust.sh TEST MODE_EXP COMPARE_RUNS CONFIG [SITE]
 # TEST: data | checkpoints | signals | kill | nonfinite | ranks | folders | diskfull | output |
+#       eval-signals | concurrent | shrink | fifo | pieces | numbers | names | nonsense |
 #       fault SITE
 set -u
 test_name=$1
@@ -115,7 +116,7 @@ signals)
 	long="run.steps=600 run.eval_every=200 run.ckpt_every=50"
 	# shellcheck disable=SC2086
 	"$exe" "$config" run.out=full $long --quiet || fail "full run"
-	for sig in TERM INT; do
+	for sig in TERM INT HUP; do
 		# shellcheck disable=SC2086
 		"$exe" "$config" run.out="s$sig" $long --quiet &
 		pid=$!
@@ -133,13 +134,68 @@ signals)
 		kill -s "$sig" "$pid"
 		wait "$pid"
 		code=$?
-		want=$([ $sig = TERM ] && echo 143 || echo 130)
+		want=$(case $sig in TERM) echo 143 ;; INT) echo 130 ;; HUP) echo 129 ;; esac)
 		[ "$code" -eq "$want" ] || fail "SIG$sig: exit $code, expected $want"
 		h5dump -a step "s$sig/tiny/ckpt.h5" >/dev/null || fail "SIG$sig: no readable checkpoint"
 		h5dump -a step "s$sig/tiny/ckpt.h5" | grep -q "(0): 600" && fail "SIG$sig came too late"
 		# shellcheck disable=SC2086
 		"$exe" "$config" run.out="s$sig" $long --resume --quiet || fail "resume after SIG$sig"
 		"$compare" full/tiny/run.h5 "s$sig/tiny/run.h5" 0 || fail "resume after SIG$sig differs"
+		ls "s$sig/tiny" | grep -q tmp && fail "SIG$sig left a temporary"
+	done
+	# a closed pipe on stdout stops the log, not the training: the run ends
+	# with its last checkpoint, and the lost log is an error at the end
+	{ "$exe" "$config" run.out=pipe 2>pipe-err.txt; echo $? >pipe-code.txt; } | head -n 1 >/dev/null
+	[ "$(cat pipe-code.txt)" -eq 1 ] || fail "closed pipe: exit $(cat pipe-code.txt) (141 is SIGPIPE)"
+	grep -q "writing the standard output failed (Broken pipe); the training went on without its log and its files (run.h5, ckpt.h5) are whole" pipe-err.txt ||
+		fail "closed pipe: $(cat pipe-err.txt)"
+	h5dump -a step pipe/tiny/ckpt.h5 | grep -q "(0): 24" || fail "closed pipe: the run did not finish"
+	;;
+eval-signals)
+	# a signal during an evaluation is honoured between its chunks, not at
+	# its end: each evaluation takes all 3124 held-out windows (about 3 s
+	# in a release build), and the signal comes 0.8 s after the checkpoint
+	# of step 1, in the evaluation of step 2 (of 3, every step evaluated;
+	# or the last of 2); the run stops with a checkpoint, and the resume
+	# makes that evaluation and equals the uninterrupted run (the last
+	# step's: the resume then gathers the run file)
+	big="model.d_model=64 model.d_ff=128 run.eval_windows=0 run.final_eval_windows=0 run.ckpt_every=1"
+	for case in every:run.eval_every=1:3 last:run.eval_every=2:2; do
+		name=${case%%:*} rest=${case#*:} every=${rest%:*} steps=${rest#*:}
+		# shellcheck disable=SC2086
+		"$exe" "$config" run.out="e$name-full" $big $every run.steps=$steps --quiet ||
+			fail "eval $name: the uninterrupted run"
+		cut=no
+		for try in 1 2 3; do
+			rm -rf "e$name"
+			# shellcheck disable=SC2086
+			"$exe" "$config" run.out="e$name" $big $every run.steps=$steps --quiet >out.txt 2>&1 &
+			pid=$!
+			i=0
+			while ! h5dump -a step "e$name/tiny/ckpt.h5" 2>/dev/null | grep -q "(0): 1" &&
+				[ $i -lt 2400 ]; do
+				sleep 0.05
+				i=$((i + 1))
+			done
+			sleep 0.8
+			kill -s TERM "$pid"
+			wait "$pid"
+			code=$?
+			[ "$code" -eq 143 ] || fail "eval $name: exit $code: $(cat out.txt)"
+			if grep -q "during its evaluation, which the resume makes" out.txt; then
+				cut=yes
+				break
+			fi
+		done
+		[ $cut = yes ] || fail "eval $name: the signal never landed in an evaluation: $(cat out.txt)"
+		echo "ok: eval $name: $(cat out.txt)"
+		ls "e$name/tiny" | grep -q tmp && fail "eval $name: a temporary was left"
+		# shellcheck disable=SC2086
+		"$exe" "$config" run.out="e$name" $big $every run.steps=$steps --resume --quiet ||
+			fail "eval $name: resume"
+		"$compare" "e$name-full/tiny/run.h5" "e$name/tiny/run.h5" 0 ||
+			fail "eval $name: the resumed run differs from the uninterrupted one"
+		[ -e "e$name/tiny/records" ] && fail "eval $name: the run file was not gathered"
 	done
 	;;
 kill)
@@ -247,6 +303,148 @@ fault)
 		echo "ok: $site on rank $r ($kind): exit $code: $(grep 'mode-exp:' out.txt)"
 	done
 	;;
+concurrent)
+	# A run folder belongs to one process at a time: two --overwrite runs
+	# into one folder at once, seeds 1 and 2: the second is refused at once,
+	# naming the first, and the folder holds the first run alone, exactly
+	# (the same bits as seed 1 trained by itself).  Then two sweeps on one
+	# out folder, and a stale lock (its holder gone) that must not block.
+	long="run.steps=150 run.ckpt_every=50 run.eval_every=50"
+	# shellcheck disable=SC2086
+	"$exe" "$config" run.out=solo run.seed=1 $long --quiet || fail "solo run"
+	# shellcheck disable=SC2086
+	"$exe" "$config" run.out=c run.seed=1 $long --overwrite --quiet &
+	pid=$!
+	i=0
+	while [ ! -e c/tiny/.lock ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+	[ -e c/tiny/.lock ] || fail "no lock file while the first run trains"
+	# shellcheck disable=SC2086
+	expect 1 "c/tiny is in use by another process (pid $pid on host" \
+		"$exe" "$config" run.out=c run.seed=2 $long --overwrite --quiet
+	wait "$pid" || fail "the first run failed"
+	"$compare" solo/tiny/run.h5 c/tiny/run.h5 0 || fail "the folder does not hold the first run alone"
+	h5dump -a config c/tiny/run.h5 | grep -q "seed = 1" || fail "config of another seed"
+	[ -e c/tiny/.lock ] && fail "the lock file outlived its run"
+	# a stale lock: a file nobody holds (its process was killed) is taken over
+	echo "pid 1 on host gone since never: training (a killed run)" >c/tiny/.lock
+	"$exe" "$config" run.out=c run.seed=2 run.steps=4 --overwrite --quiet || fail "stale lock blocked"
+	# two sweeps on one out folder: the second stops before any run, naming the first
+	printf '[sweep]\nbase = %s\nout = sw\n[grid]\nrun.seed = 1, 2\n[all]\nrun.steps = 100\n' \
+		"$config" >grid.ini
+	"$exe" sweep grid.ini --no-report >sweep1.txt 2>&1 &
+	pid=$!
+	i=0
+	while [ ! -e sw/.lock ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+	expect 1 "sw is in use by another process (pid $pid on host .*: sweep" "$exe" sweep grid.ini --no-report
+	wait "$pid" || fail "the first sweep failed: $(cat sweep1.txt)"
+	[ -e sw/.lock ] && fail "the sweep's lock outlived it"
+	;;
+shrink)
+	# A corpus that changes under a run.  Truncated while training: the read
+	# that meets its new end stops the run with a message naming the file
+	# (it used to die of SIGBUS, exit 135), the last checkpoint whole.
+	head -c 3000000 /dev/urandom | base64 -w 0 | head -c 2000000 >corpus.txt
+	"$exe" "$config" data.source=corpus.txt run.steps=100000 run.ckpt_every=20 \
+		run.eval_every=0 run.out=t --quiet >out.txt 2>&1 &
+	pid=$!
+	i=0
+	while [ ! -e t/tiny/ckpt.h5 ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+	truncate -s 1000 corpus.txt
+	wait "$pid"
+	code=$?
+	[ "$code" -eq 1 ] || fail "truncated corpus: exit $code (135 is SIGBUS): $(cat out.txt)"
+	grep -q "corpus.txt: the file changed under the run: it ends at byte 1000" out.txt ||
+		fail "truncated corpus: $(cat out.txt)"
+	"$exe" eval t/tiny/ckpt.h5 --data synthetic --windows 2 >/dev/null || fail "checkpoint after the truncation"
+	echo "ok: truncated under the run: $(cat out.txt)"
+	# replaced between --max-steps and --resume (same size, other bytes): refused, naming the file
+	head -c 300000 /dev/urandom | base64 -w 0 | head -c 200000 >c2.txt
+	"$exe" "$config" data.source=c2.txt run.out=r --max-steps 8 --quiet || fail "first part"
+	head -c 300000 /dev/urandom | base64 -w 0 | head -c 200000 >c2.txt
+	expect 1 "ckpt.h5: the run read other data: when checkpointed, c2.txt: bytes 200000 fnv1a64" \
+		"$exe" "$config" data.source=c2.txt run.out=r --resume --quiet
+	h5dump -a provenance/data r/tiny/run.h5 | grep -q "c2.txt: bytes 200000 fnv1a64" ||
+		fail "no fingerprint in the run file"
+	;;
+fifo)
+	# A path that is a FIFO is refused at once, never waited on (open() of
+	# a FIFO blocks until a writer comes): as the corpus, as the held-out
+	# file, as eval --data, as a config, under mpirun.  timeout turns a
+	# hang into exit 124.
+	mkfifo f.txt f.ini f.h5
+	expect 1 "f.txt: not a regular file (a FIFO)" timeout 30 "$exe" "$config" data.source=f.txt run.out=o --quiet
+	nothing_left o
+	expect 1 "f.txt: not a regular file (a FIFO)" timeout 30 "$exe" "$config" data.val_source=f.txt run.out=o --quiet
+	expect 1 "f.txt: not a regular file (a FIFO)" timeout 60 mpirun -n 2 "$exe" "$config" data.source=f.txt run.out=o --quiet
+	"$exe" "$config" run.out=g run.steps=2 --quiet || fail "training"
+	expect 1 "f.txt: not a regular file (a FIFO)" timeout 30 "$exe" eval g/tiny/ckpt.h5 --data f.txt
+	expect 1 "f.h5: not a regular file (a FIFO)" timeout 30 "$exe" eval f.h5
+	expect 1 "f.h5: not a regular file (a FIFO)" timeout 30 "$exe" "$config" run.out=o --init-from f.h5 --quiet
+	expect 2 "f.ini: not a regular file (a FIFO)" timeout 30 "$exe" f.ini
+	mkdir d.txt
+	expect 1 "d.txt: not a regular file (a directory)" timeout 30 "$exe" "$config" data.source=d.txt run.out=o --quiet
+	;;
+pieces)
+	# A run in pieces with one missing: the resume (and so the gathering)
+	# stops naming the steps that are gone; the first piece of records too,
+	# and the last one before the checkpoint.
+	"$exe" "$config" run.out=p run.steps=48 --max-steps 40 --quiet || fail "first part"
+	ls p/tiny/records/step_00000016.h5 >/dev/null || fail "no piece of step 16"
+	cp -r p keep
+	rm p/tiny/records/step_00000016.h5
+	expect 1 "step_00000024.h5: the records of steps 9..16 are missing" \
+		"$exe" "$config" run.out=p run.steps=48 --resume --quiet
+	rm -rf p && cp -r keep p
+	rm p/tiny/records/step_00000040.h5
+	expect 1 "run.h5: its records end at step 32, but the checkpoint is at step 40: the records of steps 33..40" \
+		"$exe" "$config" run.out=p run.steps=48 --resume --quiet
+	# a damaged piece: named, with the steps it held
+	rm -rf p && cp -r keep p
+	printf '\377' | dd of=p/tiny/records/step_00000016.h5 bs=1 seek=3000 conv=notrunc 2>/dev/null
+	expect 1 "step_00000016.h5: corrupted (CRC-32 .*: it held the records of steps 9..16" \
+		"$exe" "$config" run.out=p run.steps=48 --resume --quiet
+	# whole again: the resume goes on and gathers
+	rm -rf p && cp -r keep p
+	"$exe" "$config" run.out=p run.steps=48 --resume --quiet || fail "resume of whole pieces"
+	;;
+numbers)
+	# numbers that would overflow what they size: refused with the key
+	expect 2 "run.flops_budget 1e+300 buys more than the 1000000000000 steps" \
+		"$exe" flops "$config" run.flops_budget=1e300
+	expect 1 "run.flops_budget 1e+300 buys more than the 1000000000000 steps" \
+		"$exe" "$config" run.flops_budget=1e300 run.out=o --quiet
+	nothing_left o
+	expect 2 "run.steps=99999999999999: expected an integer in \[0, 1e+12\]" \
+		"$exe" "$config" run.steps=99999999999999 --quiet
+	expect 2 "to be at most 2^30 token positions a step" \
+		"$exe" "$config" data.batch=65536 data.seq_len=65536 --quiet
+	expect 2 "--threads 100000000000: expected a positive integer up to 4096" \
+		"$exe" "$config" --threads 100000000000 --quiet
+	expect 2 "--steps 99999999999: expected a positive integer up to 1000000" \
+		"$exe" bench "$config" --steps 99999999999
+	printf '[sweep]\nbase = %s\nout = sw\n[grid]\nrun.flops_budget = 1e300\n' "$config" >big.ini
+	expect 2 "buys more than 10^12 steps" "$exe" sweep big.ini --dry-run
+	;;
+names)
+	# run.name stays inside run.out (the sweep's rule for its run names)
+	mkdir inside
+	for n in .. . ../x a/b .hidden; do
+		expect 2 "run.name=$n: expected a folder name inside run.out" \
+			"$exe" "$config" run.out=inside "run.name=$n" run.steps=2 --quiet
+	done
+	[ -z "$(ls -A inside)" ] || fail "a refused name wrote: $(ls -A inside)"
+	[ -e tiny ] && fail "a refused name wrote beside run.out"
+	"$exe" "$config" run.out=inside "run.name=a b-c_1" run.steps=2 --quiet || fail "a plain name"
+	;;
+nonsense)
+	# training that ends in nonsense is no success: most steps skipped, or
+	# a last evaluation that is not finite; the records stay
+	expect 1 "the run skipped [0-9]* of its 20 steps for non-finite" \
+		"$exe" "$config" optim.lr=1e10 run.nonfinite=skip run.steps=20 run.out=n --quiet
+	h5dump -a config n/tiny/run.h5 >/dev/null || fail "the records of a nonsense run are gone"
+	# one skip in 24 is a run that went on: success
+	MODE_FAULT=nan@5 "$exe" "$config" run.nonfinite=skip run.out=s --quiet || fail "one skip"
+	;;
 folders)
 	# a run folder is never replaced by accident
 	"$exe" "$config" run.out=a --quiet || fail "training a"
@@ -327,6 +525,20 @@ diskfull)
 	done
 	;;
 output)
+	# output that is lost is an error, not a silent exit 0
+	"$exe" "$config" run.out=g run.steps=4 --quiet || fail "training"
+	expect 1 "mode-exp eval: writing the standard output failed (No space left on device)" \
+		sh -c "\"$exe\" eval g/tiny/ckpt.h5 --windows 2 --json >/dev/full"
+	expect 1 "mode-exp sample: writing the standard output failed (No space left on device)" \
+		sh -c "\"$exe\" sample g/tiny/ckpt.h5 --prompt ab --tokens 4 >/dev/full"
+	expect 1 "mode-exp flops: writing the standard output failed" \
+		sh -c "\"$exe\" flops \"$config\" >/dev/full"
+	expect 1 "writing the standard output failed (No space left on device); the training went on" \
+		sh -c "\"$exe\" \"$config\" run.out=full >/dev/full"
+	# JSON is JSON on every path: one window has no standard error
+	"$exe" eval g/tiny/ckpt.h5 --windows 1 --json >one.json || fail "eval of one window"
+	grep -q '"se": null' one.json || fail "one window: $(cat one.json)"
+	grep -qi nan one.json && fail "NaN in JSON: $(cat one.json)"
 	echo file >afile
 	expect 1 "afile/sub/tiny: cannot create the output folder" "$exe" "$config" run.out=afile/sub --quiet
 	mkdir ro

@@ -199,7 +199,7 @@ errors)
 	sed 's/^mod.router = random/run.name = x/' grid.ini >bad.ini
 	expect 2 "bad.ini:16: [extra.router-random] run.name: set by the sweep" bad.ini
 	sed 's/^base = tiny.ini/base = nothing.ini/' grid.ini >bad.ini
-	expect 2 "bad.ini:3: [sweep] base = nothing.ini: cannot open" bad.ini
+	expect 2 "bad.ini:3: [sweep] base = nothing.ini: nothing.ini: cannot open it" bad.ini
 	sed 's/^mod.capacity = 0.25, 0.5/mod.capacity = 0.25, 0.25/' grid.ini >bad.ini
 	expect 2 "bad.ini:11: [grid] mod.capacity = 0.25, 0.25: the value 0.25 is listed twice" bad.ini
 	sed 's/^mod.capacity = 0.25, 0.5/mod.capacity = 0.25,, 0.5/' grid.ini >bad.ini
