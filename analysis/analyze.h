@@ -49,8 +49,6 @@ int an_open_routed_run(const an_args *a, run_info **ri);
  * folder; created when missing) / name.  Returns 0, or EXIT_BAD_INPUT after
  * a message. */
 int an_out_path(const an_args *a, const char *dir, const char *name, char *path, int len);
-/* Say that path was written (stdout). */
-void an_wrote(const char *path);
 
 /* A text output written to "<path>.tmp" and renamed into place. */
 typedef struct an_text {

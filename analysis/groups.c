@@ -9,7 +9,8 @@
 static const char *const replicate_keys[] = { "run.name", "run.out", "run.seed", "run.init_seed",
                                               "run.data_seed", NULL };
 
-bool key_is_replicate(const char *name)
+/* The keys that tell replicates apart: run.name, out, seed, init_seed, data_seed. */
+static bool key_is_replicate(const char *name)
 {
     for (int i = 0; replicate_keys[i]; i++)
         if (!strcmp(name, replicate_keys[i]))
@@ -17,27 +18,26 @@ bool key_is_replicate(const char *name)
     return false;
 }
 
-/* The shortest %g that reads back to v, as the config writer prints it. */
-static void format_number(double v, char *out, size_t n)
+/* Whether kind k reads key of section (one of its key groups'). */
+static bool kind_reads(const layer_kind *k, const char *section, const char *key)
 {
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(out, n, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
+    const kind_group *g;
+    return layer_key(k, key, &g) && !strcmp(g->group->section, section);
 }
 
-static bool kind_reads(const layer_kind *k, const char *key)
+/* Whether some kind of the table reads section (a layer section). */
+static bool layer_section(const layer_kind *const *kinds, const char *section)
 {
-    for (int i = 0; k && k->keys && k->keys[i]; i++)
-        if (!strcmp(k->keys[i], key))
-            return true;
+    for (int i = 0; kinds[i]; i++)
+        for (const kind_group *g = kinds[i]->groups; g && g->group; g++)
+            if (!strcmp(g->group->section, section))
+                return true;
     return false;
 }
 
-/* A [mod]/[moe] key's value over the layers that read it (groups.h). */
+/* A layer section's key's value over the layers that read it (groups.h). */
 static char *layer_key_value(const run_config *c, const layer_kind *const *kinds,
-                             const char *key)
+                             const char *section, const char *key)
 {
     char *buf = NULL;
     size_t size = 0;
@@ -49,17 +49,12 @@ static char *layer_key_value(const run_config *c, const layer_kind *const *kinds
     bool agree = true;
     for (int pass = 0; pass < 2; pass++) {
         for (int l = 0; l < c->n_layers; l++) {
-            if (!kind_reads(layer_kind_lookup(kinds, c->layers[l].kind), key))
+            const layer_kind *k = layer_kind_lookup(kinds, c->layers[l].kind);
+            if (!kind_reads(k, section, key))
                 continue;
-            double num;
-            const char *str;
             char v[64];
-            if (layer_spec_get(&c->layers[l], key, &num, &str))
+            if (layer_spec_text(&c->layers[l], k, key, v, sizeof(v)))
                 snprintf(v, sizeof(v), "?");
-            else if (str)
-                snprintf(v, sizeof(v), "%s", str);
-            else
-                format_number(num, v, sizeof(v));
             if (pass == 0) {
                 if (!readers++)
                     snprintf(first, sizeof(first), "%s", v);
@@ -141,8 +136,8 @@ int config_run_keys(const run_config *c, const layer_kind *const *kinds, run_key
         *eq = '\0';
         const char *key = line, *value = eq + 3;
         char *computed = NULL;
-        if (!strcmp(section, "mod") || !strcmp(section, "moe")) {
-            if (!(computed = layer_key_value(c, kinds, key))) {
+        if (layer_section(kinds, section)) {
+            if (!(computed = layer_key_value(c, kinds, section, key))) {
                 rc = -ENOMEM;
                 break;
             }

@@ -39,8 +39,6 @@ int config_run_keys(const run_config *c, const layer_kind *const *kinds, run_key
 void free_run_keys(run_keys *k);
 /* The value of key name ("" when the config has no such key). */
 const char *run_key_value(const run_keys *k, const char *name);
-/* The keys that tell replicates apart: run.name, out, seed, init_seed, data_seed. */
-bool key_is_replicate(const char *name);
 /* Whether a and b are replicates: equal in every other key.  When not,
  * *first_diff (when not NULL) names the first key they differ in. */
 bool same_config(const run_keys *a, const run_keys *b, const char **first_diff);

@@ -205,7 +205,7 @@ static void capacities(const run_info *ri, char *buf, int len)
     for (int l = 0; l < ri->cfg.n_layers && w < len; l++) {
         if (!run_layer_has_key(ri, l, "capacity"))
             continue;
-        double c = ri->cfg.layers[l].capacity;
+        double c = run_layer_value(ri, l, "capacity");
         bool dup = false;
         for (int j = 0; j < n; j++)
             dup |= seen[j] == c;

@@ -190,7 +190,8 @@ static int make_points(const an_args *a, iso_data *d)
     return 0;
 }
 
-double iso_n_opt(const iso_data *d, const iso_group *g)
+/* N* of a group: the vertex's, or the best sampled size's own count. */
+static double iso_n_opt(const iso_data *d, const iso_group *g)
 {
     if (g->fit.status == ISOFIT_INTERIOR)
         return exp(g->fit.x_opt);

@@ -60,8 +60,6 @@ typedef struct iso_data {
     int fit_sizes; /* the sizes around the best one each fit goes through; 0: all */
 } iso_data;
 
-/* N* of a group: the vertex's, or the best sampled size's own count. */
-double iso_n_opt(const iso_data *d, const iso_group *g);
 
 /* isoflop.png */
 int isoflop_figure(const an_args *a, iso_data *d, const char *path);

@@ -146,18 +146,6 @@ static void usage_cmd(FILE *f, const an_command *c)
                "  --svg      write an SVG beside every PNG\n");
 }
 
-int an_fail(const an_args *a, int code, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "mode-analyze %s: ", a->cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return code;
-}
-
-/* "--opt VALUE" or "--opt=VALUE": the value, or NULL when i is not --opt. */
 static const char *opt_value(int argc, char **argv, int *i, const char *opt, bool *missing)
 {
     size_t n = strlen(opt);
@@ -306,97 +294,6 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
         return an_fail(a, EXIT_USAGE, "--step and --all-steps exclude each other");
     if ((c->options & OPT_KEY) && !a->key)
         return an_fail(a, EXIT_USAGE, "--key SECTION.KEY is required (e.g. --key mod.capacity)");
-    return 0;
-}
-
-int an_open_routed_run(const an_args *a, run_info **ri)
-{
-    char err[RUN_PATH_LEN + 512];
-    if (build_run_info(ri, a->files[0], err, (int)sizeof(err)))
-        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
-    if ((*ri)->n_steps == 0 || !(*ri)->tokens) {
-        char why[1200];
-        run_no_routing_reason(*ri, why, (int)sizeof(why));
-        an_fail(a, EXIT_BAD_INPUT, "%s: no routing records: %s", (*ri)->path, why);
-        free_run_info(ri);
-        return EXIT_BAD_INPUT;
-    }
-    return 0;
-}
-
-int an_out_path(const an_args *a, const char *dir, const char *name, char *path, int len)
-{
-    char first[RUN_PATH_LEN];
-    if (a->out) {
-        dir = a->out;
-    } else if (!dir) { /* the first run file's folder */
-        snprintf(first, sizeof(first), "%s", a->n_files ? a->files[0] : ".");
-        char *slash = strrchr(first, '/');
-        if (slash)
-            *(slash == first ? slash + 1 : slash) = '\0';
-        else
-            snprintf(first, sizeof(first), ".");
-        dir = first;
-    }
-    struct stat st;
-    if (stat(dir, &st) && mkdir(dir, 0777) && errno != EEXIST)
-        return an_fail(a, EXIT_BAD_INPUT, "%s: cannot create the output folder (%s)", dir,
-                       strerror(errno));
-    if (!stat(dir, &st) && !S_ISDIR(st.st_mode))
-        return an_fail(a, EXIT_BAD_INPUT, "%s: not a folder", dir);
-    int n = snprintf(path, (size_t)len, "%s/%s", dir, name);
-    if (n < 0 || n >= len)
-        return an_fail(a, EXIT_BAD_INPUT, "%s: path too long", dir);
-    return 0;
-}
-
-void an_wrote(const char *path)
-{
-    printf("wrote %s\n", path);
-}
-
-int an_text_begin(const an_args *a, an_text *t, const char *path)
-{
-    snprintf(t->path, sizeof(t->path), "%s", path);
-    snprintf(t->tmp, sizeof(t->tmp), "%s.tmp", path);
-    t->f = fopen(t->tmp, "w");
-    if (!t->f)
-        return an_fail(a, EXIT_BAD_INPUT, "%s: cannot write (%s)", t->tmp, strerror(errno));
-    return 0;
-}
-
-int an_text_commit(const an_args *a, an_text *t)
-{
-    bool bad = ferror(t->f) != 0;
-    bad |= fclose(t->f) != 0;
-    t->f = NULL;
-    if (bad || rename(t->tmp, t->path)) {
-        remove(t->tmp);
-        return an_fail(a, EXIT_BAD_INPUT, "%s: writing failed (disk full?)", t->path);
-    }
-    an_wrote(t->path);
-    return 0;
-}
-
-void an_text_abort(an_text *t)
-{
-    if (t->f)
-        fclose(t->f);
-    t->f = NULL;
-    remove(t->tmp);
-}
-
-int an_save_figure(const an_args *a, const char *path, int w, int h, plot_draw_fn draw,
-                   void *user)
-{
-    char err[RUN_PATH_LEN + 256];
-    if (plot_save(path, w, h, draw, user, a->svg, err, (int)sizeof(err)))
-        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
-    an_wrote(path);
-    if (a->svg) {
-        size_t n = strlen(path);
-        printf("wrote %.*s.svg\n", (int)(n > 4 ? n - 4 : n), path);
-    }
     return 0;
 }
 

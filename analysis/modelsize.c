@@ -14,7 +14,6 @@ int count_model_size(const run_config *c, const layer_kind *const *kinds, model_
     model_dims dims = config_dims(c);
     /* MODEL.md: tok_emb [V][d] (tied with the head) and final_norm [d] */
     int64_t params = (int64_t)dims.vocab * dims.d_model + dims.d_model;
-    double flops = model_head_flops_per_seq(&dims);
     tensor_desc *descs = NULL;
     int cap = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -38,12 +37,11 @@ int count_model_size(const run_config *c, const layer_kind *const *kinds, model_
         n = k->tensors(&c->layers[l], &dims, descs, cap);
         for (int t = 0; t < n; t++)
             params += tensor_numel(&descs[t]);
-        flops += k->flops(&c->layers[l], &dims);
     }
     free(descs);
     out->params = params;
-    out->forward_flops = flops;
-    out->train_flops_per_step = 3.0 * flops * c->batch;
+    out->forward_flops = config_flops_per_seq(c, NULL);
+    out->train_flops_per_step = config_train_flops_per_step(c);
     out->recorded = false;
     return 0;
 }
@@ -74,7 +72,8 @@ static int read_recorded(const run_info *ri, model_size *out)
         out->forward_flops += f[i];
     free(f);
     double step = run_last_value(ri, "model/train_flops_per_step", NULL);
-    out->train_flops_per_step = isfinite(step) ? step : 3.0 * out->forward_flops * ri->cfg.batch;
+    out->train_flops_per_step =
+        isfinite(step) ? step : MODE_TRAIN_FLOPS_PER_FORWARD * out->forward_flops * ri->cfg.batch;
     out->recorded = isfinite(out->forward_flops);
     return out->recorded ? 0 : -EINVAL;
 }

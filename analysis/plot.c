@@ -1,5 +1,6 @@
 #include "analysis/plot.h"
 
+#include "core/util/file.h"
 #include "analysis/stats.h"
 
 #include <cairo-svg.h>
@@ -42,7 +43,7 @@ void plot_font(cairo_t *cr, double size, bool bold, bool mono)
     cairo_set_font_size(cr, size);
 }
 
-double plot_text_width(cairo_t *cr, const char *text)
+static double plot_text_width(cairo_t *cr, const char *text)
 {
     cairo_text_extents_t e;
     cairo_text_extents(cr, text, &e);
@@ -270,27 +271,6 @@ void plot_error_bar(cairo_t *cr, const plot_axes *a, double x, double dx, double
     cairo_restore(cr);
 }
 
-void plot_error_bar_x(cairo_t *cr, const plot_axes *a, double y, double lo, double hi, rgb c,
-                      double cap)
-{
-    if (!isfinite(y) || !isfinite(lo) || !isfinite(hi) || (a->logx && (lo <= 0 || hi <= 0)))
-        return;
-    double py = axes_py(a, y), x0 = axes_px(a, lo), x1 = axes_px(a, hi);
-    cairo_save(cr);
-    cairo_rectangle(cr, a->x, a->y, a->w, a->h);
-    cairo_clip(cr);
-    plot_color(cr, c, 1.0);
-    cairo_set_line_width(cr, 1.3);
-    cairo_move_to(cr, x0, py);
-    cairo_line_to(cr, x1, py);
-    cairo_move_to(cr, x0, py - cap / 2);
-    cairo_line_to(cr, x0, py + cap / 2);
-    cairo_move_to(cr, x1, py - cap / 2);
-    cairo_line_to(cr, x1, py + cap / 2);
-    cairo_stroke(cr);
-    cairo_restore(cr);
-}
-
 void plot_hband(cairo_t *cr, const plot_axes *a, double lo, double mid, double hi, rgb c,
                 bool dashed)
 {
@@ -377,7 +357,7 @@ void plot_legend(cairo_t *cr, double x, double y, double col_w, int cols,
 static int write_one(const char *file, int w, int h, plot_draw_fn draw, void *user, bool svg,
                      char *err, int err_len)
 {
-    char tmp[4200];
+    char tmp[MODE_PATH_MAX + 128];
     snprintf(tmp, sizeof(tmp), "%s.tmp", file);
     cairo_surface_t *s = svg ? cairo_svg_surface_create(tmp, w, h)
                              : cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
@@ -408,7 +388,7 @@ int plot_save(const char *path, int w, int h, plot_draw_fn draw, void *user, boo
     int rc = write_one(path, w, h, draw, user, false, err, err_len);
     if (rc || !svg)
         return rc;
-    char file[4200];
+    char file[MODE_PATH_MAX + 128];
     size_t n = strlen(path);
     if (n > 4 && !strcmp(path + n - 4, ".png"))
         n -= 4;

@@ -35,7 +35,6 @@ void plot_font(cairo_t *cr, double size, bool bold, bool mono);
 double plot_text(cairo_t *cr, double x, double y, double ax, double ay, const char *text);
 /* The same turned a quarter counter-clockwise (for a y axis label). */
 void plot_text_up(cairo_t *cr, double x, double y, const char *text);
-double plot_text_width(cairo_t *cr, const char *text);
 
 /* A box filled white with grey diagonal hatching and an outline (no-op). */
 void plot_hatch_box(cairo_t *cr, double x, double y, double w, double h);
@@ -69,9 +68,6 @@ void plot_band(cairo_t *cr, const plot_axes *a, const double *x, const double *l
  * dx px, so that series sharing an x do not hide each other). */
 void plot_error_bar(cairo_t *cr, const plot_axes *a, double x, double dx, double lo, double hi,
                     rgb c, double cap);
-/* The same lying down: from x lo to x hi at y. */
-void plot_error_bar_x(cairo_t *cr, const plot_axes *a, double y, double lo, double hi, rgb c,
-                      double cap);
 /* A band across the whole axes from y lo to y hi, with a line at y mid
  * (dashed when dashed): a reference that does not depend on x. */
 void plot_hband(cairo_t *cr, const plot_axes *a, double lo, double mid, double hi, rgb c,

@@ -154,7 +154,7 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
         goto fail;
     }
     char cerr[CFG_ERR_LEN];
-    if (config_load_string(&ri->cfg, run_reader_config(ri->rd), path, 0, NULL, mode_kinds, 0,
+    if (config_load_string(&ri->cfg, run_reader_config(ri->rd), path, 0, NULL, &mode_schema, 0,
                            cerr, (int)sizeof(cerr))) {
         snprintf(err, (size_t)err_len, "%s: its config attribute does not load: %s", path, cerr);
         goto fail;
@@ -184,18 +184,23 @@ void free_run_info(run_info **pri)
     *pri = NULL;
 }
 
-const layer_kind *run_layer_kind(const run_info *ri, int l)
+/* The kind row of layer l (NULL for an unknown kind). */
+static const layer_kind *run_layer_kind(const run_info *ri, int l)
 {
     return layer_kind_lookup(mode_kinds, ri->cfg.layers[l].kind);
 }
 
 bool run_layer_has_key(const run_info *ri, int l, const char *key)
 {
-    const layer_kind *k = run_layer_kind(ri, l);
-    for (int i = 0; k && k->keys && k->keys[i]; i++)
-        if (!strcmp(k->keys[i], key))
-            return true;
-    return false;
+    return layer_key(run_layer_kind(ri, l), key, NULL) != NULL;
+}
+
+double run_layer_value(const run_info *ri, int l, const char *key)
+{
+    double v;
+    if (layer_spec_number(&ri->cfg.layers[l], run_layer_kind(ri, l), key, &v))
+        return (double)NAN;
+    return v;
 }
 
 void run_no_routing_reason(const run_info *ri, char *buf, int len)
@@ -290,7 +295,7 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     if (rc)
         free_layer_record(rec);
     else if (rec->experts)
-        rec->n_experts = ri->cfg.layers[l].experts;
+        rec->n_experts = (int)run_layer_value(ri, l, "experts");
     return rc;
 }
 

@@ -6,6 +6,7 @@
 #ifndef MODE_ANALYSIS_RUNINFO_H
 #define MODE_ANALYSIS_RUNINFO_H
 
+#include "core/util/file.h"
 #include "core/config/config.h"
 #include "core/io/runfile.h"
 
@@ -13,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define RUN_PATH_LEN 4096
+#define RUN_PATH_LEN MODE_PATH_MAX
 
 typedef struct run_info {
     char path[RUN_PATH_LEN];
@@ -35,11 +36,12 @@ typedef struct run_info {
 int build_run_info(run_info **out, const char *path, char *err, int err_len);
 void free_run_info(run_info **ri);
 
-/* The kind row of layer l (NULL for an unknown kind). */
-const layer_kind *run_layer_kind(const run_info *ri, int l);
 /* The layer's kind reads the key (e.g. "capacity": a routed block,
  * "experts": an expert layer). */
 bool run_layer_has_key(const run_info *ri, int l, const char *key);
+/* Layer l's value of key as a number (a choice's index), NaN when its kind
+ * has no such key. */
+double run_layer_value(const run_info *ri, int l, const char *key);
 
 /* Why the file holds no routing record, for a message: "the model has no
  * routed layer (layers = dense x 4)" or "run.routing_every = 0". */

@@ -18,7 +18,7 @@ static void capacity_text(const run_info *ri, char *buf, int len)
     int n = 0;
     buf[0] = '\0';
     for (int l = 0; l < ri->cfg.n_layers && w < len; l++) {
-        double c = ri->cfg.layers[l].capacity;
+        double c = run_layer_value(ri, l, "capacity");
         bool dup = false;
         for (int j = 0; j < n; j++)
             dup |= seen[j] == c;

@@ -1,6 +1,7 @@
 #include "analysis/stats.h"
 
 #include "core/rng/pcg32.h"
+#include "core/rng/streams.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -149,7 +150,7 @@ double mutual_info_permutation(const uint8_t *group, const uint8_t *outcome, lon
     }
     memcpy(y, outcome, (size_t)n);
     pcg32 rng;
-    pcg32_keyed(&rng, seed, 0x4d49u, (uint64_t)n, (uint64_t)rows);
+    pcg32_keyed(&rng, seed, PCG_KEY_MI, (uint64_t)n, (uint64_t)rows);
     for (int p = 0; p < n_perm; p++) {
         for (long i = n - 1; i > 0; i--) { /* Fisher-Yates */
             long j = (long)pcg32_bounded(&rng, (uint32_t)(i + 1));

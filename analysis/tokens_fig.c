@@ -2,7 +2,7 @@
  * bars) and per position bucket (lines), each with its 95% Wilson interval,
  * each replicate's own rate as a dot (for replicates), the capacity as a
  * dashed line. */
-#include "analysis/tokens.h"
+#include "analysis/tokens_fig.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +32,7 @@ static double max_rate(const tokens_report *t)
             take_interval(tl->pos[b], &lo, &hi);
             m = fmax(m, isnan(hi) ? 0.0 : hi);
         }
-        m = fmax(m, t->ri->cfg.layers[tl->layer].capacity);
+        m = fmax(m, run_layer_value(t->ri, tl->layer, "capacity"));
     }
     return m > 0 ? fmin(1.0, m * 1.12) : 1.0;
 }
@@ -45,7 +45,7 @@ static void capacity_lines(cairo_t *cr, const tokens_fig *f, const plot_axes *ax
         int l = f->t->layers[k].layer;
         if (!run_layer_has_key(ri, l, "capacity"))
             continue;
-        double y = round(axes_py(ax, ri->cfg.layers[l].capacity)) + 0.5;
+        double y = round(axes_py(ax, run_layer_value(ri, l, "capacity"))) + 0.5;
         cairo_set_dash(cr, dash, 2, 0);
         cairo_set_line_width(cr, 1.0);
         plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);

@@ -7,8 +7,10 @@
 #include "core/kernels/bf16.h"
 #include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
+#include "core/rng/streams.h"
 #include "core/train/optim.h"
 #include "core/train/shard.h"
+#include "core/train/step.h"
 #include "core/util/pool.h"
 #include "moe/kinds.h"
 
@@ -60,13 +62,13 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
     token_t *tok = malloc((size_t)local * (S + 1) * sizeof(token_t));
     if (!tok)
         return -ENOMEM;
-    optim_cfg oc = cfg->optim;
+    optim_cfg oc = optim_of_config(cfg);
     oc.total_steps = steps + 2;
     double t = 0.0, executed = 0.0, rss0 = current_rss_mb();
     int rc = 0;
     for (int s = 0; s < steps + 2 && !rc; s++) {
         pcg32 r;
-        pcg32_keyed(&r, cfg->seed, 0x42454e43u, (uint64_t)s, (uint64_t)ctx->rank);
+        pcg32_keyed(&r, cfg->seed, PCG_KEY_BENCH, (uint64_t)s, (uint64_t)ctx->rank);
         for (int i = 0; i < local * (S + 1); i++)
             tok[i] = (token_t)pcg32_bounded(&r, (uint32_t)cfg->vocab);
         if (s == 2) { /* two warm-up steps */
@@ -78,35 +80,19 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
         double t0 = mode_now();
         batch b = { .tokens = tok, .nseq = local, .step = s, .seq0 = (long)ctx->rank * local,
                     .global_seqs = cfg->batch };
-        fwd_result fr;
-        model_zero_grad(m);
-        rc = model_forward(m, ctx, &b, FWD_TRAIN, &fr);
-        if (!rc)
-            rc = model_backward(m, ctx, &b);
-        double tc = mode_now();
-        if (!rc)
-            rc = shard_reduce_grads(sp, ctx, m);
-        mode_time_add(ctx, PHASE_COMM, tc);
-        /* the norm (with its one-number all-reduce) belongs to the update */
-        double to = mode_now(), norm = 0.0;
-        if (!rc)
-            rc = shard_grad_norm(sp, ctx, m, &norm);
-        clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
-        shard_adamw(sp, ctx, m, &oc, s + 1, lr_at(&oc, s));
-        mode_time_add(ctx, PHASE_OPTIMIZER, to);
+        step_out so;
+        rc = train_step(m, sp, ctx, &b, &oc, s, NULL, &so);
         if (s >= 2) {
             t += mode_now() - t0;
-            executed += 3.0 * fr.flops_executed;
+            executed += MODE_TRAIN_FLOPS_PER_FORWARD * so.flops_executed; /* all ranks' */
         }
     }
     free(tok);
-    double sums[2] = { executed, 0.0 };
-    comm_allreduce_sum_double(ctx->comm, sums, 1);
     double fps = model_flops_per_seq(m, NULL);
     br->step_s = t / steps;
     br->tokens_s = (double)cfg->batch * S / br->step_s;
-    br->gflops_nominal = 3.0 * fps * cfg->batch / br->step_s * 1e-9;
-    br->gflops_executed = sums[0] / t * 1e-9;
+    br->gflops_nominal = MODE_TRAIN_FLOPS_PER_FORWARD * fps * cfg->batch / br->step_s * 1e-9;
+    br->gflops_executed = executed / t * 1e-9;
     double other = t;
     for (int p = 0; p < PHASE_COUNT; p++) {
         br->phase[p] = ctx->timers[p] / steps;
@@ -120,14 +106,13 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
  * of the rank's threads (training then goes back to one BLAS thread under
  * the pool); g[1], in a bf16 run, the bf16 products on the pool. */
 static void yardsticks(const mode_ctx *ctx, int rows, const model_dims *dims, int threads,
-                       double *g)
+                       bool bf16, double *g)
 {
     matmul_set_threads(threads);
     g[0] = matmul_measure_gflops(NULL, rows, dims->d_model, dims->d_ff, 3);
     matmul_set_threads(ctx->pool ? 1 : threads);
-    g[1] = pool_bf16(ctx->pool) ? matmul_measure_gflops(ctx->pool, rows, dims->d_model,
-                                                         dims->d_ff, 3)
-                                : 0.0;
+    matmul_exec x = { .pool = ctx->pool, .bf16 = true };
+    g[1] = bf16 && ctx->pool ? matmul_measure_gflops(&x, rows, dims->d_model, dims->d_ff, 3) : 0.0;
 }
 
 int cmd_bench(mode_ctx *ctx, int argc, char **argv)
@@ -138,14 +123,14 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     int steps = c.steps > 0 ? (int)c.steps : 10;
     run_config cfg;
     char err[1024] = "";
-    int rc = config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, ctx->size, err,
+    int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
     model *m = NULL;
     model_dims dims = config_dims(&cfg);
     dims.ranks = ctx->size; /* each rank holds its own experts, as in training */
     dims.rank = ctx->rank;
     if (!rc)
-        rc = build_model(&m, &dims, cfg.layers, mode_kinds, cfg.batch / ctx->size, err,
+        rc = build_model(&m, &dims, cfg.layers, mode_kind_ops, cfg.batch / ctx->size, err,
                          sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
@@ -157,13 +142,15 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     ctx->seed = cfg.init_seed;
     model_init(m, cfg.init_seed);
     bool bf16 = !strcmp(cfg.precision, "bf16");
-    matmul_use_bf16(ctx->pool, bf16);
+    if (bf16)
+        matmul_bf16_prepare();
+    m->bf16 = bf16;
     bench_result br = { 0 };
     int rows = cfg.batch / ctx->size * cfg.seq_len;
     /* every rank measures at once: the machine's aggregate yardstick */
     comm_barrier(ctx->comm);
     double g[4];
-    yardsticks(ctx, rows, &dims, threads, g);
+    yardsticks(ctx, rows, &dims, threads, bf16, g);
     shard_plan *sp = NULL;
     rc = build_shard_plan(&sp, m, ctx);
     if (!rc)
@@ -174,7 +161,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     int rss_kb = (int)ru.ru_maxrss, act_kb = (int)(br.act_mb * 1024.0);
-    yardsticks(ctx, rows, &dims, threads, g + 2);
+    yardsticks(ctx, rows, &dims, threads, bf16, g + 2);
     comm_allreduce_sum_double(ctx->comm, g, 4);
     /* the better of before and after: the ratios err low, never high */
     br.sgemm = g[0] > g[2] ? g[0] : g[2];

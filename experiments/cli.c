@@ -1,5 +1,6 @@
 #include "experiments/cli.h"
 
+#include "core/util/file.h"
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/kernels/matmul.h"
@@ -171,9 +172,9 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
     ckpt_meta meta;
     int rc = checkpoint_read_meta(path, &meta, ctx->comm, err, err_len);
     if (!rc) {
-        char label[4200];
+        char label[MODE_PATH_MAX + 128];
         snprintf(label, sizeof(label), "%s (config attribute)", path);
-        rc = config_load_string(cfg, meta.config, label, 0, NULL, mode_kinds,
+        rc = config_load_string(cfg, meta.config, label, 0, NULL, &mode_schema,
                                 0, err, err_len);
     }
     ckpt_meta_clear(&meta);
@@ -184,7 +185,7 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
         dims.ranks = ctx->size;
         dims.rank = ctx->rank;
     }
-    rc = build_model(m, &dims, cfg->layers, mode_kinds, nseq, err, err_len);
+    rc = build_model(m, &dims, cfg->layers, mode_kind_ops, nseq, err, err_len);
     if ((rc = comm_agree(ctx->comm, rc, err, err_len)))
         return rc;
     return checkpoint_load(path, *m, false, ctx->comm, err, err_len);

@@ -38,6 +38,7 @@ static const char usage_main[] =
     "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
     "       mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P]  memory per rank\n"
     "       mode-exp --version                                        build, libraries, kernels\n"
+    "       mode-exp --help-keys [--markdown]                         every kind's keys\n"
     "\n"
     "Training options:\n"
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
@@ -73,15 +74,6 @@ static const char usage_flops[] =
     "  Forward FLOPs per sequence for every layer, the LM head, and per training step\n"
     "  (3 x forward x batch), nominal as MODEL.md counts them.\n";
 
-static void fmt_time(char *buf, size_t n, double s)
-{
-    if (s < 60)
-        snprintf(buf, n, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-}
 
 typedef struct log_opts {
     bool quiet, jsonl;
@@ -115,7 +107,7 @@ static void print_log(const train_log *l, void *user)
         json_end(&j);
     } else {
         char eta[32];
-        fmt_time(eta, sizeof(eta), l->eta_s);
+        mode_format_duration(eta, sizeof(eta), l->eta_s);
         printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  ETA %s\n",
                l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s, l->gflops, eta);
         if (l->has_eval)
@@ -147,7 +139,7 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         return 2;
     run_config cfg;
     char err[1024] = "";
-    int rc = config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, ctx->size, err,
+    int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
@@ -178,11 +170,11 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
                        .argv = argv, .blas_threads = threads,
                        .max_steps = c.max_steps, .fatal = cli_fatal_stop,
                        .checkpoint = print_checkpoint };
-    rc = train(&cfg, mode_kinds, ctx, &o, err, sizeof(err));
+    rc = train(&cfg, mode_kind_ops, ctx, &o, err, sizeof(err));
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp: %s\n", err[0] ? err : strerror(-rc));
     if (!rc && ctx->rank == 0 && !c.quiet && !c.jsonl) {
-        char dir[4096], run_h5[4096], ckpt[4096];
+        char dir[MODE_PATH_MAX], run_h5[MODE_PATH_MAX], ckpt[MODE_PATH_MAX];
         run_paths(&cfg, dir, run_h5, ckpt, sizeof(dir));
         printf("# wrote %s and %s\n", run_h5, ckpt);
     }
@@ -209,8 +201,10 @@ static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     dataset *d = NULL;
     run_config cfg;
     int rc = load_checkpoint_model(c.config, &cfg, &m, 16, ctx, true, err, sizeof(err));
-    if (!rc) /* evaluated as it was trained */
-        matmul_use_bf16(ctx->pool, !strcmp(cfg.precision, "bf16"));
+    if (!rc && !strcmp(cfg.precision, "bf16")) { /* evaluated as it was trained */
+        matmul_bf16_prepare();
+        m->bf16 = true;
+    }
     if (!rc) {
         /* a file given to eval, or the run's data.val_source, is all evaluation
          * data: its windows from the start */
@@ -274,39 +268,37 @@ static int cmd_flops(int argc, char **argv)
         return 2;
     run_config cfg;
     char err[1024];
-    if (config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, 0, err, sizeof(err))) {
+    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, 0, err, sizeof(err))) {
         fprintf(stderr, "mode-exp: %s\n", err);
         free(c.over);
         return 2;
     }
     model_dims dims = config_dims(&cfg);
-    double total = model_head_flops_per_seq(&dims), dense = total;
-    printf("%-6s %-12s %16s %14s\n", "layer", "kind", "forward/seq", "vs dense");
+    double per_layer[MODE_MAX_LAYERS];
+    double total = config_flops_per_seq(&cfg, per_layer);
     double dense_layer = dense_kind.flops(&cfg.layers[0], &dims);
-    for (int l = 0; l < cfg.n_layers; l++) {
-        const layer_kind *k = layer_kind_lookup(mode_kinds, cfg.layers[l].kind);
-        double f = k->flops(&cfg.layers[l], &dims);
-        printf("%-6d %-12s %16.4g %13.1f%%\n", l, k->name, f, 100.0 * f / dense_layer);
-        total += f;
-        dense += dense_layer;
-    }
+    double dense = model_head_flops_per_seq(&dims) + cfg.n_layers * dense_layer;
+    printf("%-6s %-12s %16s %14s\n", "layer", "kind", "forward/seq", "vs dense");
+    for (int l = 0; l < cfg.n_layers; l++)
+        printf("%-6d %-12s %16.4g %13.1f%%\n", l, cfg.layers[l].kind, per_layer[l],
+               100.0 * per_layer[l] / dense_layer);
     printf("%-6s %-12s %16.4g\n", "head", "lm head", model_head_flops_per_seq(&dims));
-    double fwd_step = total * cfg.batch;
+    double fwd_step = total * cfg.batch, train_step = config_train_flops_per_step(&cfg);
     printf("forward per sequence    %.4g FLOPs (%.1f%% of the same shape all dense)\n", total,
            100.0 * total / dense);
     printf("forward per step        %.4g FLOPs (batch %d)\n", fwd_step, cfg.batch);
-    printf("training per step       %.4g FLOPs (3 x forward)\n", 3.0 * fwd_step);
-    long steps = config_planned_steps(&cfg, 3.0 * fwd_step);
+    printf("training per step       %.4g FLOPs (%g x forward)\n", train_step,
+           MODE_TRAIN_FLOPS_PER_FORWARD);
+    long steps = config_planned_steps(&cfg, train_step);
     if (steps < 0) {
         fprintf(stderr, "mode-exp flops: run.flops_budget %g buys more than the %ld steps a run "
-                "may take (one costs %g FLOPs)\n", cfg.flops_budget, MODE_MAX_STEPS,
-                3.0 * fwd_step);
+                "may take (one costs %g FLOPs)\n", cfg.flops_budget, MODE_MAX_STEPS, train_step);
         free(c.over);
         return 2;
     }
     printf("training steps          %ld%s\n", steps,
            cfg.flops_budget > 0 ? " (from run.flops_budget)" : "");
-    printf("training in all         %.4g FLOPs\n", 3.0 * fwd_step * (double)steps);
+    printf("training in all         %.4g FLOPs\n", train_step * (double)steps);
     free(c.over);
     return 0;
 }
@@ -318,7 +310,7 @@ static int cmd_flops(int argc, char **argv)
 static int cmd_version(void)
 {
     provenance p;
-    provenance_collect(&p, 1, 1, 0, NULL);
+    provenance_collect(&p, 1, 1, bf16_path_name(bf16_path_current()), 0, NULL);
     printf("mode-exp %s (%s)\n", p.version, p.commit);
     printf("openblas: %s\n", p.openblas);
     printf("openblas kernels: %s\n", openblas_get_corename());
@@ -341,7 +333,7 @@ static int finish_output(int rc, int argc, char **argv)
 {
     static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep",
                                                "plan", "--version", "version", "--help", "-h",
-                                               "help", NULL };
+                                               "help", "--help-keys", NULL };
     const char *sub = NULL;
     for (int i = 0; argc >= 2 && subcommands[i]; i++)
         if (!strcmp(argv[1], subcommands[i]))
@@ -378,6 +370,11 @@ static int run_command(int argc, char **argv)
      * a path this CPU lacks stops every command, on every rank alike */
     char path_err[256];
     int path_rc = bf16_path_from_env(path_err, sizeof(path_err));
+    if (!strcmp(argv[1], "--help-keys"))
+        /* every declared key (the kinds', the optimizer's), from the one set
+         * of declarations: the README's table is this --markdown */
+        return config_describe_keys(stdout, &mode_schema,
+                                    argc > 2 && !strcmp(argv[2], "--markdown")) ? 1 : 0;
     if (!strcmp(argv[1], "flops") || !strcmp(argv[1], "plan") || !strcmp(argv[1], "--version") ||
         !strcmp(argv[1], "version")) {
         if (path_rc) {

@@ -33,7 +33,7 @@ int cmd_plan(int argc, char **argv)
     int P = c.ranks > 0 ? (int)c.ranks : 1;
     run_config cfg;
     char err[1024];
-    if (config_load(&cfg, c.config, c.n_over, c.over, mode_kinds, P, err, sizeof(err))) {
+    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, P, err, sizeof(err))) {
         fprintf(stderr, "mode-exp plan: %s\n", err);
         free(c.over);
         return 2;

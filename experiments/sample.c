@@ -1,7 +1,9 @@
 /* mode-exp sample: generation with a KV cache per layer. */
 #include "experiments/cli.h"
+#include "moe/kinds.h"
 
 #include "core/rng/pcg32.h"
+#include "core/rng/streams.h"
 
 #include <errno.h>
 #include <math.h>
@@ -141,7 +143,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     if (!rc && (!logits || !p || !taken || !took))
         rc = -ENOMEM;
     pcg32 rng;
-    pcg32_seed(&rng, (uint64_t)c.seed, 0x53414d50u);
+    pcg32_seed(&rng, (uint64_t)c.seed, PCG_STREAM_SAMPLE);
     for (long i = 0; !rc && i < plen; i++) {
         if (ids)
             printf("%s%u", i ? " " : "", (unsigned)prompt[i]);
@@ -177,11 +179,11 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         long ran = generated > 0 ? generated - 1 : 0;
         for (int l = 0; l < L; l++) {
             const char *k = cfg.layers[l].kind;
-            double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0;
-            if (!strcmp(k, "mod") || !strcmp(k, "staged"))
+            double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity;
+            if (!layer_spec_number(&cfg.layers[l], layer_kind_lookup(mode_kinds, k), "capacity",
+                                   &capacity))
                 printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
-                       "capacity %.1f%%\n", l, k, took[l], ran, share,
-                       100.0 * cfg.layers[l].capacity);
+                       "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
             else if (strcmp(k, "dense")) /* moe, integrated: a real expert as first choice */
                 printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
                        "first (%.1f%%)\n", l, k, took[l], ran, share);

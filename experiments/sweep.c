@@ -4,6 +4,7 @@
  * hand the folder to `mode-analyze report`. */
 #include "experiments/cli.h"
 
+#include "core/util/file.h"
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/h5util.h"
@@ -159,15 +160,6 @@ static int inspect_run(const char *dir, const char *ini, run_state *s, char *err
     return 0;
 }
 
-static void fmt_duration(char *buf, size_t n, double s)
-{
-    if (s < 60)
-        snprintf(buf, n, "%.1fs", s);
-    else if (s < 3600)
-        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
-    else
-        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-}
 
 /* The resolved config of run r: the base and the run's overrides. */
 static int load_run_config(const sweep_plan *p, const sweep_run *r, run_config *cfg, int ranks,
@@ -176,23 +168,10 @@ static int load_run_config(const sweep_plan *p, const sweep_run *r, run_config *
     char *over[SWEEP_MAX_OVER], msg[1024];
     for (int i = 0; i < r->n_over; i++)
         over[i] = (char *)r->over[i].text;
-    int rc = config_load(cfg, p->base, r->n_over, over, mode_kinds, ranks, msg, (int)sizeof(msg));
+    int rc = config_load(cfg, p->base, r->n_over, over, &mode_schema, ranks, msg, (int)sizeof(msg));
     if (rc)
         sweep_config_error(p, r, msg, err, err_len);
     return rc;
-}
-
-/* Nominal forward FLOPs per sequence from the config alone (MODEL.md), as
- * the trainer counts them for run.flops_budget. */
-static double config_flops_per_seq(const run_config *cfg)
-{
-    model_dims dims = config_dims(cfg);
-    double f = model_head_flops_per_seq(&dims);
-    for (int l = 0; l < cfg->n_layers; l++) {
-        const layer_kind *k = layer_kind_lookup(mode_kinds, cfg->layers[l].kind);
-        f += k ? k->flops(&cfg->layers[l], &dims) : 0.0;
-    }
-    return f;
 }
 
 /* The where of a budget's message: the budgets line of an isoFLOP run. */
@@ -217,7 +196,7 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
         const sweep_run *r = &p->runs[i];
         if ((rc = load_run_config(p, r, cfg, ctx->size, err, err_len)))
             break;
-        double step_flops = 3.0 * config_flops_per_seq(cfg) * cfg->batch;
+        double step_flops = config_train_flops_per_step(cfg);
         planned[i] = config_planned_steps(cfg, step_flops);
         if (planned[i] <= 0) {
             char where[SWEEP_PATH_LEN + 32];
@@ -265,7 +244,7 @@ static bool find_analyze(char *path, size_t len)
         snprintf(path, len, "%s", env);
         return access(path, X_OK) == 0;
     }
-    char exe[4096];
+    char exe[MODE_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n > 0) {
         exe[n] = '\0';
@@ -298,7 +277,7 @@ static bool find_analyze(char *path, size_t len)
 
 static int run_report(const char *out)
 {
-    char exe[4200];
+    char exe[MODE_PATH_MAX + 128];
     if (!find_analyze(exe, sizeof(exe))) {
         printf("# mode-analyze not found (it is built with cairo, -Danalysis=enabled); make the "
                "report with: mode-analyze report %s\n", out);
@@ -357,7 +336,7 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
                             /* the sweep inspected the folder: a run to train anew goes
                              * over whatever an earlier try of it left */
                             .overwrite = !resume };
-        rc = train(cfg, mode_kinds, ctx, &to, err, err_len);
+        rc = train(cfg, mode_kind_ops, ctx, &to, err, err_len);
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "%s", strerror(-rc));
     }
@@ -392,7 +371,7 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     free(ini);
     free(cfg);
     if (secs >= 0)
-        fmt_duration(t, sizeof(t), secs);
+        mode_format_duration(t, sizeof(t), secs);
     printf("[%*d/%d] %-*s  %-7s %6ld/%ld steps  loss %.4f  held-out %.4f (causal %.4f)%s%s\n",
            w, i + 1, p->n_runs, nw, r->name, outcome_names[outcome], s.done, planned, s.loss,
            s.eval_topk, s.eval_causal, t[0] ? "  " : "", t);
@@ -494,7 +473,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     stop_signals_restore();
     if (ctx->rank == 0) {
         char t[32];
-        fmt_duration(t, sizeof(t), mode_now() - t_all);
+        mode_format_duration(t, sizeof(t), mode_now() - t_all);
         printf("# %d runs: %d trained, %d resumed, %d skipped, %d failed in %s\n", p.n_runs,
                done_as[0], done_as[1], done_as[2], done_as[3], t);
         fflush(stdout);

@@ -523,7 +523,7 @@ static int pattern_layers(parser *P, const entry *pat, const section *kind, int 
         return -ENOMEM;
     char msg[1024];
     char *over[1] = { tmp.over[0].text };
-    int rc = config_load(c, P->p->base, 1, over, mode_kinds, 0, msg, (int)sizeof(msg));
+    int rc = config_load(c, P->p->base, 1, over, &mode_schema, 0, msg, (int)sizeof(msg));
     if (rc)
         sweep_config_error(P->p, &tmp, msg, P->err, P->err_len);
     else

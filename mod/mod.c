@@ -5,6 +5,7 @@
  * through (Eq. 1):
  *     x_i <- x_i + g(r_i) (Block(X~) - X~)_i   for i in the selected set. */
 #include "mod/mod.h"
+#include "mod/mod_state.h"
 
 #include "core/model/block.h"
 #include "core/util/ctx.h"
@@ -13,33 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct mod_state {
-    mod_router rt;
-    int t_block;        /* first block tensor */
-    routed_rows rows;   /* the block on the selected rows */
-    kv_cache kv;        /* decoding */
-    mlp_cache mlp1;
-    float *dec;         /* [2d] decoding scratch */
-} mod_state;
-
-static int mod_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
-{
-    return mod_router_validate(s, err, err_len);
-}
-
-static int mod_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
-{
-    mod_router_cfg c = mod_router_parse(s, dims);
-    int n = c.n_tensors;
-    if (out) {
-        if (max < n + BLOCK_TENSORS)
-            return -EINVAL;
-        mod_router_tensors(&c, dims, out);
-        block_tensors(out + n, dims, true);
-    }
-    return n + BLOCK_TENSORS;
-}
 
 static void mod_free(layer *l)
 {
@@ -61,7 +35,7 @@ static int mod_build(layer *l, const model_dims *dims, int max_seq)
     if (!s)
         return -ENOMEM;
     l->state = s;
-    int rc = build_mod_router(&s->rt, &l->spec, dims, max_seq);
+    int rc = build_mod_router(&s->rt, &mod_params_of(&l->spec)->router, dims, max_seq);
     s->t_block = s->rt.cfg.n_tensors;
     int k = s->rt.cfg.k;
     if (rc || routed_rows_ensure(&s->rows, dims, dims->d_ff, max_seq * k)) {
@@ -69,35 +43,6 @@ static int mod_build(layer *l, const model_dims *dims, int max_seq)
         return -ENOMEM;
     }
     return 0;
-}
-
-static double mod_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    mod_router_cfg c = mod_router_parse(spec, dims);
-    /* the router's buffers, and the block on k rows of each sequence (top-k:
-     * exactly k; the causal rule of an evaluation may take more) */
-    return mod_router_bytes(&c, dims, max_seq) +
-           routed_rows_bytes(dims, dims->d_ff, (long)max_seq * c.k);
-}
-
-static long mod_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    mod_router_cfg c = mod_router_parse(spec, dims);
-    long sel = (long)max_seq * c.k;
-    long a = attn_ws_floats(dims, (int)sel, c.k), m = mlp_ws_floats(dims, (int)sel, dims->d_ff);
-    /* dys dxs dh and dgate for the selected rows, then the sublayers' share */
-    return 3 * sel * dims->d_model + sel + (a > m ? a : m);
-}
-
-static double block_flops(const model_dims *dims, long rows, long sum_sq)
-{
-    return attn_flops_rows(dims, rows, sum_sq) + ffn_flops_rows(dims->d_model, dims->d_ff, rows);
-}
-
-static double mod_flops(const layer_spec *spec, const model_dims *dims)
-{
-    mod_router_cfg c = mod_router_parse(spec, dims);
-    return mod_router_flops(&c, dims) + block_flops(dims, c.k, (long)c.k * c.k);
 }
 
 static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
@@ -119,14 +64,14 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
     attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);
     t0 = mode_now();
-    mlp_forward(a->pool, &s->rows.mlp, s->rows.ys, s->rows.h, rt->n_sel,
+    mlp_forward(&a->mm, &s->rows.mlp, s->rows.ys, s->rows.h, rt->n_sel,
                 l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
 
     t0 = mode_now();
     mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
     if (a->flops_executed)
-        *a->flops_executed += block_flops(dm, rt->n_sel, rt->sum_sq);
+        *a->flops_executed += mod_block_flops(dm, rt->n_sel, rt->sum_sq);
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
     return 0;
 }
@@ -138,7 +83,10 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = a->nseq * a->seq_len, ns = rt->n_sel;
     size_t nd = (size_t)ns * d;
-    float *dys = a->ws, *dxs = dys + nd, *dh = dxs + nd, *dgate = dh + nd, *sub = dgate + ns;
+    routed_ws v;
+    buf_plan wp = buf_carving(a->ws);
+    routed_ws_layout(&wp, &v, dm, dm->d_ff, ns, rt->cfg.k);
+    float *dys = v.dys, *dxs = v.dxs, *dh = v.dh, *dgate = v.dgate, *sub = v.sub;
     double t0 = mode_now();
     mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
@@ -150,7 +98,7 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     ffn_weights dfw = ffn_weights_at(l->dw + s->t_block + BLOCK_ATTN_TENSORS + 1);
     t0 = mode_now();
     memset(dh, 0, nd * sizeof(float));
-    mlp_backward(a->pool, dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->rows.h,
+    mlp_backward(&a->mm, dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, dys, s->rows.h,
                  &s->rows.mlp, ns, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff, sub);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     memset(dxs, 0, nd * sizeof(float));
@@ -219,25 +167,19 @@ static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     int rc = attn_decode(&s->kv, h, x, pos, &aw, a);
     if (rc)
         return rc;
-    mlp_forward(a->pool, &s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
+    mlp_forward(&a->mm, &s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
                 dm->d_ff);
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
     return 1;
 }
 
-const layer_kind mod_kind = {
-    .name = "mod",
-    .keys = mod_router_keys,
-    .validate = mod_validate,
-    .tensors = mod_tensors,
+const kind_ops mod_ops = {
+    .kind = &mod_kind,
     .build = mod_build,
     .free = mod_free,
-    .ws_floats = mod_ws_floats,
-    .state_bytes = mod_state_bytes,
     .forward = mod_forward,
     .backward = mod_backward,
-    .flops = mod_flops,
     .decode_begin = mod_decode_begin,
     .decode = mod_decode,
     .record = mod_record,

@@ -3,6 +3,7 @@
 
 #include "core/kernels/matmul.h"
 #include "core/rng/pcg32.h"
+#include "core/rng/streams.h"
 #include "core/util/ctx.h"
 
 #include <errno.h>
@@ -12,137 +13,33 @@
 #include <string.h>
 
 /* Random-router streams: pcg32_keyed(seed, MOD_RANDOM_KEY + layer, step, sequence). */
-#define MOD_RANDOM_KEY 0x524e4400u
+#define MOD_RANDOM_KEY PCG_KEY_ROUTING
 
-const char *const mod_router_keys[] = { "capacity", "router", "gate", "causal", "aux_weight",
-                                        NULL };
 static const char *const stat_names[] = { "accuracy", "precision", "recall", "causal_capacity",
                                           "topk_capacity" };
-static const char *const router_names[] = { "learned", "random", NULL };
-static const char *const gate_names[] = { "raw", "sigmoid", NULL };
-static const char *const causal_names[] = { "aux", "predictor", "none", NULL };
 
-int mod_k(double capacity, int seq_len)
-{
-    /* floor in double, to the letter of MODEL.md (0.29 x 100 gives 28) */
-    int k = (int)floor(capacity * seq_len);
-    return k < 1 ? 1 : (k > seq_len ? seq_len : k);
-}
 
-static int parse_choice(const char *v, const char *const *names)
-{
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(v, names[i]))
-            return i;
-    return -1;
-}
 
-mod_router_cfg mod_router_parse(const layer_spec *s, const model_dims *dims)
-{
-    mod_router_cfg c = {
-        .router = parse_choice(s->router, router_names),
-        .gate = parse_choice(s->gate, gate_names),
-        .causal = parse_choice(s->causal, causal_names),
-        .capacity = s->capacity,
-        .aux_weight = s->aux_weight,
-        .k = mod_k(s->capacity, dims->seq_len),
-    };
-    int t = 0;
-    c.t_router = c.router == ROUTER_LEARNED ? t++ : -1;
-    /* the random router is the ablation control: no parameters, gate 1, and
-     * its own causal rule (threshold at the capacity's normal quantile) */
-    c.t_pred = c.router == ROUTER_LEARNED && c.causal == CAUSAL_PREDICTOR ? t : -1;
-    if (c.t_pred >= 0)
-        t += 4;
-    c.n_tensors = t;
-    return c;
-}
 
-int mod_router_validate(const layer_spec *s, char *err, int err_len)
-{
-    if (!(s->capacity > 0.0 && s->capacity <= 1.0))
-        snprintf(err, (size_t)err_len, "capacity %g: expected a value in (0, 1]", s->capacity);
-    else if (parse_choice(s->router, router_names) < 0)
-        snprintf(err, (size_t)err_len, "router '%s': expected learned or random", s->router);
-    else if (parse_choice(s->gate, gate_names) < 0)
-        snprintf(err, (size_t)err_len, "gate '%s': expected raw or sigmoid", s->gate);
-    else if (parse_choice(s->causal, causal_names) < 0)
-        snprintf(err, (size_t)err_len, "causal '%s': expected aux, predictor or none",
-                 s->causal);
-    else
-        return 0;
-    return -EINVAL;
-}
 
-int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_desc *out)
-{
-    int d = dims->d_model;
-    if (out && c->t_router >= 0)
-        out[c->t_router] = make_tensor_desc("router", 1, d, 0, 0, INIT_NORMAL, 0.02f);
-    if (out && c->t_pred >= 0) {
-        out[c->t_pred + 0] = make_tensor_desc("pred_w1", 2, d, MOD_PRED_HIDDEN, 0, INIT_NORMAL, 0.02f);
-        out[c->t_pred + 1] = make_tensor_desc("pred_b1", 1, MOD_PRED_HIDDEN, 0, 0, INIT_ZEROS, 0.0f);
-        out[c->t_pred + 2] = make_tensor_desc("pred_w2", 1, MOD_PRED_HIDDEN, 0, 0, INIT_NORMAL, 0.02f);
-        out[c->t_pred + 3] = make_tensor_desc("pred_b2", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
-    }
-    return c->n_tensors;
-}
 
-double mod_router_flops(const mod_router_cfg *c, const model_dims *dims)
-{
-    double S = dims->seq_len, d = dims->d_model;
-    double f = c->router == ROUTER_LEARNED ? 2.0 * S * d : 0.0;
-    if (c->t_pred >= 0)
-        f += 2.0 * S * (d * MOD_PRED_HIDDEN + MOD_PRED_HIDDEN);
-    return f;
-}
 
 void free_mod_router(mod_router *rt)
 {
-    free(rt->r);
-    free(rt->pa);
-    free(rt->ph);
-    free(rt->pl);
-    free(rt->z);
-    free(rt->c);
-    free(rt->scratch);
-    free(rt->sel);
-    free(rt->seq_start);
-    free(rt->pos);
-    free(rt->gate);
-    free(rt->dr);
-    free(rt->dpa);
+    free(rt->block);
     memset(rt, 0, sizeof(*rt));
 }
 
-int build_mod_router(mod_router *rt, const layer_spec *s, const model_dims *dims, int max_seq)
+int build_mod_router(mod_router *rt, const mod_router_params *params, const model_dims *dims,
+                     int max_seq)
 {
     memset(rt, 0, sizeof(*rt));
-    int S = dims->seq_len;
-    size_t rows = (size_t)max_seq * S;
-    rt->cfg = mod_router_parse(s, dims);
-    rt->max_seq = max_seq;
-    rt->r = malloc(rows * sizeof(float));
-    rt->pl = malloc(rows * sizeof(float));
-    rt->z = malloc(rows);
-    rt->c = malloc(rows);
-    rt->scratch = malloc((size_t)S * sizeof(int));
-    rt->sel = malloc(rows * sizeof(int));
-    rt->seq_start = malloc((size_t)(max_seq + 1) * sizeof(int));
-    rt->pos = malloc(rows * sizeof(int32_t));
-    rt->gate = malloc(rows * sizeof(float));
-    rt->dr = malloc(rows * sizeof(float));
-    if (rt->cfg.t_pred >= 0) {
-        rt->pa = malloc(rows * MOD_PRED_HIDDEN * sizeof(float));
-        rt->ph = malloc(rows * MOD_PRED_HIDDEN * sizeof(float));
-        rt->dpa = malloc(rows * MOD_PRED_HIDDEN * sizeof(float));
-    }
-    if (!rt->r || !rt->pl || !rt->z || !rt->c || !rt->scratch || !rt->sel || !rt->seq_start ||
-        !rt->pos || !rt->gate || !rt->dr ||
-        (rt->cfg.t_pred >= 0 && (!rt->pa || !rt->ph || !rt->dpa))) {
-        free_mod_router(rt);
+    rt->cfg = mod_router_parse(params, dims);
+    buf_plan p = buf_counting(BUF_ALIGN);
+    mod_router_layout(&p, rt, dims, max_seq);
+    if (buf_alloc(&p, &rt->block))
         return -ENOMEM;
-    }
+    mod_router_layout(&p, rt, dims, max_seq);
     return 0;
 }
 
@@ -235,6 +132,7 @@ static void predictor_forward(float *pa, float *ph, float *pl, const float *x, f
 {
     const float *w1 = w[0], *b1 = w[1], *w2 = w[2], *b2 = w[3];
     linear_forward(NULL, pa, x, w1, n, d, MOD_PRED_HIDDEN, 0.0f);
+    flops_add(2.0 * n * MOD_PRED_HIDDEN); /* the hidden layer to the logit, below */
     for (int i = 0; i < n; i++) {
         float *a = pa + (size_t)i * MOD_PRED_HIDDEN, *hh = ph + (size_t)i * MOD_PRED_HIDDEN;
         float acc = b2[0];
@@ -286,7 +184,7 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
     if (c->router == ROUTER_LEARNED)
-        /* NULL pool: the router stays in fp32 under precision = bf16 */
+        /* NULL exec: the router stays in fp32 under precision = bf16 */
         linear_forward(NULL, rt->r, x, w[c->t_router], n, d, 1, 0.0f);
     else
         for (int b = 0; b < a->nseq; b++)
@@ -493,48 +391,22 @@ void mod_router_gather_backward(const mod_router *rt, float *dx, const float *dx
 
 void free_routed_rows(routed_rows *r)
 {
-    free(r->xs);
-    free(r->h);
-    free(r->ys);
-    free_attn_cache(&r->attn);
-    free_mlp_cache(&r->mlp);
-    r->xs = r->h = r->ys = NULL;
-    r->cap_rows = 0;
-}
-
-double routed_rows_bytes(const model_dims *dims, int f, long rows)
-{
-    /* xs h ys [rows][d], the attention and MLP caches */
-    return 4.0 * 3.0 * (double)rows * dims->d_model + attn_cache_bytes(dims, rows) +
-           mlp_cache_bytes(dims, rows, f);
-}
-
-double mod_router_bytes(const mod_router_cfg *c, const model_dims *dims, int max_seq)
-{
-    double rows = (double)max_seq * dims->seq_len;
-    /* r pl sel pos gate dr [rows] of 4 bytes, z c [rows] of 1, scratch [S],
-     * seq_start; the predictor's pa ph dpa [rows][64] */
-    double b = rows * (6.0 * 4.0 + 2.0) + 4.0 * (dims->seq_len + max_seq + 1.0);
-    if (c->t_pred >= 0)
-        b += 3.0 * 4.0 * rows * MOD_PRED_HIDDEN;
-    return b;
+    free(r->block);
+    memset(r, 0, sizeof(*r));
 }
 
 int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows)
 {
-    if (rows <= r->cap_rows)
+    if (rows <= r->cap_rows && r->block)
         return 0;
     free_routed_rows(r);
     rows = rows ? rows : 1;
-    size_t rd = (size_t)rows * dims->d_model;
-    r->xs = malloc(rd * sizeof(float));
-    r->h = malloc(rd * sizeof(float));
-    r->ys = malloc(rd * sizeof(float));
-    if (!r->xs || !r->h || !r->ys || build_attn_cache(&r->attn, dims, rows) ||
-        build_mlp_cache(&r->mlp, dims, rows, f)) {
+    buf_plan p = buf_counting(BUF_ALIGN);
+    routed_rows_layout(&p, r, dims, f, rows);
+    if (buf_alloc(&p, &r->block)) {
         free_routed_rows(r);
         return -ENOMEM;
     }
-    r->cap_rows = rows;
+    routed_rows_layout(&p, r, dims, f, rows);
     return 0;
 }

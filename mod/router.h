@@ -11,12 +11,25 @@
 
 #include <stdint.h>
 
-enum { ROUTER_LEARNED, ROUTER_RANDOM };
-enum { GATE_RAW, GATE_SIGMOID };
-enum { CAUSAL_AUX, CAUSAL_PREDICTOR, CAUSAL_NONE };
+/* The choices of the [mod] keys, in the order of their names (router_kind.c
+ * names them once, by these values). */
+enum { ROUTER_LEARNED, ROUTER_RANDOM, ROUTER_COUNT };
+enum { GATE_RAW, GATE_SIGMOID, GATE_COUNT };
+enum { CAUSAL_AUX, CAUSAL_PREDICTOR, CAUSAL_NONE, CAUSAL_COUNT };
 
 /* Hidden width of the causal predictor (MODEL.md: d -> 64 -> 1). */
 #define MOD_PRED_HIDDEN 64
+
+/* The [mod] keys' values (router_kind.c declares them: mod_router_group),
+ * read by mod and staged. */
+typedef struct mod_router_params {
+    double capacity;   /* share of the sequence that takes the block, (0, 1] */
+    int router;        /* ROUTER_* */
+    int gate;          /* GATE_* */
+    int causal;        /* CAUSAL_* */
+    double aux_weight;
+} mod_router_params;
+extern const key_group mod_router_group; /* [mod] */
 
 typedef struct mod_router_cfg {
     int router, gate, causal;
@@ -28,6 +41,7 @@ typedef struct mod_router_cfg {
 
 typedef struct mod_router {
     mod_router_cfg cfg;
+    void *block;        /* the buffers below, one allocation (mod_router_layout) */
     int max_seq;
     float *r;           /* [rows] router scores */
     float *pa, *ph;     /* [rows][64] predictor pre-activation and hidden */
@@ -52,17 +66,19 @@ void mod_topk(unsigned char *z, const float *scores, int n, int k, int *scratch)
 /* Phi^-1(p), the standard normal quantile. */
 double mod_normal_quantile(double p);
 
-extern const char *const mod_router_keys[]; /* capacity router gate causal aux_weight */
-
-mod_router_cfg mod_router_parse(const layer_spec *s, const model_dims *dims);
-int mod_router_validate(const layer_spec *s, char *err, int err_len);
+/* The router's configuration from its keys' values. */
+mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *dims);
 /* The router's tensors (router, pred_w1, pred_b1, pred_w2, pred_b2 as the
  * config asks); returns the count; out may be NULL. */
 int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_desc *out);
 /* Nominal forward FLOPs of the router and predictor for one sequence. */
 double mod_router_flops(const mod_router_cfg *c, const model_dims *dims);
 
-int build_mod_router(mod_router *rt, const layer_spec *s, const model_dims *dims, int max_seq);
+/* The router's buffers for max_seq sequences (buf.h); build allocates them
+ * in one block, mode-exp plan counts them (mod_router_bytes). */
+void mod_router_layout(buf_plan *p, mod_router *rt, const model_dims *dims, int max_seq);
+int build_mod_router(mod_router *rt, const mod_router_params *params, const model_dims *dims,
+                     int max_seq);
 void free_mod_router(mod_router *rt);
 
 /* Scores, top-k membership and causal decisions of every row of x[nseq*S][d];
@@ -106,15 +122,31 @@ void mod_router_stat_columns(const double *sums, double *cols);
  * norm's m and rstd only. */
 typedef struct routed_rows {
     int cap_rows;
+    void *block;        /* the buffers below, one allocation (routed_rows_layout) */
     float *xs, *h, *ys; /* [cap_rows][d] gathered input, after attention, block output */
     attn_cache attn;
     mlp_cache mlp;
 } routed_rows;
+void routed_rows_layout(buf_plan *p, routed_rows *r, const model_dims *dims, int f, int rows);
 int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows);
-/* The bytes routed_rows_ensure allocates for rows, and build_mod_router for
- * max_seq sequences (mode-exp plan). */
+/* The bytes of the layouts above: routed_rows_ensure's for rows, and
+ * build_mod_router's for max_seq sequences (mode-exp plan). */
 double routed_rows_bytes(const model_dims *dims, int f, long rows);
-double mod_router_bytes(const mod_router_cfg *c, const model_dims *dims, int max_seq);
+double mod_router_bytes(const model_dims *dims, const mod_router_params *params, int max_seq);
 void free_routed_rows(routed_rows *r);
+
+/* A routed block's backward work space for sel selected rows (of at most
+ * k a sequence in training): the scatter's and the gather's gradients,
+ * then the sublayers' share (the larger of attention's and the MLP's; f 0:
+ * the MLP is the experts, which keep their own). */
+typedef struct routed_ws {
+    float *dys, *dxs, *dh; /* [sel][d] */
+    float *dmm;            /* [sel][d] the experts' input gradient (f 0), else NULL */
+    float *dgate;          /* [sel] */
+    float *sub;            /* attn_backward's or mlp_backward's */
+} routed_ws;
+void routed_ws_layout(buf_plan *p, routed_ws *w, const model_dims *dims, int f, long sel,
+                      int k);
+long routed_ws_floats(const model_dims *dims, int f, long sel, int k);
 
 #endif

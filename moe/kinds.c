@@ -1,15 +1,15 @@
+/* The kinds' descriptions and the programs' config schema (kinds.h); the
+ * compute rows are kind_ops.c. */
 #include "moe/kinds.h"
+#include "moe/kind_order.h"
 
+#include "core/train/optim.h"
 #include "mod/mod.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
 
 #include <assert.h>
 #include <stddef.h>
-
-/* Adding a kind: one row here, and its file in mod/ or moe/ (kinds.h says
- * why the table lives in moe/). */
-enum { KIND_DENSE, KIND_MOD, KIND_MOE, KIND_INTEGRATED, KIND_STAGED, KIND_COUNT };
 
 const layer_kind *const mode_kinds[] = {
     [KIND_DENSE] = &dense_kind,
@@ -22,3 +22,8 @@ const layer_kind *const mode_kinds[] = {
 
 static_assert(sizeof(mode_kinds) / sizeof(mode_kinds[0]) == KIND_COUNT + 1,
               "one row per kind, then NULL");
+
+/* The sections beyond the kinds' own: the optimizer's. */
+static const key_group *const extra_groups[] = { &optim_group, NULL };
+
+const config_schema mode_schema = { .kinds = mode_kinds, .groups = extra_groups };

@@ -9,12 +9,7 @@
 #include "core/model/kind.h"
 #include "moe/experts.h"
 
-extern const layer_kind moe_kind;
-extern const layer_kind integrated_kind;
-
-/* The expert configuration of a layer spec (noop for integrated). */
-experts_cfg moe_experts_cfg(const layer_spec *s, const model_dims *dims, bool noop);
-/* Check an expert configuration; a message into err when it is wrong. */
-int moe_validate_experts(const layer_spec *s, bool noop, char *err, int err_len);
+extern const layer_kind moe_kind, integrated_kind;
+extern const kind_ops moe_ops, integrated_ops;
 
 #endif

@@ -6,6 +6,7 @@
  * Expert capacity counts the nominal k = max(1, floor(capacity S)) rows, in
  * top-k and causal mode alike, so causal mode never depends on the future. */
 #include "moe/staged.h"
+#include "moe/staged_state.h"
 
 #include "core/kernels/ops.h"
 #include "core/kernels/parallel.h"
@@ -19,45 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct staged_state {
-    mod_router rt;
-    experts_cfg ec;
-    experts *x;
-    int t_attn, t_norm, t_gate; /* tensor indices */
-    routed_rows rows; /* the block on the selected rows; mlp: the experts' norm */
-    int32_t *rec_experts;  /* [rows][top_k] record buffers */
-    float *rec_weights;
-    kv_cache kv;           /* decoding */
-    float *dec;            /* [3d] */
-} staged_state;
-
-static const char *const staged_keys[] = { "capacity", "router", "gate", "causal", "aux_weight",
-                                           "experts", "top_k", "capacity_factor", "d_ff",
-                                           "balance_weight", "z_weight", NULL };
-
-static int staged_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
-{
-    int rc = mod_router_validate(s, err, err_len);
-    return rc ? rc : moe_validate_experts(s, false, err, err_len);
-}
-
-static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
-{
-    mod_router_cfg rc = mod_router_parse(s, dims);
-    int n = rc.n_tensors + BLOCK_ATTN_TENSORS + 1 + EXPERTS_TENSORS;
-    if (!out)
-        return n;
-    if (max < n)
-        return -EINVAL;
-    mod_router_tensors(&rc, dims, out);
-    tensor_desc block[BLOCK_TENSORS];
-    block_tensors(block, dims, true);
-    memcpy(out + rc.n_tensors, block, (BLOCK_ATTN_TENSORS + 1) * sizeof(tensor_desc));
-    experts_cfg ec = moe_experts_cfg(s, dims, false);
-    experts_tensors(out + rc.n_tensors + BLOCK_ATTN_TENSORS + 1, &ec, dims);
-    return n;
-}
-
 static void staged_free(layer *l)
 {
     staged_state *s = l->state;
@@ -65,11 +27,9 @@ static void staged_free(layer *l)
         return;
     free_routed_rows(&s->rows);
     free_mod_router(&s->rt);
-    free_experts(&s->x);
-    free(s->rec_experts);
-    free(s->rec_weights);
+    free_experts(&s->ex);
+    free(s->block);
     free_kv_cache(&s->kv);
-    free(s->dec);
     free(s);
     l->state = NULL;
 }
@@ -80,56 +40,27 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     if (!s)
         return -ENOMEM;
     l->state = s;
-    s->ec = moe_experts_cfg(&l->spec, dims, false);
-    int rc = build_mod_router(&s->rt, &l->spec, dims, max_seq);
+    const staged_params *sp = staged_params_of(&l->spec);
+    s->ec = experts_cfg_of(&sp->experts, dims, false);
+    int rc = build_mod_router(&s->rt, &sp->router, dims, max_seq);
     s->t_attn = s->rt.cfg.n_tensors;
     s->t_norm = s->t_attn + BLOCK_ATTN_TENSORS;
     s->t_gate = s->t_norm + 1;
     int k = s->rt.cfg.k;
-    size_t rk = (size_t)max_seq * dims->seq_len * s->ec.top_k;
-    s->rec_experts = malloc(rk * sizeof(int32_t));
-    s->rec_weights = malloc(rk * sizeof(float));
-    s->dec = malloc(3 * (size_t)dims->d_model * sizeof(float));
-    if (rc || !s->rec_experts || !s->rec_weights || !s->dec ||
-        build_experts(&s->x, &s->ec, dims) ||
+    buf_plan p = buf_counting(BUF_ALIGN);
+    staged_layout(&p, s, dims, max_seq);
+    if (rc || buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims) ||
         routed_rows_ensure(&s->rows, dims, 0, max_seq * k)) {
         staged_free(l);
         return -ENOMEM;
     }
+    staged_layout(&p, s, dims, max_seq);
     return 0;
-}
-
-static double staged_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    mod_router_cfg rc = mod_router_parse(spec, dims);
-    experts_cfg c = moe_experts_cfg(spec, dims, false);
-    long sel = (long)max_seq * rc.k; /* top-k: k rows of each sequence */
-    /* the router, the records' [rows][top_k] buffers, decoding's 3d, the
-     * block on the selected rows (its MLP the experts) */
-    return mod_router_bytes(&rc, dims, max_seq) +
-           8.0 * (double)max_seq * dims->seq_len * c.top_k + 12.0 * dims->d_model +
-           routed_rows_bytes(dims, 0, sel) + experts_bytes(&c, dims, sel);
-}
-
-static long staged_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    mod_router_cfg c = mod_router_parse(spec, dims);
-    long sel = (long)max_seq * c.k;
-    /* dys dh dm dxs, dgate, then attention's share */
-    return 4 * sel * dims->d_model + sel + attn_ws_floats(dims, (int)sel, c.k);
 }
 
 static int nominal_capacity(const staged_state *s)
 {
     return experts_capacity(&s->ec, s->rt.cfg.k);
-}
-
-static double staged_flops(const layer_spec *spec, const model_dims *dims)
-{
-    mod_router_cfg rc = mod_router_parse(spec, dims);
-    experts_cfg ec = moe_experts_cfg(spec, dims, false);
-    return mod_router_flops(&rc, dims) + attn_flops_rows(dims, rc.k, (long)rc.k * rc.k) +
-           experts_flops(&ec, dims, rc.k);
 }
 
 static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
@@ -149,11 +80,11 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     attn_weights aw = attn_weights_at(l->w + s->t_attn);
     attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);
     t0 = mode_now();
-    rmsnorm_forward_pool(a->pool, s->rows.mlp.m, s->rows.mlp.rstd, s->rows.h, l->w[s->t_norm],
+    rmsnorm_forward_pool(a->mm.pool, s->rows.mlp.m, s->rows.mlp.rstd, s->rows.h, l->w[s->t_norm],
                          rt->n_sel, d);
     memcpy(s->rows.ys, s->rows.h, (size_t)rt->n_sel * d * sizeof(float));
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
-    rc = experts_forward(s->x, a, s->rows.ys, s->rows.mlp.m, &rs, l->w + s->t_gate,
+    rc = experts_forward(s->ex, a, s->rows.ys, s->rows.mlp.m, &rs, l->w + s->t_gate,
                          nominal_capacity(s));
     if (rc)
         return rc;
@@ -170,18 +101,20 @@ static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = a->nseq * a->seq_len, ns = rt->n_sel;
     size_t nd = (size_t)ns * d;
-    float *dys = a->ws, *dh = dys + nd, *dmm = dh + nd, *dxs = dmm + nd, *dgate = dxs + nd;
-    float *sub = dgate + ns;
+    routed_ws v;
+    buf_plan wp = buf_carving(a->ws);
+    routed_ws_layout(&wp, &v, dm, 0, ns, rt->cfg.k);
+    float *dys = v.dys, *dh = v.dh, *dmm = v.dmm, *dxs = v.dxs, *dgate = v.dgate, *sub = v.sub;
     mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
     row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
     memcpy(dh, dys, nd * sizeof(float)); /* Y = h + experts: the residual path */
     memset(dmm, 0, nd * sizeof(float));
-    int rc = experts_backward(s->x, a, dmm, dys, s->rows.mlp.m, &rs, l->w + s->t_gate,
+    int rc = experts_backward(s->ex, a, dmm, dys, s->rows.mlp.m, &rs, l->w + s->t_gate,
                               l->dw + s->t_gate);
     if (rc)
         return rc;
     double t0 = mode_now();
-    rmsnorm_backward_pool(a->pool, dh, l->dw[s->t_norm], dmm, s->rows.h, l->w[s->t_norm],
+    rmsnorm_backward_pool(a->mm.pool, dh, l->dw[s->t_norm], dmm, s->rows.h, l->w[s->t_norm],
                           s->rows.mlp.rstd, ns, d);
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     attn_weights aw = attn_weights_at(l->w + s->t_attn), daw = attn_weights_at(l->dw + s->t_attn);
@@ -206,8 +139,8 @@ static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
         s->rec_experts[i] = -2;
         s->rec_weights[i] = 0.0f;
     }
-    const int32_t *ch = experts_choices(s->x);
-    const float *wt = experts_weights(s->x);
+    const int32_t *ch = experts_choices(s->ex);
+    const float *wt = experts_weights(s->ex);
     for (int j = 0; j < rt->n_sel; j++) {
         memcpy(s->rec_experts + (size_t)rt->sel[j] * K, ch + (size_t)j * K, K * sizeof(int32_t));
         memcpy(s->rec_weights + (size_t)rt->sel[j] * K, wt + (size_t)j * K, K * sizeof(float));
@@ -242,7 +175,7 @@ static void staged_stat_sums(const layer *l, double *sums)
     int rs;
     mod_router_stat_count(&rs);
     memcpy(sums, s->rt.sums, (size_t)rs * sizeof(double));
-    experts_stat_sums(s->x, sums + rs);
+    experts_stat_sums(s->ex, sums + rs);
 }
 
 static void staged_stat_columns(const layer *l, const double *sums, double *cols)
@@ -256,7 +189,7 @@ static void staged_stat_columns(const layer *l, const double *sums, double *cols
 static int staged_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     staged_state *s = l->state;
-    experts_decode_reset(s->x);
+    experts_decode_reset(s->ex);
     return kv_cache_begin(&s->kv, dims, max_len);
 }
 
@@ -276,25 +209,19 @@ static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, 
         return rc;
     rmsnorm_forward(m, &rstd, h, l->w[s->t_norm], 1, d);
     memcpy(ys, h, (size_t)d * sizeof(float));
-    if ((rc = experts_decode(s->x, a, ys, m, l->w + s->t_gate, nominal_capacity(s))) < 0)
+    if ((rc = experts_decode(s->ex, a, ys, m, l->w + s->t_gate, nominal_capacity(s))) < 0)
         return rc;
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
     return 1;
 }
 
-const layer_kind staged_kind = {
-    .name = "staged",
-    .keys = staged_keys,
-    .validate = staged_validate,
-    .tensors = staged_tensors,
+const kind_ops staged_ops = {
+    .kind = &staged_kind,
     .build = staged_build,
     .free = staged_free,
-    .ws_floats = staged_ws_floats,
-    .state_bytes = staged_state_bytes,
     .forward = staged_forward,
     .backward = staged_backward,
-    .flops = staged_flops,
     .decode_begin = staged_decode_begin,
     .decode = staged_decode,
     .record = staged_record,

@@ -6,5 +6,6 @@
 #include "core/model/kind.h"
 
 extern const layer_kind staged_kind;
+extern const kind_ops staged_ops;
 
 #endif

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-static const layer_kind *const kinds[] = { &dense_kind, &moe_kind, &integrated_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops, &moe_ops, &integrated_ops, NULL };
 
 /* ------------------------------------------------------------------ */
 /* Layer specs                                                          */
@@ -24,8 +24,8 @@ typedef struct moecfg {
 
 static inline layer_spec moe_spec(const moecfg *c)
 {
-    layer_spec s = tl_spec(c->kind);
-    tl_spec_experts(&s, c->experts, c->top_k, c->cf, c->d_ff, c->bw, c->zw);
+    layer_spec s = tl_spec(kinds, c->kind);
+    tl_spec_experts(&s, kinds, c->experts, c->top_k, c->cf, c->d_ff, c->bw, c->zw);
     return s;
 }
 

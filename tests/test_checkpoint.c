@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const layer_kind *const kinds[] = { &dense_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops, NULL };
 
 static model *make_layers(int d_ff, uint64_t seed, int layers)
 {
@@ -25,7 +25,7 @@ static model *make_layers(int d_ff, uint64_t seed, int layers)
                         .n_layers = layers, .seq_len = 4 };
     layer_spec specs[4];
     for (int l = 0; l < layers; l++)
-        layer_spec_defaults(&specs[l]);
+        layer_spec_init(&specs[l], &dense_kind);
     model *m = NULL;
     char err[256];
     assert_int_equal(build_model(&m, &dims, specs, kinds, 1, err, sizeof(err)), 0);

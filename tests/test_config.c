@@ -8,36 +8,99 @@
 #include <cmocka.h>
 
 #include "core/config/config.h"
+#include "core/train/optim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* A kind that takes two keys, and one whose validate refuses small
- * capacities: config may only use name, keys and validate. */
-static const char *const routed_keys[] = { "capacity", "router", NULL };
+/* Kinds of the test's own, declared as any kind is (core/model/keys.h):
+ * "routed" and "picky" read a [mod] group, whose validate refuses small
+ * capacities, "experty" a [moe] group with a check between two keys.  The
+ * config knows them only through these declarations. */
+typedef struct tmod {
+    double capacity;
+    int router, gate, causal;
+    double aux_weight;
+} tmod;
+typedef struct tmoe {
+    int experts, top_k;
+    double capacity_factor;
+    int d_ff;
+    double balance_weight, z_weight;
+} tmoe;
 
-static int routed_validate(const layer_spec *spec, const model_dims *dims, char *err,
-                           int err_len)
+static const char *const router_names[] = { "learned", "random", NULL };
+static const char *const gate_names[] = { "raw", "sigmoid", NULL };
+static const char *const causal_names[] = { "aux", "predictor", "none", NULL };
+
+static const kind_key tmod_keys[] = {
+    { "capacity", KEY_REAL, offsetof(tmod, capacity), "0.125", 0, 1, KEY_MIN_OPEN, NULL, "c", 0 },
+    { "router", KEY_CHOICE, offsetof(tmod, router), "learned", 0, 0, 0, router_names, "r", 0 },
+    { "gate", KEY_CHOICE, offsetof(tmod, gate), "sigmoid", 0, 0, 0, gate_names, "g", 0 },
+    { "causal", KEY_CHOICE, offsetof(tmod, causal), "aux", 0, 0, 0, causal_names, "c", 0 },
+    { "aux_weight", KEY_REAL, offsetof(tmod, aux_weight), "0.01", 0, KEY_NO_MAX, 0, NULL, "a", 0 },
+    { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
+};
+static const key_group tmod_group = { .section = "mod", .keys = tmod_keys, .size = sizeof(tmod) };
+
+static int tmoe_check(const void *values, key_problem *p)
 {
-    return 0;
+    const tmoe *e = values;
+    if (e->top_k <= e->experts)
+        return 0;
+    *p = (key_problem){ .key = "top_k", .rel = " to be at most ", .other = "experts", .tail = "" };
+    return -1;
+}
+
+static const kind_key tmoe_keys[] = {
+    { "experts", KEY_INT, offsetof(tmoe, experts), "8", 1, KEY_NO_MAX, 0, NULL, "e", 0 },
+    { "top_k", KEY_INT, offsetof(tmoe, top_k), "1", 1, KEY_NO_MAX, 0, NULL, "k", 0 },
+    { "capacity_factor", KEY_REAL, offsetof(tmoe, capacity_factor), "1.25", 0, KEY_NO_MAX, 0,
+      NULL, "cf", 0 },
+    { "d_ff", KEY_INT, offsetof(tmoe, d_ff), "0", 0, KEY_NO_MAX, 0, NULL, "f", 0 },
+    { "balance_weight", KEY_REAL, offsetof(tmoe, balance_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
+      "b", 0 },
+    { "z_weight", KEY_REAL, offsetof(tmoe, z_weight), "0.001", 0, KEY_NO_MAX, 0, NULL, "z", 0 },
+    { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
+};
+static const key_group tmoe_group = { .section = "moe", .keys = tmoe_keys, .size = sizeof(tmoe),
+                                      .check = tmoe_check };
+
+static const kind_group mod_groups[] = { { &tmod_group, 0 }, { NULL, 0 } };
+static const kind_group moe_groups[] = { { &tmoe_group, 0 }, { NULL, 0 } };
+
+static const tmod *tmod_of(const layer_spec *s)
+{
+    return (const tmod *)(const void *)s->params;
 }
 
 static int picky_validate(const layer_spec *spec, const model_dims *dims, char *err, int err_len)
 {
-    if (spec->capacity * dims->seq_len >= 1.0)
+    double capacity = tmod_of(spec)->capacity;
+    if (capacity * dims->seq_len >= 1.0)
         return 0;
-    snprintf(err, (size_t)err_len, "capacity %g selects no token of %d", spec->capacity,
-             dims->seq_len);
+    snprintf(err, (size_t)err_len, "capacity %g selects no token of %d", capacity, dims->seq_len);
     return -1;
 }
 
-static const layer_kind routed_kind = { .name = "routed", .keys = routed_keys,
-                                        .validate = routed_validate };
-static const layer_kind picky_kind = { .name = "picky", .keys = routed_keys,
-                                       .validate = picky_validate };
-static const layer_kind *const kinds[] = { &dense_kind, &routed_kind, &picky_kind, NULL };
+static int no_tensors(const layer_spec *s, const model_dims *d, tensor_desc *out, int max)
+{
+    return 0;
+}
+
+static const layer_kind routed_kind = { .name = "routed", .groups = mod_groups,
+                                        .tensors = no_tensors };
+static const layer_kind picky_kind = { .name = "picky", .groups = mod_groups,
+                                       .validate = picky_validate, .tensors = no_tensors };
+static const layer_kind experty_kind = { .name = "experty", .groups = moe_groups,
+                                         .tensors = no_tensors };
+static const layer_kind *const kind_table[] = { &dense_kind, &routed_kind, &picky_kind,
+                                                &experty_kind, NULL };
+static const key_group *const more_groups[] = { &optim_group, NULL };
+static const config_schema schema = { .kinds = kind_table, .groups = more_groups };
+static const config_schema *const kinds = &schema;
 
 typedef struct bad_case {
     const char *ini;
@@ -144,7 +207,7 @@ static const bad_case bad_cases[] = {
     /* the layer-spec table */
     { "[model]\nlayers = dense, moe, dense\n", NULL, 0,
       "cfg.ini:2: [model] layers = dense, moe, dense: expected a layer kind among dense, routed, "
-      "picky, not 'moe'" },
+      "picky, experty, not 'moe'" },
     { "[model]\nlayers = (dense, routed x 2\n", NULL, 0,
       "cfg.ini:2: [model] layers = (dense, routed x 2: expected ',' or ')' at character 19" },
     { "[model]\nlayers = dense x 0\n", NULL, 0,
@@ -157,8 +220,13 @@ static const bad_case bad_cases[] = {
       "cfg.ini:2: [layer.9] capacity = 0.5: expected a layer index in 0..3 ([model] layers has 4 layers)" },
     { "[layer.0]\ncapacity = 0.5\n", NULL, 0,
       "cfg.ini:2: [layer.0] capacity = 0.5: layer 0 is 'dense', which takes no key 'capacity' (it takes: none)" },
-    { "[model]\nlayers = dense, routed\n[layer.1]\ngate = raw\n", NULL, 0,
-      "cfg.ini:4: [layer.1] gate = raw: layer 1 is 'routed', which takes no key 'gate' (it takes: capacity, router)" },
+    { "[model]\nlayers = dense, routed\n[layer.1]\nexperts = 2\n", NULL, 0,
+      "cfg.ini:4: [layer.1] experts = 2: layer 1 is 'routed', which takes no key 'experts' (it "
+      "takes: capacity, router, gate, causal, aux_weight)" },
+    /* a group's check on one layer: named where each value was set */
+    { "[model]\nlayers = dense, experty\n[moe]\nexperts = 2\n[layer.1]\ntop_k = 3\n", NULL, 0,
+      "cfg.ini:6: [layer.1] top_k = 3: expected [layer.1] top_k to be at most [moe] experts = 2 "
+      "(line 4)" },
     { "[model]\nlayers = dense, routed\n[layer.1]\ncapacity = 2\n", NULL, 0,
       "cfg.ini:4: [layer.1] capacity = 2: expected a number in (0, 1]" },
     { "[model]\nlayers = routed\n[layer.0]\nrouter = a\nrouter = random\n", NULL, 0,
@@ -265,18 +333,21 @@ static void test_defaults(void **state)
     char err[CFG_ERR_LEN];
     assert_int_equal(config_load_string(&c, "", "cfg.ini", 0, NULL, kinds, 8, err, sizeof(err)),
                      0);
-    config_defaults(&d);
+    config_defaults(&d, kinds);
     assert_string_equal(c.name, "run");
     assert_int_equal(c.steps, 200);
-    assert_int_equal(c.optim.warmup, 20);
-    assert_int_equal(c.optim.total_steps, 200);
+    assert_int_equal(optim_of_config(&c).warmup, 20);
+    assert_int_equal(optim_of_config(&c).total_steps, 200);
     assert_string_equal(c.source, "synthetic");
     assert_string_equal(c.val_source, "none");
     assert_int_equal(c.n_layers, 4);
     assert_string_equal(c.layers_text, "dense x 4");
     for (int l = 0; l < 4; l++)
         assert_string_equal(c.layers[l].kind, "dense");
-    assert_true(c.layers[2].capacity == d.layer_defaults.capacity);
+    /* the sections at their declared defaults */
+    assert_true(((const tmod *)config_group(&c, &tmod_group))->capacity == 0.125);
+    assert_int_equal(((const tmoe *)config_group(&d, &tmoe_group))->experts, 8);
+    assert_true(optim_of_config(&d).lr == 1e-3);
     model_dims dims = config_dims(&c);
     assert_int_equal(dims.vocab, 256);
     assert_int_equal(dims.d_model, 128);
@@ -328,11 +399,10 @@ static void test_layer_override(void **state)
             "[layer.1]\ncapacity = 0.25\n"
             "[mod]\ncapacity = 0.5\nrouter = random\n",
             0, NULL);
-    assert_true(c.layers[1].capacity == 0.25);
-    assert_true(c.layers[0].capacity == 0.5);
-    assert_true(c.layers[2].capacity == 0.5);
-    assert_string_equal(c.layers[1].router, "random");
-    assert_true(c.layer_defaults.capacity == 0.5);
+    assert_true(tmod_of(&c.layers[1])->capacity == 0.25);
+    assert_true(tmod_of(&c.layers[0])->capacity == 0.5);
+    assert_int_equal(tmod_of(&c.layers[1])->router, 1); /* random */
+    assert_true(((const tmod *)config_group(&c, &tmod_group))->capacity == 0.5);
 }
 
 static void test_overrides_win(void **state)
@@ -347,13 +417,13 @@ static void test_overrides_win(void **state)
     assert_string_equal(c.source, "corpus.bin");
     assert_int_equal(c.vocab, 1000);
     assert_int_equal(c.n_layers, 2);
-    assert_true(c.layers[1].capacity == 0.75);
-    assert_true(c.layers[0].capacity == c.layer_defaults.capacity);
+    assert_true(tmod_of(&c.layers[1])->capacity == 0.75);
+    assert_true(tmod_of(&c.layers[0])->capacity == 0.125);
 
     /* an override replaces a [layer.N] key of the file */
     char *over2[] = { (char[]){ "layer.0.capacity=0.5" } };
     load_ok(&c, "[model]\nlayers = routed\n[layer.0]\ncapacity = 0.25\n", 1, over2);
-    assert_true(c.layers[0].capacity == 0.5);
+    assert_true(tmod_of(&c.layers[0])->capacity == 0.5);
 }
 
 static void test_sources(void **state)
@@ -389,23 +459,15 @@ static void test_sources(void **state)
     load_ok(&c, "[run]\nsteps = 0\nflops_budget = 1e15\n", 0, NULL);
     assert_int_equal(c.steps, 0);
     assert_true(c.flops_budget == 1e15);
-    assert_int_equal(c.optim.total_steps, 0);
+    assert_int_equal(optim_of_config(&c).total_steps, 0);
 }
 
+/* Two layers of one kind with the same value for every key (the params
+ * start zeroed, so their bytes compare). */
 static void assert_spec_equal(const layer_spec *a, const layer_spec *b)
 {
     assert_string_equal(a->kind, b->kind);
-    assert_true(a->capacity == b->capacity);
-    assert_string_equal(a->router, b->router);
-    assert_string_equal(a->gate, b->gate);
-    assert_string_equal(a->causal, b->causal);
-    assert_true(a->aux_weight == b->aux_weight);
-    assert_int_equal(a->experts, b->experts);
-    assert_int_equal(a->top_k, b->top_k);
-    assert_true(a->capacity_factor == b->capacity_factor);
-    assert_int_equal(a->expert_d_ff, b->expert_d_ff);
-    assert_true(a->balance_weight == b->balance_weight);
-    assert_true(a->z_weight == b->z_weight);
+    assert_memory_equal(a->params, b->params, sizeof(a->params));
 }
 
 static void assert_config_equal(const run_config *a, const run_config *b)
@@ -433,15 +495,15 @@ static void assert_config_equal(const run_config *a, const run_config *b)
     assert_string_equal(a->layers_text, b->layers_text);
     for (int l = 0; l < a->n_layers; l++)
         assert_spec_equal(&a->layers[l], &b->layers[l]);
-    assert_spec_equal(&a->layer_defaults, &b->layer_defaults);
-    assert_true(a->optim.lr == b->optim.lr);
-    assert_int_equal(a->optim.warmup, b->optim.warmup);
-    assert_int_equal(a->optim.total_steps, b->optim.total_steps);
-    assert_true(a->optim.weight_decay == b->optim.weight_decay);
-    assert_true(a->optim.beta1 == b->optim.beta1);
-    assert_true(a->optim.beta2 == b->optim.beta2);
-    assert_true(a->optim.eps == b->optim.eps);
-    assert_true(a->optim.clip == b->optim.clip);
+    assert_int_equal(a->n_groups, b->n_groups);
+    for (int g = 0; g < a->n_groups; g++) {
+        assert_ptr_equal(a->groups[g], b->groups[g]);
+        assert_memory_equal(a->group_values[g], b->group_values[g], a->groups[g]->size);
+    }
+    optim_cfg oa = optim_of_config(a), ob = optim_of_config(b);
+    assert_true(oa.lr == ob.lr);
+    assert_int_equal(oa.warmup, ob.warmup);
+    assert_true(oa.eps == ob.eps);
 }
 
 static void round_trip(const run_config *a)
@@ -477,9 +539,9 @@ static void test_round_trip(void **state)
             "eps = 2.2250738585072014e-308\nclip = 0\n"
             "[layer.0]\ncapacity = 0.1\nrouter = random\n[layer.5]\ncapacity = 0.5\n",
             0, NULL);
-    assert_true(c.layers[0].capacity == 0.1);
-    assert_true(c.layers[5].capacity == 0.5);
-    assert_true(c.layers[2].capacity == 0.7);
+    assert_true(tmod_of(&c.layers[0])->capacity == 0.1);
+    assert_true(tmod_of(&c.layers[5])->capacity == 0.5);
+    assert_true(tmod_of(&c.layers[2])->capacity == 0.7);
     round_trip(&c);
 
     /* only the layers that differ get a [layer.N] section */

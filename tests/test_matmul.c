@@ -579,8 +579,6 @@ static void test_pool_bits(void **st)
                           bf16_missing((bf16_path)(bf - 1)));
             continue;
         }
-        for (int t = 0; t < 3; t++)
-            pool_set_bf16(pools[t], bf);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             mm_case x = make_case(&rng, m, n, k, shapes[s][3]);
@@ -596,7 +594,8 @@ static void test_pool_bits(void **st)
                 if (t == 3 && bf)
                     break;
                 float *c = copy(x.c, cn);
-                matmul_pool(t < 3 ? pools[t] : NULL, c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb,
+                matmul_exec e = { .pool = t < 3 ? pools[t] : NULL, .bf16 = bf };
+                matmul_pool(t < 3 ? &e : NULL, c, x.ldc, x.a, x.lda, x.ta, x.b, x.ldb, x.tb,
                             m, n, k, x.beta);
                 check_close(bf ? bf16_path_name((bf16_path)(bf - 1)) : "matmul_pool", c, ref, m, n,
                             x.ldc, k, true);

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const layer_kind *const kinds[] = { &dense_kind, &mod_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops, &mod_ops, NULL };
 
 /* ------------------------------------------------------------------ */
 /* Layer specs, fixtures, routing records                               */
@@ -38,8 +38,8 @@ typedef struct modcfg {
 
 static layer_spec mod_spec(const modcfg *c)
 {
-    layer_spec s = tl_spec("mod");
-    tl_spec_routed(&s, c->capacity, c->router, c->gate, c->causal, c->aux_weight);
+    layer_spec s = tl_spec(kinds, "mod");
+    tl_spec_routed(&s, kinds, c->capacity, c->router, c->gate, c->causal, c->aux_weight);
     return s;
 }
 
@@ -87,7 +87,7 @@ static void read_routing(model *m, int l, int nseq, tl_routing *out)
 static void fd_case(const char *label, const modcfg *mc, uint64_t seed)
 {
     model_dims dims = tl_small_dims(2, 12);
-    layer_spec specs[2] = { tl_spec("dense"), mod_spec(mc) };
+    layer_spec specs[2] = { tl_spec(kinds, "dense"), mod_spec(mc) };
     tl_fixture f;
     make(&f, dims, specs, 3, seed);
     tl_scale_weights(f.m, 10.0f, seed + 1);
@@ -296,7 +296,7 @@ static void test_topk_and_k(void **state)
 static void causal_model(tl_fixture *f, const modcfg *mc, int nseq, int seq_len, uint64_t seed)
 {
     model_dims dims = tl_small_dims(3, seq_len);
-    layer_spec specs[3] = { mod_spec(mc), tl_spec("dense"), mod_spec(mc) };
+    layer_spec specs[3] = { mod_spec(mc), tl_spec(kinds, "dense"), mod_spec(mc) };
     make(f, dims, specs, nseq, seed);
     tl_scale_weights(f->m, 10.0f, seed + 1);
     /* moderately large routers (std 1) so that routing depends on content */
@@ -510,7 +510,7 @@ static void test_flops(void **state)
     const double d = 16, ff = 24, V = 23;
     model_dims dims = tl_small_dims(3, S);
     modcfg mc = { 0.25, "learned", "sigmoid", "aux", 0.01 };
-    layer_spec specs[3] = { tl_spec("dense"), mod_spec(&mc), tl_spec("dense") };
+    layer_spec specs[3] = { tl_spec(kinds, "dense"), mod_spec(&mc), tl_spec(kinds, "dense") };
     int k = 4; /* floor(0.25 * 16) */
     double dense = dense_layer_flops(S, d, ff), head = 2.0 * S * d * V;
     double modf = 2.0 * S * d + block_rows_flops(k, d, ff);
@@ -535,7 +535,7 @@ static void test_flops(void **state)
     layer_spec rs = mod_spec(&rc);
     assert_rel_below(mod_kind.flops(&rs, &dims), block_rows_flops(k, d, ff), 1e-12);
     layer_spec one = mod_spec(&mc);
-    one.capacity = 1.0;
+    tl_set(&one, kinds, "capacity", "1");
     assert_rel_below(mod_kind.flops(&one, &dims), 2.0 * S * d + dense, 1e-12);
 
     /* executed, training and top-k evaluation: exactly k rows */
@@ -554,13 +554,13 @@ static void test_flops(void **state)
             want_sums[4] += rr->causal[i];
         }
         int n_sums = 0;
-        assert_int_equal(mod_kind.stat_count(&f.m->layers[1], &n_sums), 5);
+        assert_int_equal(mod_ops.stat_count(&f.m->layers[1], &n_sums), 5);
         assert_int_equal(n_sums, 6);
-        mod_kind.stat_sums(&f.m->layers[1], sums);
+        mod_ops.stat_sums(&f.m->layers[1], sums);
         for (int i = 0; i < 6; i++)
             assert_true(sums[i] == want_sums[i]);
         double cols[5];
-        mod_kind.stat_columns(&f.m->layers[1], sums, cols);
+        mod_ops.stat_columns(&f.m->layers[1], sums, cols);
         assert_true(fabs(cols[3] - want_sums[4] / (nseq * S)) < 1e-12); /* causal_capacity */
         assert_true(fabs(cols[4] - (double)(nseq * k) / (nseq * S)) < 1e-12); /* topk_capacity */
         free(rr);
@@ -597,7 +597,7 @@ static void test_random_router(void **state)
     const int nseq = 4, S = 16;
     model_dims dims = tl_small_dims(2, S);
     modcfg mc = { 0.25, "random", "sigmoid", "aux", 0.01 };
-    layer_spec specs[2] = { tl_spec("dense"), mod_spec(&mc) };
+    layer_spec specs[2] = { tl_spec(kinds, "dense"), mod_spec(&mc) };
     tl_fixture f;
     make(&f, dims, specs, nseq, 61);
     tl_scale_weights(f.m, 10.0f, 62);
@@ -659,7 +659,7 @@ static void test_random_router(void **state)
     {
         model_dims d1 = tl_small_dims(1, S);
         modcfg all = { 1.0, "random", "sigmoid", "aux", 0.01 };
-        layer_spec sm = mod_spec(&all), sd = tl_spec("dense");
+        layer_spec sm = mod_spec(&all), sd = tl_spec(kinds, "dense");
         tl_fixture fm, fdn;
         make(&fm, d1, &sm, nseq, 63);
         make(&fdn, d1, &sd, nseq, 63);
@@ -688,7 +688,7 @@ static void test_random_router(void **state)
         double caps[3] = { 0.125, 0.25, 0.5 };
         for (int ci = 0; ci < 3; ci++) {
             modcfg cm = { caps[ci], "random", "sigmoid", "aux", 0.01 };
-            layer_spec sp[3] = { mod_spec(&cm), tl_spec("dense"), mod_spec(&cm) };
+            layer_spec sp[3] = { mod_spec(&cm), tl_spec(kinds, "dense"), mod_spec(&cm) };
             tl_fixture fc;
             make(&fc, d2, sp, ns, 65 + (uint64_t)ci);
             fc.b.step = 7;
@@ -732,7 +732,7 @@ static void test_zero_router_half_block(void **state)
     const int nseq = 3, S = 12;
     model_dims d1 = tl_small_dims(1, S);
     modcfg mc = { 1.0, "learned", "sigmoid", "aux", 0.01 };
-    layer_spec sm = mod_spec(&mc), sd = tl_spec("dense");
+    layer_spec sm = mod_spec(&mc), sd = tl_spec(kinds, "dense");
     tl_fixture fm, fdn;
     make(&fm, d1, &sm, nseq, 71);
     make(&fdn, d1, &sd, nseq, 71);

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const layer_kind *const kinds[] = { &dense_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops, NULL };
 
 /* Every layer dense (the spec defaults). */
 static void make(tl_fixture *f, model_dims dims, int nseq, uint64_t seed)
@@ -129,7 +129,7 @@ static void test_overfit(void **state)
                         .n_layers = 2, .seq_len = 16 };
     make(&f, dims, 4, 1);
     optim_cfg oc;
-    optim_defaults(&oc);
+    key_group_defaults(&optim_group, &oc);
     oc.lr = 1e-2;
     oc.warmup = 20;
     oc.total_steps = 300;

@@ -29,6 +29,7 @@
 #include "core/rng/pcg32.h"
 #include "moe/moe.h"
 #include "moe_cases.h"
+#include "moe/moe_state.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -40,7 +41,7 @@
 /* [dense, X] over 3 sequences of 12 tokens, the weights scaled up. */
 static void dense_moe(tl_fixture *f, const moecfg *mc, uint64_t seed)
 {
-    layer_spec specs[2] = { tl_spec("dense"), moe_spec(mc) };
+    layer_spec specs[2] = { tl_spec(kinds, "dense"), moe_spec(mc) };
     make(f, tl_small_dims(2, 12), specs, 3, seed);
     tl_scale_weights(f->m, 10.0f, seed + 1);
 }
@@ -142,8 +143,8 @@ static void fd_case(const char *label, const moecfg *mc, uint64_t seed)
             c1.zw = 0.0;
         else
             c1.bw = 0.0;
-        layer_spec s0[2] = { tl_spec("dense"), moe_spec(&c0) };
-        layer_spec s1[2] = { tl_spec("dense"), moe_spec(&c1) };
+        layer_spec s0[2] = { tl_spec(kinds, "dense"), moe_spec(&c0) };
+        layer_spec s1[2] = { tl_spec(kinds, "dense"), moe_spec(&c1) };
         tl_fixture f0, f1;
         make(&f0, dims, s0, nseq, seed);
         make(&f1, dims, s1, nseq, seed);
@@ -425,13 +426,13 @@ static void integrated_vs_moe_case(int K, double cf, uint64_t seed)
      * z-loss and entropy */
     int ni = 0, nm = 0;
     double si[16], sm[16], ci[16], cmo[16];
-    int cols_i = integrated_kind.stat_count(&fi.m->layers[0], &ni);
-    int cols_m = moe_kind.stat_count(&fm.m->layers[0], &nm);
+    int cols_i = integrated_ops.stat_count(&fi.m->layers[0], &ni);
+    int cols_m = moe_ops.stat_count(&fm.m->layers[0], &nm);
     assert_int_equal(cols_i, cols_m + 1);
-    integrated_kind.stat_sums(&fi.m->layers[0], si);
-    moe_kind.stat_sums(&fm.m->layers[0], sm);
-    integrated_kind.stat_columns(&fi.m->layers[0], si, ci);
-    moe_kind.stat_columns(&fm.m->layers[0], sm, cmo);
+    integrated_ops.stat_sums(&fi.m->layers[0], si);
+    moe_ops.stat_sums(&fm.m->layers[0], sm);
+    integrated_ops.stat_columns(&fi.m->layers[0], si, ci);
+    moe_ops.stat_columns(&fm.m->layers[0], sm, cmo);
     for (int e = 0; e < E; e++)
         assert_true(ci[e] == cmo[e]);
     assert_true(ci[E] == 0.0);          /* tokens_noop */
@@ -488,19 +489,19 @@ static void flops_case(const moecfg *mc, uint64_t seed)
     const double d = 16, ff = 24, V = 23, fe = mc->d_ff;
     int E = mc->experts, N = E + (is_integrated(mc) ? 1 : 0), K = mc->top_k;
     model_dims dims = tl_small_dims(2, S);
-    layer_spec specs[2] = { tl_spec("dense"), moe_spec(mc) };
+    layer_spec specs[2] = { tl_spec(kinds, "dense"), moe_spec(mc) };
     double dense = attn_hand(S, d) + 6.0 * S * d * ff, head = 2.0 * S * d * V;
     /* nominal: attention on S rows, the gate, every assignment at a real
      * expert (the no-op charged as one) */
     double nominal = attn_hand(S, d) + 2.0 * S * d * N + (double)S * K * 6.0 * d * fe;
     const layer_kind *kind = is_integrated(mc) ? &integrated_kind : &moe_kind;
     assert_rel_below(kind->flops(&specs[1], &dims), nominal, 1e-12);
-    experts_cfg ec = moe_experts_cfg(&specs[1], &dims, is_integrated(mc));
+    experts_cfg ec = experts_cfg_of(&moe_params_of(&specs[1])->experts, &dims, is_integrated(mc));
     assert_rel_below(experts_flops(&ec, &dims, S), 2.0 * S * d * N + (double)S * K * 6.0 * d * fe,
                      1e-12);
     /* expert d_ff 0 means the model's */
     layer_spec s0 = specs[1];
-    s0.expert_d_ff = 0;
+    tl_set(&s0, kinds, "d_ff", "0");
     assert_rel_below(kind->flops(&s0, &dims),
                      attn_hand(S, d) + 2.0 * S * d * N + (double)S * K * 6.0 * d * ff, 1e-12);
 
@@ -546,7 +547,7 @@ static void test_flops(void **state)
 static void routed_model(tl_fixture *f, const moecfg *mc, int nseq, int S, uint64_t seed)
 {
     model_dims dims = tl_small_dims(3, S);
-    layer_spec specs[3] = { moe_spec(mc), tl_spec("dense"), moe_spec(mc) };
+    layer_spec specs[3] = { moe_spec(mc), tl_spec(kinds, "dense"), moe_spec(mc) };
     make(f, dims, specs, nseq, seed);
     tl_scale_weights(f->m, 10.0f, seed + 1);
     tl_scale(f->m, 0, "gate", 5.0f);
@@ -636,7 +637,7 @@ static void stats_case(const char *label, const moecfg *mc, uint64_t seed)
     dense_moe(&f, mc, seed);
     tl_scale(f.m, 1, "gate", 3.0f);
     const layer *ly = &f.m->layers[1];
-    const layer_kind *k = ly->kind;
+    const kind_ops *k = ly->ops;
     assert_non_null(k->stat_count);
     int n_sums = 0;
     assert_int_equal(k->stat_count(ly, &n_sums), N + 4);

@@ -66,7 +66,7 @@ static void expect_routing(tl_fixture *f, const int32_t *want, const char *label
     model *m = f->m;
     int S = m->dims.seq_len, d = m->dims.d_model, nseq = f->b.nseq;
     const layer *ly = &m->layers[0];
-    int K = ly->spec.top_k, N = ly->spec.experts + (ly->kind == &integrated_kind ? 1 : 0);
+    int K = tl_key(ly, "top_k"), N = tl_key(ly, "experts") + (ly->kind == &integrated_kind ? 1 : 0);
     const float *wg = tl_param(m, 0, "gate");
     double c = 1.0 / sqrt(1.0 / d + 1e-5);
     tl_routing *r = tl_routing_new();

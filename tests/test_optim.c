@@ -13,12 +13,12 @@
 /* cmocka 1.1's assert_float_equal compares in float; these need double. */
 #define assert_close(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (double)(tol))
 
-static const layer_kind *const kinds[] = { &dense_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops, NULL };
 
 static void test_schedule(void **state)
 {
     optim_cfg c;
-    optim_defaults(&c);
+    key_group_defaults(&optim_group, &c);
     c.lr = 2.0;
     c.warmup = 10;
     c.total_steps = 110;
@@ -51,13 +51,13 @@ static void test_adamw(void **state)
     model_dims dims = { .vocab = 8, .d_model = 4, .n_heads = 1, .d_head = 4, .d_ff = 4,
                         .n_layers = 1, .seq_len = 2 };
     layer_spec spec;
-    layer_spec_defaults(&spec);
+    layer_spec_init(&spec, &dense_kind);
     model *m = NULL;
     char err[128];
     assert_int_equal(build_model(&m, &dims, &spec, kinds, 1, err, sizeof(err)), 0);
     model_init(m, 1);
     optim_cfg c;
-    optim_defaults(&c);
+    key_group_defaults(&optim_group, &c);
     c.weight_decay = 0.5;
     double *p = malloc(m->n_params * sizeof(double));
     double *mm = calloc(m->n_params, sizeof(double)), *vv = calloc(m->n_params, sizeof(double));

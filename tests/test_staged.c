@@ -42,8 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const layer_kind *const kinds[] = { &dense_kind,      &mod_kind,    &moe_kind,
-                                           &integrated_kind, &staged_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops,      &mod_ops,    &moe_ops,
+                                         &integrated_ops, &staged_ops, NULL };
 
 /* ------------------------------------------------------------------ */
 /* Layer specs                                                          */
@@ -61,9 +61,10 @@ typedef struct stcfg {
 /* kind "staged", or "moe" with the same expert settings */
 static layer_spec layer_of(const stcfg *c, const char *kind)
 {
-    layer_spec s = tl_spec(kind);
-    tl_spec_routed(&s, c->capacity, c->router, c->gate, c->causal, c->aux_weight);
-    tl_spec_experts(&s, c->experts, c->top_k, c->cf, c->d_ff, c->bw, c->zw);
+    layer_spec s = tl_spec(kinds, kind);
+    if (!strcmp(kind, "staged")) /* moe has no [mod] keys */
+        tl_spec_routed(&s, kinds, c->capacity, c->router, c->gate, c->causal, c->aux_weight);
+    tl_spec_experts(&s, kinds, c->experts, c->top_k, c->cf, c->d_ff, c->bw, c->zw);
     return s;
 }
 
@@ -101,7 +102,7 @@ static void make(tl_fixture *f, model_dims dims, const layer_spec *specs, int ns
 /* [dense, staged] over 3 sequences of 12 tokens, the weights scaled up. */
 static void dense_staged(tl_fixture *f, const stcfg *c, uint64_t seed)
 {
-    layer_spec specs[2] = { tl_spec("dense"), layer_of(c, "staged") };
+    layer_spec specs[2] = { tl_spec(kinds, "dense"), layer_of(c, "staged") };
     make(f, tl_small_dims(2, 12), specs, 3, seed);
     tl_scale_weights(f->m, 10.0f, seed + 1);
 }
@@ -263,8 +264,8 @@ static void test_gradients_random(void **state)
 static void pair(tl_fixture *fs, tl_fixture *fm, const stcfg *c, int nseq, uint64_t seed)
 {
     model_dims dims = tl_small_dims(2, 12);
-    layer_spec ss[2] = { tl_spec("dense"), layer_of(c, "staged") };
-    layer_spec sm[2] = { tl_spec("dense"), layer_of(c, "moe") };
+    layer_spec ss[2] = { tl_spec(kinds, "dense"), layer_of(c, "staged") };
+    layer_spec sm[2] = { tl_spec(kinds, "dense"), layer_of(c, "moe") };
     make(fs, dims, ss, nseq, seed);
     make(fm, dims, sm, nseq, seed);
     tl_scale_weights(fs->m, 10.0f, seed + 1);
@@ -491,7 +492,7 @@ static void test_nominal_capacity(void **state)
         tl_gate_ref_free(&g);
         if (mode == FWD_TRAIN) {
             double sums[64];
-            staged_kind.stat_sums(&f.m->layers[0], sums);
+            staged_ops.stat_sums(&f.m->layers[0], sums);
             assert_true(sums[6] == 6.0 && sums[7] == 0.0 && sums[8] == 0.0 && sums[9] == 0.0);
             assert_true(sums[10] == 12.0); /* dropped */
         }
@@ -518,7 +519,7 @@ static const char *const routed_labels[3] = { "learned aux top1", "learned predi
 static void routed_model(tl_fixture *f, const stcfg *c, int nseq, int S, uint64_t seed)
 {
     model_dims dims = tl_small_dims(3, S);
-    layer_spec specs[3] = { layer_of(c, "staged"), tl_spec("dense"), layer_of(c, "staged") };
+    layer_spec specs[3] = { layer_of(c, "staged"), tl_spec(kinds, "dense"), layer_of(c, "staged") };
     make(f, dims, specs, nseq, seed);
     tl_scale_weights(f->m, 10.0f, seed + 1);
     for (int l = 0; l < 3; l += 2) {
@@ -608,7 +609,7 @@ static void flops_case(const char *label, const stcfg *c, uint64_t seed)
     const int nseq = 3, S = 12, E = c->experts, K = c->top_k, k = nominal_k(c, S);
     const double d = 16, ff = 24, V = 23, fe = c->d_ff;
     model_dims dims = tl_small_dims(2, S);
-    layer_spec specs[2] = { tl_spec("dense"), layer_of(c, "staged") };
+    layer_spec specs[2] = { tl_spec(kinds, "dense"), layer_of(c, "staged") };
     double router = is_learned(c) ? 2.0 * S * d : 0.0;
     if (has_pred(c))
         router += 2.0 * S * (64.0 * d + 64.0);
@@ -675,8 +676,8 @@ static void stats_case(const char *label, const stcfg *c, uint64_t seed)
     dense_staged(&f, c, seed);
     tl_scale_if(f.m, 1, "gate", 3.0f);
     const layer *ly = &f.m->layers[1];
-    const layer_kind *kd = ly->kind;
-    assert_true(kd == &staged_kind);
+    const kind_ops *kd = ly->ops;
+    assert_true(kd->kind == &staged_kind);
     int n_sums = 0;
     assert_int_equal(kd->stat_count(ly, &n_sums), 5 + E + 4);
     assert_int_equal(n_sums, 6 + E + 6);

@@ -7,6 +7,8 @@
 
 #include "testlib.h"
 
+#include <errno.h>
+
 #include "core/model/block.h"
 
 #include <math.h>
@@ -70,33 +72,64 @@ void tl_assert_rel(double a, double b, double tol, const char *a_expr, const cha
 /* ------------------------------------------------------------------ */
 /* Layer specs and model dimensions                                     */
 
-layer_spec tl_spec(const char *kind)
+/* The kind called name in table, failing the test when it has none. */
+static const layer_kind *tl_kind(const kind_ops *const *table, const char *name)
+{
+    const kind_ops *o = kind_ops_lookup(table, name);
+    if (!o)
+        fail_msg("no kind '%s' in the test's table", name);
+    return o->kind;
+}
+
+layer_spec tl_spec(const kind_ops *const *table, const char *kind)
 {
     layer_spec s;
-    layer_spec_defaults(&s);
-    snprintf(s.kind, sizeof(s.kind), "%s", kind);
+    layer_spec_init(&s, tl_kind(table, kind));
     return s;
 }
 
-void tl_spec_routed(layer_spec *s, double capacity, const char *router, const char *gate,
-                    const char *causal, double aux_weight)
+int tl_key(const layer *ly, const char *key)
 {
-    s->capacity = capacity;
-    snprintf(s->router, sizeof(s->router), "%s", router);
-    snprintf(s->gate, sizeof(s->gate), "%s", gate);
-    snprintf(s->causal, sizeof(s->causal), "%s", causal);
-    s->aux_weight = aux_weight;
+    double v;
+    if (layer_spec_number(&ly->spec, ly->kind, key, &v))
+        fail_msg("layer %d (%s) has no key '%s'", ly->index, ly->kind->name, key);
+    return (int)v;
 }
 
-void tl_spec_experts(layer_spec *s, int experts, int top_k, double capacity_factor, int d_ff,
-                     double balance_weight, double z_weight)
+void tl_set(layer_spec *s, const kind_ops *const *table, const char *key, const char *value)
 {
-    s->experts = experts;
-    s->top_k = top_k;
-    s->capacity_factor = capacity_factor;
-    s->expert_d_ff = d_ff;
-    s->balance_weight = balance_weight;
-    s->z_weight = z_weight;
+    char why[256];
+    int rc = layer_spec_set(s, tl_kind(table, s->kind), key, value, why, sizeof(why));
+    if (rc)
+        fail_msg("%s %s = %s: %s", s->kind, key, value, rc == -ENOENT ? "no such key" : why);
+}
+
+static void tl_setf(layer_spec *s, const kind_ops *const *table, const char *key, double v)
+{
+    char text[64];
+    snprintf(text, sizeof(text), "%.17g", v);
+    tl_set(s, table, key, text);
+}
+
+void tl_spec_routed(layer_spec *s, const kind_ops *const *table, double capacity,
+                    const char *router, const char *gate, const char *causal, double aux_weight)
+{
+    tl_setf(s, table, "capacity", capacity);
+    tl_set(s, table, "router", router);
+    tl_set(s, table, "gate", gate);
+    tl_set(s, table, "causal", causal);
+    tl_setf(s, table, "aux_weight", aux_weight);
+}
+
+void tl_spec_experts(layer_spec *s, const kind_ops *const *table, int experts, int top_k,
+                     double capacity_factor, int d_ff, double balance_weight, double z_weight)
+{
+    tl_setf(s, table, "experts", experts);
+    tl_setf(s, table, "top_k", top_k);
+    tl_setf(s, table, "capacity_factor", capacity_factor);
+    tl_setf(s, table, "d_ff", d_ff);
+    tl_setf(s, table, "balance_weight", balance_weight);
+    tl_setf(s, table, "z_weight", z_weight);
 }
 
 model_dims tl_small_dims(int n_layers, int seq_len)
@@ -114,7 +147,7 @@ int tl_capacity(double capacity_factor, int top_k, int rows, int E)
 /* ------------------------------------------------------------------ */
 /* Fixtures                                                             */
 
-void tl_make(tl_fixture *f, const layer_kind *const *kinds, model_dims dims,
+void tl_make(tl_fixture *f, const kind_ops *const *kinds, model_dims dims,
              const layer_spec *specs, int nseq, uint64_t seed)
 {
     char err[256] = "";
@@ -123,7 +156,7 @@ void tl_make(tl_fixture *f, const layer_kind *const *kinds, model_dims dims,
     if (!specs) {
         assert_in_range(dims.n_layers, 1, MODE_MAX_LAYERS);
         for (int l = 0; l < dims.n_layers; l++)
-            layer_spec_defaults(&defaults[l]);
+            layer_spec_init(&defaults[l], &dense_kind);
         specs = defaults;
     }
     int rc = build_model(&f->m, &dims, specs, kinds, nseq, err, sizeof(err));
@@ -320,13 +353,13 @@ void tl_read_routing(model *m, int l, int nseq, tl_routing *out, unsigned need, 
     record_sink sink = { .put = routing_put, .user = out };
     out->nseq = nseq;
     out->S = m->dims.seq_len;
-    out->K = ly->spec.top_k;
+    out->K = layer_key(ly->kind, "top_k", NULL) ? tl_key(ly, "top_k") : 1;
     out->n = nseq * out->S;
     out->nk = out->n * out->K;
     out->has = 0;
     assert_true(out->n <= TL_MAX_ROWS);
-    assert_non_null(ly->kind->record);
-    assert_int_equal(ly->kind->record(ly, &a, &sink), 0);
+    assert_non_null(ly->ops->record);
+    assert_int_equal(ly->ops->record(ly, &a, &sink), 0);
     assert_int_equal(out->has & need, need);
     assert_int_equal(out->has & ~(need | allow), 0);
 }
@@ -562,8 +595,8 @@ void tl_gate_ref_build(model *m, int l, int nseq, const unsigned char *take, boo
     memset(g, 0, sizeof(*g));
     g->nseq = nseq;
     g->S = S;
-    g->K = ly->spec.top_k;
-    g->E = ly->spec.experts;
+    g->K = tl_key(ly, "top_k");
+    g->E = tl_key(ly, "experts");
     g->noop = noop;
     g->N = g->E + (noop ? 1 : 0);
     int N = g->N, K = g->K;
@@ -705,7 +738,7 @@ void tl_check_stats_kept(tl_fixture *f, int l, fwd_mode mode, const double *sums
     assert_true(re.aux_loss == 0.0);
     double *now = calloc((size_t)n_sums, sizeof(double));
     assert_non_null(now);
-    ly->kind->stat_sums(ly, now);
+    ly->ops->stat_sums(ly, now);
     assert_memory_equal(sums, now, (size_t)n_sums * sizeof(double));
     free(now);
 }

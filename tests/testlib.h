@@ -57,14 +57,20 @@ void tl_assert_rel(double a, double b, double tol, const char *a_expr, const cha
 /* ------------------------------------------------------------------ */
 /* Layer specs and model dimensions                                     */
 
-/* The defaults with kind set. */
-layer_spec tl_spec(const char *kind);
+/* Kind kind of table (compute rows) with every key at its default. */
+layer_spec tl_spec(const kind_ops *const *table, const char *kind);
+/* One key of s (whose kind is in table) from text; the test fails on a bad
+ * value or a key the kind lacks. */
+void tl_set(layer_spec *s, const kind_ops *const *table, const char *key, const char *value);
+/* An integer key's value of a layer (top_k, experts); the test fails when
+ * its kind has no such key. */
+int tl_key(const layer *ly, const char *key);
 /* The routed-block settings (mod, staged). */
-void tl_spec_routed(layer_spec *s, double capacity, const char *router, const char *gate,
-                    const char *causal, double aux_weight);
+void tl_spec_routed(layer_spec *s, const kind_ops *const *table, double capacity,
+                    const char *router, const char *gate, const char *causal, double aux_weight);
 /* The experts' settings (moe, integrated, staged). */
-void tl_spec_experts(layer_spec *s, int experts, int top_k, double capacity_factor, int d_ff,
-                     double balance_weight, double z_weight);
+void tl_spec_experts(layer_spec *s, const kind_ops *const *table, int experts, int top_k,
+                     double capacity_factor, int d_ff, double balance_weight, double z_weight);
 
 /* V 23, d 16, 2 heads of 8, d_ff 24. */
 model_dims tl_small_dims(int n_layers, int seq_len);
@@ -85,7 +91,7 @@ typedef struct tl_fixture {
 
 /* Build from kinds (NULL-terminated) and one spec per layer (NULL: the
  * defaults for every layer), model_init(seed), tokens from stream (seed, 7). */
-void tl_make(tl_fixture *f, const layer_kind *const *kinds, model_dims dims,
+void tl_make(tl_fixture *f, const kind_ops *const *kinds, model_dims dims,
              const layer_spec *specs, int nseq, uint64_t seed);
 void tl_unmake(tl_fixture *f);
 

@@ -1,5 +1,7 @@
 #include "core/comm/comm.h"
 
+#include "core/util/fault.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <mpi.h>
@@ -36,13 +38,12 @@ int comm_init(comm **out, int *argc, char ***argv)
      * collective stop instead of MPI's default abort without context. */
     c->item_type = MPI_DATATYPE_NULL;
     c->step = c->fault_step = -1;
-    const char *f = getenv("MODE_FAULT");
-    int got = f ? sscanf(f, "%31[a-z-]@%d:%ld", c->fault_site, &c->fault_rank, &c->fault_step)
-                : 0;
-    if (got == 2) /* no step: the first time the site is reached */
-        c->fault_step = LONG_MIN;
-    else if (got != 3)
-        c->fault_site[0] = '\0';
+    fault_spec f = fault_from_env();
+    if (f.set && strcmp(f.site, "nan") && strcmp(f.site, "error")) {
+        snprintf(c->fault_site, sizeof(c->fault_site), "%s", f.site);
+        c->fault_rank = f.rank;
+        c->fault_step = f.step < 0 ? LONG_MIN : f.step; /* no step: the first time */
+    }
     MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->world, &c->rank);

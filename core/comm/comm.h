@@ -58,8 +58,8 @@ int comm_agree(comm *c, int rc, char *msg, int len);
 /* Fault injection, a testing aid (docs/robustness.md): with
  * MODE_FAULT=SITE@RANK:STEP in the environment, comm_fault(c, SITE) returns
  * -EIO once, on world rank RANK at step STEP (comm_set_step; SITE@RANK: the
- * first time the site is reached), and 0 always otherwise.  Every collective site calls it just before its collective,
- * so a test can make one rank fail there while the others go on into it.
+ * first time the site is reached), and 0 always otherwise.  Every
+ * collective site calls it just before its collective, so a test can make one rank fail there while the others go on into it.
  * The sites: dispatch, combine, dispatch-grad, combine-grad (the experts'
  * all-to-alls), grad-allreduce, stats, eval, routing, runfile (rank 0's
  * piece of the run file), checkpoint-layout, checkpoint-write,

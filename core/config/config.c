@@ -1,8 +1,13 @@
 /* The run configuration (config.h).  One table, config_keys[], drives the INI
  * reader, the command-line overrides, the range checks, the messages and the
- * resolved-config writer; only the checks between keys are written out. */
+ * resolved-config writer for the sections that are the run's own ([run],
+ * [data], [model]); the other sections are key groups declared where they
+ * belong (core/model/keys.h: the kinds' sections, the optimizer's
+ * [optim]), handed in by the schema, and go through the same reader,
+ * messages and writer without this file knowing a key of theirs. */
 #include "core/config/config.h"
 #include "core/config/layers.h"
+#include "core/model/model.h"
 #include "core/util/file.h"
 
 #include <ini.h>
@@ -39,13 +44,16 @@
 #define MSG_LEN 1024
 #define VALUE_LEN 1100 /* any value as text (the layer-spec table is the longest) */
 
-enum { SEC_RUN, SEC_DATA, SEC_MODEL, SEC_MOD, SEC_MOE, SEC_OPTIM, SEC_COUNT };
+enum { SEC_RUN, SEC_DATA, SEC_MODEL, SEC_COUNT };
 
-static const char *const section_names[] = { "run", "data", "model", "mod", "moe", "optim" };
+static const char *const section_names[] = { "run", "data", "model" };
 _Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_COUNT,
                "one name per section");
 
-typedef enum key_type {
+/* Keys a declared group may have (their origins are kept per key). */
+#define MAX_GROUP_KEYS 64
+
+typedef enum cfg_type {
     K_STR,    /* free text (paths) */
     K_NAME,   /* a folder's name inside another: no '/', not starting with '.' */
     K_SOURCE, /* brown | synthetic | *.txt | *.bin | *.u32 */
@@ -56,7 +64,7 @@ typedef enum key_type {
     K_LONG,
     K_INT,
     K_DOUBLE,
-} key_type;
+} cfg_type;
 
 #define MIN_OPEN 1u /* min itself is excluded */
 #define MAX_OPEN 2u
@@ -65,23 +73,19 @@ typedef enum key_type {
 typedef struct cfg_key {
     int section;
     const char *name;
-    key_type type;
-    size_t offset; /* into run_config; into layer_spec for [mod] and [moe] */
+    cfg_type type;
+    size_t offset; /* into run_config */
     size_t size;   /* of the field */
     double min, max;
     unsigned open; /* MIN_OPEN | MAX_OPEN */
     const char *const *allowed; /* K_ENUM: NULL-terminated */
 } cfg_key;
 
-static const char *const routers[] = { "learned", "random", NULL };
-static const char *const gates[] = { "raw", "sigmoid", NULL };
-static const char *const causals[] = { "aux", "predictor", "none", NULL };
 static const char *const nonfinite_policies[] = { "stop", "skip", NULL };
 static const char *const precisions[] = { "fp32", "bf16", NULL };
 
 #define FIELD_SIZE(T, f) sizeof(((T *)0)->f)
 #define RC(f) offsetof(run_config, f), FIELD_SIZE(run_config, f)
-#define LS(f) offsetof(layer_spec, f), FIELD_SIZE(layer_spec, f)
 
 /* The order here is the order config_to_ini() writes. */
 static const cfg_key config_keys[] = {
@@ -111,33 +115,16 @@ static const cfg_key config_keys[] = {
     { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "layers", K_LAYERS, RC(layers_text), 0, 0, 0, NULL },
-    { SEC_MOD, "capacity", K_DOUBLE, LS(capacity), 0, 1, MIN_OPEN, NULL },
-    { SEC_MOD, "router", K_ENUM, LS(router), 0, 0, 0, routers },
-    { SEC_MOD, "gate", K_ENUM, LS(gate), 0, 0, 0, gates },
-    { SEC_MOD, "causal", K_ENUM, LS(causal), 0, 0, 0, causals },
-    { SEC_MOD, "aux_weight", K_DOUBLE, LS(aux_weight), 0, NO_MAX, 0, NULL },
-    { SEC_MOE, "experts", K_INT, LS(experts), 1, NO_MAX, 0, NULL },
-    { SEC_MOE, "top_k", K_INT, LS(top_k), 1, NO_MAX, 0, NULL },
-    { SEC_MOE, "capacity_factor", K_DOUBLE, LS(capacity_factor), 0, NO_MAX, 0, NULL },
-    { SEC_MOE, "d_ff", K_INT, LS(expert_d_ff), 0, NO_MAX, 0, NULL },
-    { SEC_MOE, "balance_weight", K_DOUBLE, LS(balance_weight), 0, NO_MAX, 0, NULL },
-    { SEC_MOE, "z_weight", K_DOUBLE, LS(z_weight), 0, NO_MAX, 0, NULL },
-    { SEC_OPTIM, "lr", K_DOUBLE, RC(optim.lr), 0, NO_MAX, MIN_OPEN, NULL },
-    { SEC_OPTIM, "warmup", K_LONG, RC(optim.warmup), 0, NO_MAX, 0, NULL },
-    { SEC_OPTIM, "weight_decay", K_DOUBLE, RC(optim.weight_decay), 0, NO_MAX, 0, NULL },
-    { SEC_OPTIM, "beta1", K_DOUBLE, RC(optim.beta1), 0, 1, MAX_OPEN, NULL },
-    { SEC_OPTIM, "beta2", K_DOUBLE, RC(optim.beta2), 0, 1, MAX_OPEN, NULL },
-    { SEC_OPTIM, "eps", K_DOUBLE, RC(optim.eps), 0, NO_MAX, MIN_OPEN, NULL },
-    { SEC_OPTIM, "clip", K_DOUBLE, RC(optim.clip), 0, NO_MAX, 0, NULL },
 };
 
 #define N_KEYS ((int)(sizeof(config_keys) / sizeof(config_keys[0])))
 
-/* kinds == NULL: the kinds core provides itself. */
+/* schema == NULL: the kinds core provides itself, no other section. */
 static const layer_kind *const core_kinds[] = { &dense_kind, NULL };
+static const config_schema core_schema = { .kinds = core_kinds, .groups = NULL };
 
-/* A [layer.N] key, kept as text until the layer-spec table and the [mod] and
- * [moe] sections are known (they may come later in the file). */
+/* A [layer.N] key, kept as text until the layer-spec table and the kinds'
+ * sections are known (they may come later in the file). */
 typedef struct layer_entry {
     int layer;
     char *key, *value;
@@ -150,6 +137,7 @@ typedef struct loader {
     const layer_kind *const *kinds;
     const char *path;
     int origin[N_KEYS]; /* where each key was last set */
+    int gorigin[MODE_MAX_GROUPS][MAX_GROUP_KEYS]; /* the same for the groups' keys */
     layer_entry *entries;
     int n_entries, cap_entries;
     /* the reader */
@@ -281,20 +269,32 @@ static void join(char *out, size_t n, const char *const *names)
 
 /* ---- the key table ------------------------------------------------------ */
 
-static bool is_spec_section(int section)
-{
-    return section == SEC_MOD || section == SEC_MOE;
-}
-
 /* The struct a key's offset is relative to. */
 static char *key_base(const cfg_key *k, run_config *c)
 {
-    return is_spec_section(k->section) ? (char *)&c->layer_defaults : (char *)c;
+    (void)k;
+    return (char *)c;
 }
 
 static const char *key_cbase(const cfg_key *k, const run_config *c)
 {
-    return is_spec_section(k->section) ? (const char *)&c->layer_defaults : (const char *)c;
+    (void)k;
+    return (const char *)c;
+}
+
+/* The declared group called section, or -1. */
+static int group_index(const run_config *c, const char *section)
+{
+    for (int g = 0; g < c->n_groups; g++)
+        if (strcmp(c->groups[g]->section, section) == 0)
+            return g;
+    return -1;
+}
+
+/* Index of key within its group (for its origin). */
+static int group_key_index(const key_group *g, const kind_key *key)
+{
+    return (int)(key - g->keys);
 }
 
 static int section_index(const char *name)
@@ -313,12 +313,6 @@ static int key_index(int section, const char *name)
     return -1;
 }
 
-/* The [mod] or [moe] key a [layer.N] key names. */
-static int spec_key_index(const char *name)
-{
-    int k = key_index(SEC_MOD, name);
-    return k >= 0 ? k : key_index(SEC_MOE, name);
-}
 
 /* "layer.N" -> N, else -1. */
 static int layer_section(const char *name)
@@ -336,11 +330,7 @@ static int layer_section(const char *name)
  * 0.10000000000000001. */
 static void format_double(double v, char *out, size_t n)
 {
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(out, n, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
+    key_format_double(v, out, n);
 }
 
 static void format_value(const cfg_key *k, const char *base, char *out, size_t n)
@@ -363,6 +353,14 @@ static cfg_ref key_ref(const loader *L, int k, char *value, size_t n)
     return (cfg_ref){ section_names[key->section], key->name, value, L->origin[k] };
 }
 
+/* A key of declared group gi, in its section, with the section's value. */
+static cfg_ref group_key_ref(const loader *L, int gi, const kind_key *key, char *value, size_t n)
+{
+    const key_group *g = L->c->groups[gi];
+    key_format(key, L->c->group_values[gi], value, n);
+    return (cfg_ref){ g->section, key->name, value, L->gorigin[gi][group_key_index(g, key)] };
+}
+
 /* The longest text value that still fits "key = value" on one INI line. */
 static int max_text(const cfg_key *k)
 {
@@ -382,13 +380,7 @@ static bool only_space(const char *s)
 
 static bool parse_long_text(const char *s, long *v)
 {
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (end == s || errno == ERANGE || !only_space(end))
-        return false;
-    *v = x;
-    return true;
+    return key_text_long(s, v);
 }
 
 static bool parse_u64_text(const char *s, uint64_t *v)
@@ -408,13 +400,7 @@ static bool parse_u64_text(const char *s, uint64_t *v)
 
 static bool parse_double_text(const char *s, double *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || errno == ERANGE || !isfinite(x) || !only_space(end))
-        return false;
-    *v = x;
-    return true;
+    return key_text_double(s, v);
 }
 
 static bool in_range(const cfg_key *k, double x)
@@ -560,7 +546,10 @@ static int parse_layers(loader *L, const char *text, char *why, size_t n)
 {
     const cfg_key *k = &config_keys[key_index(SEC_MODEL, "layers")];
     if (only_space(text)) {
-        snprintf(why, n, "a layer-spec table such as \"dense x 4\" or \"dense, (dense, mod) x 2\"");
+        char names[256];
+        join_kinds(names, sizeof(names), L->kinds);
+        snprintf(why, n, "a layer-spec table such as \"dense x 4\" or "
+                 "\"dense, (dense, KIND) x 2\" (kinds: %s)", names);
         return -EINVAL;
     }
     if (!text_ok(k, text)) {
@@ -608,6 +597,34 @@ static int add_layer_entry(loader *L, int li, const cfg_ref *r)
     return e->key && e->value ? 0 : out_of_memory(L, r);
 }
 
+/* "a, b, c": the keys of group g. */
+static void group_key_names(const key_group *g, char *out, size_t n)
+{
+    out[0] = '\0';
+    for (const kind_key *k = g->keys; k->name; k++)
+        snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "", k->name);
+}
+
+/* A key of a declared group's section ([optim], a kind's, ...). */
+static int set_group_value(loader *L, int gi, const cfg_ref *r)
+{
+    const key_group *g = L->c->groups[gi];
+    const kind_key *k = key_group_find(g, r->key);
+    if (!k) {
+        char names[MSG_LEN];
+        group_key_names(g, names, sizeof(names));
+        return failf(L, r, "expected a key of [%s] among %s", g->section, names);
+    }
+    int *origin = &L->gorigin[gi][group_key_index(g, k)];
+    if (r->origin > 0 && *origin > 0)
+        return failf(L, r, "expected each key once per section (set before at line %d)", *origin);
+    char why[MSG_LEN];
+    if (key_parse(k, L->c->group_values[gi], r->value, why, sizeof(why)))
+        return failf(L, r, "expected %s", why);
+    *origin = r->origin;
+    return 0;
+}
+
 /* One "key = value" of [section], from the file or the command line: an
  * override replaces what the file said, a key twice in the file is an error. */
 static int set_value(loader *L, const char *section, const char *key, const char *value,
@@ -620,9 +637,16 @@ static int set_value(loader *L, const char *section, const char *key, const char
     int sec = section_index(section);
     if (sec < 0 && !section[0])
         return failf(L, &r, "expected a [section] line before the first key");
-    if (sec < 0)
-        return failf(L, &r, "expected a section among [run], [data], [model], [mod], [moe], "
-                            "[optim] and [layer.N]");
+    int gi = sec < 0 ? group_index(L->c, section) : -1;
+    if (gi >= 0)
+        return set_group_value(L, gi, &r);
+    if (sec < 0) {
+        char names[MSG_LEN] = "";
+        for (int i = 0; i < SEC_COUNT + L->c->n_groups; i++)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "[%s], ",
+                     i < SEC_COUNT ? section_names[i] : L->c->groups[i - SEC_COUNT]->section);
+        return failf(L, &r, "expected a section among %sand [layer.N]", names);
+    }
     int k = key_index(sec, key);
     if (k < 0) {
         char names[MSG_LEN] = "";
@@ -833,42 +857,59 @@ static int check_ranks(loader *L, int ranks)
     return failf(L, &r, "expected a multiple of the %d ranks", ranks);
 }
 
-/* Layer li's value of spec key k: its [layer.N] entry, else the section's. */
-static cfg_ref layer_key_ref(const loader *L, int li, int k, char *sec, size_t sec_len,
-                             char *value, size_t n)
+/* Layer li's value of key (of group gi): its [layer.N] entry, else the
+ * section's (li < 0: the section's). */
+static cfg_ref layer_key_ref(const loader *L, int li, int gi, const kind_key *key, char *sec,
+                             size_t sec_len, char *value, size_t n)
 {
-    for (int i = L->n_entries - 1; i >= 0; i--) {
+    for (int i = L->n_entries - 1; li >= 0 && i >= 0; i--) {
         const layer_entry *e = &L->entries[i];
-        if (e->layer == li && strcmp(e->key, config_keys[k].name) == 0) {
+        if (e->layer == li && strcmp(e->key, key->name) == 0) {
             snprintf(sec, sec_len, "layer.%d", li);
             return (cfg_ref){ sec, e->key, e->value, e->origin };
         }
     }
-    return key_ref(L, k, value, n);
+    return group_key_ref(L, gi, key, value, n);
 }
 
-/* top_k against experts, for the sections (li < 0) or one layer. */
-static int check_top_k(loader *L, int li)
+/* A group's checks between its keys on values (a section's, li < 0, or
+ * layer li's), the message naming both keys where they were set. */
+static int check_group(loader *L, int gi, const void *values, int li)
 {
-    const layer_spec *s = li < 0 ? &L->c->layer_defaults : &L->c->layers[li];
-    if (s->top_k <= s->experts)
+    const key_group *g = L->c->groups[gi];
+    key_problem pr = { 0 };
+    if (!g->check || g->check(values, &pr) == 0)
         return 0;
+    const kind_key *ka = key_group_find(g, pr.key), *kb = pr.other ? key_group_find(g, pr.other)
+                                                                    : NULL;
     char sa[32], sb[32], va[VALUE_LEN], vb[VALUE_LEN];
-    cfg_ref a = layer_key_ref(L, li, key_index(SEC_MOE, "top_k"), sa, sizeof(sa), va,
-                              sizeof(va));
-    cfg_ref b = layer_key_ref(L, li, key_index(SEC_MOE, "experts"), sb, sizeof(sb), vb,
-                              sizeof(vb));
-    return fail_pair(L, &a, " to be at most ", &b, "");
+    cfg_ref a = layer_key_ref(L, li, gi, ka, sa, sizeof(sa), va, sizeof(va));
+    if (!kb)
+        return failf(L, &a, "expected %s%s", pr.rel ? pr.rel : "another value",
+                     pr.tail ? pr.tail : "");
+    cfg_ref b = layer_key_ref(L, li, gi, kb, sb, sizeof(sb), vb, sizeof(vb));
+    return fail_pair(L, &a, pr.rel, &b, pr.tail ? pr.tail : "");
+}
+
+static int check_sections(loader *L)
+{
+    for (int gi = 0; gi < L->c->n_groups; gi++)
+        if (check_group(L, gi, L->c->group_values[gi], -1))
+            return -EINVAL;
+    return 0;
 }
 
 /* ---- layers ------------------------------------------------------------- */
 
-static bool kind_takes(const layer_kind *kind, const char *key)
+/* "a, b, c": every key a kind takes (or "none"). */
+static void kind_key_names(const layer_kind *kind, char *out, size_t n)
 {
-    for (int i = 0; kind->keys && kind->keys[i]; i++)
-        if (strcmp(kind->keys[i], key) == 0)
-            return true;
-    return false;
+    out[0] = '\0';
+    for (const kind_group *g = kind->groups; g && g->group; g++)
+        for (const kind_key *k = g->group->keys; k->name; k++)
+            snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "", k->name);
+    if (!out[0])
+        snprintf(out, n, "none");
 }
 
 static int apply_entry(loader *L, const layer_entry *e)
@@ -881,39 +922,38 @@ static int apply_entry(loader *L, const layer_entry *e)
         return failf(L, &r, "expected a layer index in 0..%d ([model] layers has %d layers)",
                      c->n_layers - 1, c->n_layers);
     const layer_kind *kind = layer_kind_lookup(L->kinds, c->layers[e->layer].kind);
-    if (!kind_takes(kind, e->key)) {
+    char why[MSG_LEN];
+    int rc = layer_spec_set(&c->layers[e->layer], kind, e->key, e->value, why, sizeof(why));
+    if (rc == -ENOENT) {
         char keys[MSG_LEN];
-        join(keys, sizeof(keys), kind->keys);
+        kind_key_names(kind, keys, sizeof(keys));
         return failf(L, &r, "layer %d is '%s', which takes no key '%s' (it takes: %s)", e->layer,
                      kind->name, e->key, keys);
     }
-    int k = spec_key_index(e->key);
-    if (k < 0)
-        return failf(L, &r, "a key of [mod] or [moe] (kind '%s' lists '%s', which the config "
-                            "does not know)", kind->name, e->key);
-    char why[MSG_LEN];
-    if (parse_value(L, &config_keys[k], (char *)&c->layers[e->layer], e->value, why,
-                    sizeof(why)))
+    if (rc)
         return failf(L, &r, "expected %s", why);
     return 0;
 }
 
-/* Every layer starts from [mod] and [moe]; the defaults' "dense x 4" was never
+/* Every layer starts from its kind's defaults, then the sections of the
+ * groups it reads; the defaults' "dense x 4" was never
  * checked against the kinds table, so every kind is looked up here. */
 static int start_layers(loader *L)
 {
     run_config *c = L->c;
     for (int l = 0; l < c->n_layers; l++) {
         layer_spec *s = &c->layers[l];
-        char kind[MODE_NAME_LEN];
-        memcpy(kind, s->kind, sizeof(kind));
-        *s = c->layer_defaults;
-        memcpy(s->kind, kind, sizeof(kind));
-        if (!layer_kind_lookup(L->kinds, kind)) {
+        const layer_kind *kind = layer_kind_lookup(L->kinds, s->kind);
+        if (!kind) {
             char v[VALUE_LEN], names[MSG_LEN];
             cfg_ref r = key_ref(L, key_index(SEC_MODEL, "layers"), v, sizeof(v));
             join_kinds(names, sizeof(names), L->kinds);
-            return failf(L, &r, "expected a layer kind among %s, not '%s'", names, kind);
+            return failf(L, &r, "expected a layer kind among %s, not '%s'", names, s->kind);
+        }
+        layer_spec_init(s, kind);
+        for (const kind_group *g = kind->groups; g && g->group; g++) {
+            int gi = group_index(c, g->group->section);
+            memcpy(layer_group_values(s, g), c->group_values[gi], g->group->size);
         }
     }
     return 0;
@@ -923,6 +963,9 @@ static int validate_layer(loader *L, int l, const model_dims *dims)
 {
     const layer_spec *s = &L->c->layers[l];
     const layer_kind *kind = layer_kind_lookup(L->kinds, s->kind);
+    for (const kind_group *g = kind->groups; g && g->group; g++)
+        if (check_group(L, group_index(L->c, g->group->section), layer_group_cvalues(s, g), l))
+            return -EINVAL;
     char msg[MSG_LEN] = "";
     if (!kind->validate || kind->validate(s, dims, msg, (int)sizeof(msg)) == 0)
         return 0;
@@ -940,27 +983,35 @@ static int resolve_layers(loader *L)
             return -EINVAL;
     model_dims dims = config_dims(L->c);
     for (int l = 0; l < L->c->n_layers; l++)
-        if (check_top_k(L, l) || validate_layer(L, l, &dims))
+        if (validate_layer(L, l, &dims))
             return -EINVAL;
     return 0;
 }
 
-/* Expert parallelism: each rank computes experts/ranks experts, or the ranks
- * form ranks/experts groups that each hold every expert; nothing else. */
+/* Expert parallelism: the tensors of E experts are spread over the ranks,
+ * each computing E/ranks of them, or ranks/E groups each holding all;
+ * nothing else.  E is the value of a kind's KEY_SHARDED key. */
 static int check_expert_ranks(loader *L, int ranks)
 {
     for (int li = 0; ranks > 1 && li < L->c->n_layers; li++) {
-        const layer_kind *k = layer_kind_lookup(L->kinds, L->c->layers[li].kind);
-        int E = L->c->layers[li].experts;
-        if (!k || !kind_takes(k, "experts") || E % ranks == 0 || ranks % E == 0)
-            continue;
-        char sec[32], v[VALUE_LEN];
-        cfg_ref r = layer_key_ref(L, li, key_index(SEC_MOE, "experts"), sec, sizeof(sec), v,
-                                  sizeof(v));
-        return failf(L, &r,
-                     "expected a multiple or a divisor of the %d ranks (layer %d, %s: each rank "
-                     "computes experts/ranks of them, or groups of `experts` ranks each hold all)",
-                     ranks, li, k->name);
+        const layer_spec *s = &L->c->layers[li];
+        const layer_kind *k = layer_kind_lookup(L->kinds, s->kind);
+        for (const kind_group *g = k->groups; g && g->group; g++) {
+            for (const kind_key *key = g->group->keys; key->name; key++) {
+                if (!(key->flags & KEY_SHARDED))
+                    continue;
+                int E = (int)key_number(key, layer_group_cvalues(s, g));
+                if (E > 0 && (E % ranks == 0 || ranks % E == 0))
+                    continue;
+                char sec[32], v[VALUE_LEN];
+                cfg_ref r = layer_key_ref(L, li, group_index(L->c, g->group->section), key, sec,
+                                          sizeof(sec), v, sizeof(v));
+                return failf(L, &r,
+                             "expected a multiple or a divisor of the %d ranks (layer %d, %s: "
+                             "each rank computes %s/ranks of them, or groups of `%s` ranks each "
+                             "hold all)", ranks, li, k->name, key->name, key->name);
+            }
+        }
     }
     return 0;
 }
@@ -978,17 +1029,33 @@ static void resolve_seeds(loader *L)
 static int resolve(loader *L, int ranks)
 {
     if (check_source(L) || check_steps(L) || check_positions(L) || check_heads(L) ||
-        check_ranks(L, ranks) ||
-        check_top_k(L, -1) || resolve_layers(L) || check_expert_ranks(L, ranks))
+        check_ranks(L, ranks) || check_sections(L) || resolve_layers(L) ||
+        check_expert_ranks(L, ranks))
         return -EINVAL;
     resolve_seeds(L);
-    L->c->optim.total_steps = L->c->steps;
     return 0;
 }
 
 /* ---- the API ------------------------------------------------------------ */
 
-void config_defaults(run_config *c)
+/* The schema's sections beyond the run's own: every group its kinds read
+ * (in the table's order, each once), then its other groups. */
+static void add_groups(run_config *c, const config_schema *schema)
+{
+    c->kinds = schema->kinds;
+    c->n_groups = 0;
+    for (int i = 0; schema->kinds && schema->kinds[i]; i++)
+        for (const kind_group *g = schema->kinds[i]->groups; g && g->group; g++)
+            if (group_index(c, g->group->section) < 0 && c->n_groups < MODE_MAX_GROUPS)
+                c->groups[c->n_groups++] = g->group;
+    for (int i = 0; schema->groups && schema->groups[i]; i++)
+        if (group_index(c, schema->groups[i]->section) < 0 && c->n_groups < MODE_MAX_GROUPS)
+            c->groups[c->n_groups++] = schema->groups[i];
+    for (int g = 0; g < c->n_groups; g++)
+        key_group_defaults(c->groups[g], c->group_values[g]);
+}
+
+void config_defaults(run_config *c, const config_schema *schema)
 {
     memset(c, 0, sizeof(*c));
     snprintf(c->name, sizeof(c->name), "run");
@@ -1013,28 +1080,34 @@ void config_defaults(run_config *c)
     c->d_model = 128;
     c->n_heads = 4;
     c->d_ff = 352;
-    layer_spec_defaults(&c->layer_defaults);
+    add_groups(c, schema ? schema : &core_schema);
     snprintf(c->layers_text, sizeof(c->layers_text), "dense x 4");
     c->n_layers = 4;
     for (int l = 0; l < c->n_layers; l++)
-        c->layers[l] = c->layer_defaults; /* kind "dense" */
-    optim_defaults(&c->optim);
-    c->optim.warmup = 20;
-    c->optim.total_steps = c->steps;
+        layer_spec_init(&c->layers[l], &dense_kind);
+}
+
+const void *config_group(const run_config *c, const key_group *g)
+{
+    for (int i = 0; i < c->n_groups; i++)
+        if (c->groups[i] == g)
+            return c->group_values[i];
+    return NULL;
 }
 
 /* From a file (f) or text; c is written only on success. */
 static int load(run_config *c, FILE *f, const char *text, const char *path, int n_over,
-                char *const *over, const layer_kind *const *kinds, int ranks, char *err,
+                char *const *over, const config_schema *schema, int ranks, char *err,
                 int err_len)
 {
     int rc = -ENOMEM;
-    loader L = { .kinds = kinds ? kinds : core_kinds, .path = path ? path : "config",
-                 .file = f, .text = text ? text : "" };
+    schema = schema ? schema : &core_schema;
+    loader L = { .kinds = schema->kinds, .path = path ? path : "config", .file = f,
+                 .text = text ? text : "" };
     L.c = malloc(sizeof(*L.c));
     if (!L.c)
         goto fail;
-    config_defaults(L.c);
+    config_defaults(L.c, schema);
     rc = parse_ini(&L);
     for (int i = 0; rc == 0 && i < n_over; i++)
         rc = apply_override(&L, over[i]);
@@ -1057,7 +1130,7 @@ fail:
 }
 
 int config_load(run_config *c, const char *path, int n_over, char *const *over,
-                const layer_kind *const *kinds, int ranks, char *err, int err_len)
+                const config_schema *schema, int ranks, char *err, int err_len)
 {
     char why[CFG_ERR_LEN];
     FILE *f = file_fopen_regular(path, "r", why, sizeof(why));
@@ -1067,36 +1140,38 @@ int config_load(run_config *c, const char *path, int n_over, char *const *over,
             snprintf(err, (size_t)err_len, "%s", why);
         return e ? -e : -EIO;
     }
-    int rc = load(c, f, NULL, path, n_over, over, kinds, ranks, err, err_len);
+    int rc = load(c, f, NULL, path, n_over, over, schema, ranks, err, err_len);
     fclose(f);
     return rc;
 }
 
 int config_load_string(run_config *c, const char *text, const char *path, int n_over,
-                       char *const *over, const layer_kind *const *kinds, int ranks, char *err,
+                       char *const *over, const config_schema *schema, int ranks, char *err,
                        int err_len)
 {
-    return load(c, NULL, text, path, n_over, over, kinds, ranks, err, err_len);
+    return load(c, NULL, text, path, n_over, over, schema, ranks, err, err_len);
 }
 
-/* [layer.N] for the spec keys where layer l differs from the sections: only
- * keys of its kind can differ, since only those can be set. */
+/* [layer.N] for the keys where layer l differs from the sections: only keys
+ * of its kind can differ, since only those can be set. */
 static void write_layer(FILE *f, const run_config *c, int l)
 {
     bool header = false;
-    for (int k = 0; k < N_KEYS; k++) {
-        const cfg_key *key = &config_keys[k];
-        if (!is_spec_section(key->section))
-            continue;
-        char mine[VALUE_LEN], section[VALUE_LEN];
-        format_value(key, (const char *)&c->layers[l], mine, sizeof(mine));
-        format_value(key, (const char *)&c->layer_defaults, section, sizeof(section));
-        if (strcmp(mine, section) == 0)
-            continue;
-        if (!header)
-            fprintf(f, "\n[layer.%d]\n", l);
-        header = true;
-        fprintf(f, "%s = %s\n", key->name, mine);
+    const layer_spec *s = &c->layers[l];
+    const layer_kind *kind = layer_kind_lookup(c->kinds, s->kind);
+    for (const kind_group *g = kind ? kind->groups : NULL; g && g->group; g++) {
+        int gi = group_index(c, g->group->section);
+        for (const kind_key *k = g->group->keys; gi >= 0 && k->name; k++) {
+            char mine[VALUE_LEN], section[VALUE_LEN];
+            key_format(k, layer_group_cvalues(s, g), mine, sizeof(mine));
+            key_format(k, c->group_values[gi], section, sizeof(section));
+            if (strcmp(mine, section) == 0)
+                continue;
+            if (!header)
+                fprintf(f, "\n[layer.%d]\n", l);
+            header = true;
+            fprintf(f, "%s = %s\n", k->name, mine);
+        }
     }
 }
 
@@ -1118,6 +1193,14 @@ char *config_to_ini(const run_config *c)
             fprintf(f, "%s = %s\n", key->name, value);
         }
     }
+    for (int g = 0; g < c->n_groups; g++) {
+        fprintf(f, "\n[%s]\n", c->groups[g]->section);
+        for (const kind_key *k = c->groups[g]->keys; k->name; k++) {
+            char value[VALUE_LEN];
+            key_format(k, c->group_values[g], value, sizeof(value));
+            fprintf(f, "%s = %s\n", k->name, value);
+        }
+    }
     for (int l = 0; l < c->n_layers && l < MODE_MAX_LAYERS; l++)
         write_layer(f, c, l);
     if (fclose(f)) {
@@ -1125,6 +1208,70 @@ char *config_to_ini(const run_config *c)
         return NULL;
     }
     return buf;
+}
+
+/* "a, b": the names of the kinds of the table that read group g. */
+static void readers_of(const layer_kind *const *kinds, const key_group *g, char *out, size_t n)
+{
+    out[0] = '\0';
+    for (int i = 0; kinds && kinds[i]; i++)
+        for (const kind_group *kg = kinds[i]->groups; kg && kg->group; kg++)
+            if (kg->group == g)
+                snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "",
+                         kinds[i]->name);
+}
+
+int config_describe_keys(FILE *f, const config_schema *schema, bool markdown)
+{
+    run_config *c = malloc(sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    config_defaults(c, schema);
+    if (markdown)
+        fprintf(f, "| key | default | takes | read by | meaning |\n| --- | --- | --- | --- | --- |\n");
+    for (int g = 0; g < c->n_groups; g++) {
+        const key_group *grp = c->groups[g];
+        char readers[MSG_LEN];
+        readers_of(schema->kinds, grp, readers, sizeof(readers));
+        if (!markdown)
+            fprintf(f, "%s[%s]%s%s%s\n", g ? "\n" : "", grp->section, readers[0] ? " (read by " : "",
+                    readers, readers[0] ? ")" : "");
+        for (const kind_key *k = grp->keys; k->name; k++) {
+            char def[VALUE_LEN], takes[MSG_LEN];
+            key_format(k, c->group_values[g], def, sizeof(def));
+            key_expected(k, takes, sizeof(takes));
+            if (markdown)
+                fprintf(f, "| `[%s] %s` | %s | %s | %s | %s |\n", grp->section, k->name, def, takes,
+                        readers[0] ? readers : "the run", k->meaning);
+            else
+                fprintf(f, "  %s = %s\n      %s; %s\n", k->name, def, takes, k->meaning);
+        }
+    }
+    free(c);
+    return ferror(f) ? -EIO : 0;
+}
+
+double config_flops_per_seq(const run_config *c, double *per_layer)
+{
+    const layer_kind *kinds[MODE_MAX_LAYERS];
+    for (int l = 0; l < c->n_layers; l++)
+        if (!(kinds[l] = layer_kind_lookup(c->kinds, c->layers[l].kind)))
+            return (double)NAN;
+    model_dims dims = config_dims(c);
+    return stack_flops_per_seq(&dims, c->n_layers, c->layers, kinds, per_layer);
+}
+
+double config_train_flops_per_step(const run_config *c)
+{
+    return MODE_TRAIN_FLOPS_PER_FORWARD * config_flops_per_seq(c, NULL) * c->batch;
+}
+
+long config_planned_steps(const run_config *c, double train_flops_per_step)
+{
+    if (c->flops_budget <= 0.0)
+        return c->steps;
+    double steps = floor(c->flops_budget / train_flops_per_step);
+    return steps > (double)MODE_MAX_STEPS || !(steps == steps) ? -1 : (long)steps;
 }
 
 model_dims config_dims(const run_config *c)

@@ -1,15 +1,20 @@
 /* The run configuration: an INI file (read with inih) plus command-line
- * overrides "section.key=value", both through the same strict checks.  Every
- * key is documented in the README; config_keys[] below is the one table the
- * reader, the validator, the resolved-config writer and the docs agree on. */
+ * overrides "section.key=value", both through the same strict checks.  The
+ * run's own sections ([run], [data], [model]) are config_keys[] in
+ * config.c; every other section is a key group declared where it belongs
+ * (core/model/keys.h: the kinds' sections, the optimizer's [optim]),
+ * handed in by a schema.  One set of declarations drives the reader, the validator, the resolved-config writer, the checkpoint's
+ * attributes and the documentation (mode-exp --help-keys). */
 #ifndef MODE_CORE_CONFIG_CONFIG_H
 #define MODE_CORE_CONFIG_CONFIG_H
 
+#include "core/model/keys.h"
 #include "core/model/kind.h"
 #include "core/model/spec.h"
-#include "core/train/optim.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define CFG_PATH_LEN 512
 #define CFG_ERR_LEN 512
@@ -19,12 +24,21 @@
 /* The most token positions a step may hold on one rank or in all
  * (data.batch x data.seq_len): row counts are ints in the kernels. */
 #define MODE_MAX_POSITIONS (1L << 30)
+/* Sections declared elsewhere (key groups) a config may have. */
+#define MODE_MAX_GROUPS 16
+
+/* What a config may hold beyond the run's own keys: the layer-spec table
+ * (the kinds' descriptions, with their key groups) and more sections. */
+typedef struct config_schema {
+    const layer_kind *const *kinds; /* NULL-terminated */
+    const key_group *const *groups; /* NULL-terminated, or NULL */
+} config_schema;
 
 typedef struct run_config {
     /* [run] */
     char name[128];
     uint64_t seed;        /* a replicate's seed: init_seed and data_seed follow it unless set */
-    uint64_t init_seed;   /* initialisation and the random router's scores */
+    uint64_t init_seed;   /* initialisation and the kinds' fixed random streams */
     uint64_t data_seed;   /* the training samples' offsets */
     long steps;           /* 0 with flops_budget set: derived from the budget */
     double flops_budget;  /* training FLOPs (nominal); 0 = unset */
@@ -44,30 +58,38 @@ typedef struct run_config {
     /* [model] */
     int d_model, n_heads, d_ff;
     int n_layers;
-    layer_spec layers[MODE_MAX_LAYERS]; /* resolved: [mod]/[moe] defaults, then [layer.N] */
+    layer_spec layers[MODE_MAX_LAYERS]; /* resolved: the kind's defaults, the sections of
+                                           its groups, then [layer.N] */
     char layers_text[1024];             /* the layer-spec table as written */
-    layer_spec layer_defaults;          /* [mod] and [moe] as set: where every layer starts */
-    /* [optim] */
-    optim_cfg optim;           /* total_steps filled from run.steps */
-    /* where each value came from, for messages: "file.ini:12" or "command line" */
+    /* The sections declared elsewhere: each group's values as set (where a
+     * layer of a kind that reads it starts), in the writer's order. */
+    const layer_kind *const *kinds;     /* the schema's table */
+    int n_groups;
+    const key_group *groups[MODE_MAX_GROUPS];
+    _Alignas(16) unsigned char group_values[MODE_MAX_GROUPS][MODE_PARAMS_BYTES];
 } run_config;
 
-/* Defaults for every key (a small dense model on the synthetic corpus). */
-void config_defaults(run_config *c);
+/* Defaults for every key (a small dense model on the synthetic corpus);
+ * schema NULL: core's kinds (dense) and no other section. */
+void config_defaults(run_config *c, const config_schema *schema);
+/* The values of group g's section (the group's struct), or NULL when the
+ * config's schema has no such group. */
+const void *config_group(const run_config *c, const key_group *g);
 
 /* Read path into c (defaults first), then apply the overrides (each
- * "section.key=value"), then validate the whole.  kinds is the layer-spec
- * table (the layer names allowed).  ranks: the rank count the run will use
+ * "section.key=value"), then validate the whole.  schema: the layer-spec
+ * table (the layer names allowed) and the sections (NULL: core's alone).
+ * ranks: the rank count the run will use
  * (0 = do not check it).  On error returns non-zero and err holds one line:
  * "FILE:LINE: [section] key = value: what was expected" (or
  * "command line: section.key=value: ..."). */
 int config_load(run_config *c, const char *path, int n_over, char *const *over,
-                const layer_kind *const *kinds, int ranks, char *err, int err_len);
+                const config_schema *schema, int ranks, char *err, int err_len);
 
 /* The same from INI text in memory (path is only used in messages); used by
  * checkpoints, which carry their config. */
 int config_load_string(run_config *c, const char *text, const char *path, int n_over,
-                       char *const *over, const layer_kind *const *kinds, int ranks, char *err,
+                       char *const *over, const config_schema *schema, int ranks, char *err,
                        int err_len);
 
 /* The resolved configuration as INI text that config_load_string() reads back
@@ -75,11 +97,27 @@ int config_load_string(run_config *c, const char *text, const char *path, int n_
  * kind keys differ from its section's defaults.  Returns a malloc'd string. */
 char *config_to_ini(const run_config *c);
 
+/* The declared sections of a schema (the kinds' key groups, then its
+ * others), every key with its default, what it takes and its meaning, and
+ * the kinds that read it: as text, or as the rows of a Markdown table
+ * (the README's).  Returns non-zero when writing to f failed. */
+int config_describe_keys(FILE *f, const config_schema *schema, bool markdown);
+
 /* s without its leading and trailing white space (cut in place): how the INI
  * reader, overrides and sweep files read keys and values. */
 char *config_trim(char *s);
 
 /* The model sizes the config describes. */
 model_dims config_dims(const run_config *c);
+
+/* The config's nominal forward FLOPs of one sequence (MODEL.md, through
+ * stack_flops_per_seq: the one count), per layer into per_layer[n_layers]
+ * when not NULL; and of a training step (MODE_TRAIN_FLOPS_PER_FORWARD x the
+ * forward of data.batch sequences). */
+double config_flops_per_seq(const run_config *c, double *per_layer);
+double config_train_flops_per_step(const run_config *c);
+/* Steps the config asks for: run.steps, or what run.flops_budget buys at
+ * train_flops_per_step; -1 when that is more than MODE_MAX_STEPS. */
+long config_planned_steps(const run_config *c, double train_flops_per_step);
 
 #endif

@@ -1,4 +1,4 @@
-/* The layer-spec table of [model] layers: "dense, (dense, mod) x 2" and the
+/* The layer-spec table of [model] layers: "dense, (dense, KIND) x 2" and the
  * like, expanded into one layer_spec kind per layer. */
 #include "core/config/layers.h"
 

@@ -11,7 +11,7 @@
  * on error returns -EINVAL with what was expected, and where, in why. */
 int parse_layer_table(const char *text, const layer_kind *const *kinds, layer_spec *out,
                       int *n_layers, char *why, size_t why_len);
-/* "dense, mod, ..." or "none". */
+/* The kinds' names joined by ", ", or "none". */
 void join_kinds(char *out, size_t n, const layer_kind *const *kinds);
 
 #endif

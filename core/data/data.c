@@ -128,7 +128,9 @@ static uint64_t fnv1a(uint64_t h, const uint8_t *p, long n)
     return h;
 }
 
-int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len)
+/* "bytes 6012345 fnv1a64 0123456789abcdef (whole)"; non-zero and err on a
+ * read that fails. */
+static int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len)
 {
     long size = c->n_tokens * c->width;
     bool whole = size <= DATA_FINGERPRINT_WHOLE;

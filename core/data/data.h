@@ -43,6 +43,7 @@
 #define MODE_CORE_DATA_DATA_H
 
 #include "core/data/token.h"
+#include "core/rng/streams.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -85,9 +86,6 @@ typedef struct corpus {
 #define DATA_FINGERPRINT_WHOLE (16L << 20)
 #define DATA_FINGERPRINT_BLOCKS 256
 #define DATA_FINGERPRINT_LEN 96
-/* "bytes 6012345 fnv1a64 0123456789abcdef (whole)"; non-zero and err on a
- * read that fails. */
-int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len);
 
 
 /* A split: tokens [first, first + n_tokens) of a corpus. */
@@ -134,7 +132,7 @@ int dataset_read(const dataset *d, const token_split *s, long at, long n, token_
 /* Training sample: S+1 tokens from a uniformly random offset of the training
  * split, the offset drawn from pcg32_keyed(seed, DATA_KEY, step, global_seq).
  * Non-zero (and err) on a token >= V. */
-#define DATA_KEY 0x44415441u
+#define DATA_KEY PCG_KEY_DATA
 int dataset_sample(const dataset *d, token_t *out, int seq_len, uint64_t seed, long step,
                    long global_seq, char *err, int err_len);
 /* Offset the sample above starts at, in the training split (for recording

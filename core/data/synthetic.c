@@ -1,7 +1,7 @@
 /* The synthetic corpus: byte text whose tokens differ, by construction, in
  * how much work it takes to predict them, with a per-token label saying
- * which.  A Mixture-of-Depths router should learn to spend its capacity on
- * the hard and medium tokens and let the easy ones skip the block.
+ * which.  A model that spends its compute unevenly should learn to spend it
+ * on the hard and medium tokens and let the easy ones skip the block.
  *
  * The text is a sequence of documents of a few hundred bytes:
  *
@@ -52,7 +52,7 @@ const char *const synthetic_label_names[SYNTH_CLASSES] = {
     [SYNTH_FILLER] = "filler",
 };
 
-#define SYNTH_STREAM 0x53594e54u /* "SYNT": the PCG stream of the generator */
+#define SYNTH_STREAM PCG_STREAM_SYNTH /* the PCG stream of the generator */
 #define SYNTH_MIN_DEFS 4
 #define SYNTH_MAX_DEFS 10
 #define SYNTH_MIN_SEGMENTS 10

@@ -1,5 +1,6 @@
 #include "core/io/checkpoint.h"
 
+#include "core/util/file.h"
 #include "core/io/h5util.h"
 
 #include "core/comm/comm.h"
@@ -21,13 +22,17 @@ static int write_layer_attrs(hid_t f, const model *m)
         if (g < 0)
             return -EIO;
         int rc = h5_attr_string(g, "kind", ly->kind->name);
-        for (int k = 0; !rc && ly->kind->keys[k]; k++) {
-            double num;
-            const char *str;
-            if (layer_spec_get(&ly->spec, ly->kind->keys[k], &num, &str))
-                continue;
-            rc = str ? h5_attr_string(g, ly->kind->keys[k], str)
-                     : h5_attr_double(g, ly->kind->keys[k], num);
+        /* every key of the kind, named like the config key: a choice as its
+         * name, a boolean as true or false, numbers as doubles */
+        for (const kind_group *kg = ly->kind->groups; !rc && kg && kg->group; kg++) {
+            const void *values = layer_group_cvalues(&ly->spec, kg);
+            for (const kind_key *k = kg->group->keys; !rc && k->name; k++) {
+                char text[64];
+                key_format(k, values, text, sizeof(text));
+                rc = k->type == KEY_CHOICE || k->type == KEY_BOOL
+                         ? h5_attr_string(g, k->name, text)
+                         : h5_attr_double(g, k->name, key_number(k, values));
+            }
         }
         H5Gclose(g);
         if (rc)
@@ -148,119 +153,154 @@ static int write_share(const char *tmp, const model *m, const uint64_t *offsets,
     return rc;
 }
 
+/* One save in flight: what the three phases hand each other. */
+typedef struct save_job {
+    const char *path;
+    const model *m;
+    comm *cm;
+    int P, rank, n;
+    save_status *st;    /* phase 1's outcome, broadcast with ... */
+    uint64_t *offsets;  /* ... the datasets' offsets [3 n] */
+    h5_out *o;          /* rank 0: the file being written */
+    h5_piece *pieces;   /* this rank's pieces [3 n + 1] */
+    int n_pieces;
+    char *mine;         /* phase 2's message: status, piece count, pieces */
+    size_t mine_bytes;
+} save_job;
+
+/* Phase 1, rank 0: the layout; then its status and the offsets to all. */
+static int save_layout(save_job *j, const ckpt_header *h)
+{
+    save_status *st = j->st;
+    if (j->rank == 0 && (st->rc = comm_fault(j->cm, "checkpoint-layout")))
+        snprintf(st->msg, MSG_LEN, "%s: laying the checkpoint out failed (injected)", j->path);
+    else if (j->rank == 0)
+        st->rc = lay_out(&j->o, j->path, j->m, h, j->offsets, st->msg, MSG_LEN);
+    int rc = comm_bcast(j->cm, st, sizeof(save_status) + (size_t)3 * j->n * sizeof(uint64_t), 0);
+    if (rc)
+        st->rc = rc;
+    return rc;
+}
+
+/* Phase 2, every rank: its share into the temporary file; its status and
+ * pieces into j->mine (NULL when out of memory: the status alone goes). */
+static void save_share(save_job *j)
+{
+    char tmp[MODE_PATH_MAX + 128];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", j->path);
+    j->mine_bytes = sizeof(save_status) + sizeof(int64_t) + (size_t)(3 * j->n) * sizeof(h5_piece);
+    j->mine = calloc(1, j->mine_bytes);
+    save_status *ms = (save_status *)j->mine;
+    if (!j->mine)
+        return;
+    if (j->st->rc) {
+        ms->rc = j->st->rc; /* nothing to write into */
+    } else if ((ms->rc = comm_fault(j->cm, "checkpoint-write")) ||
+               (ms->rc = write_share(tmp, j->m, j->offsets, j->P, j->rank, j->pieces,
+                                     &j->n_pieces))) {
+        snprintf(ms->msg, MSG_LEN, "%s: writing the checkpoint's data failed: %s", j->path,
+                 strerror((int)-ms->rc));
+    } else if ((ms->rc = comm_fault(j->cm, "checkpoint-gather"))) {
+        snprintf(ms->msg, MSG_LEN, "%s: sending the checkpoint's pieces failed (injected)",
+                 j->path);
+    }
+    memcpy(j->mine + sizeof(save_status), &(int64_t){ j->n_pieces }, sizeof(int64_t));
+    memcpy(j->mine + sizeof(save_status) + sizeof(int64_t), j->pieces,
+           (size_t)j->n_pieces * sizeof(h5_piece));
+}
+
+/* Phase 3, rank 0: every rank's status from the gathered messages (all,
+ * counts[P]); all good, their pieces and its own seal the file. */
+static save_status save_seal(save_job *j, int grc, const char *all, const int *counts)
+{
+    save_status fin = { 0 };
+    if (grc || !all) {
+        fin.rc = grc ? grc : -ENOMEM;
+        snprintf(fin.msg, MSG_LEN, "%s: gathering the checkpoint's pieces failed", j->path);
+    }
+    h5_piece *more = NULL;
+    int n_more = 0;
+    const char *at = all;
+    for (int p = 0; !fin.rc && p < j->P; p++, at += counts[p - 1]) {
+        const save_status *ps = (const save_status *)at;
+        if (ps->rc) {
+            fin.rc = ps->rc;
+            if (p && j->st->rc == 0)
+                snprintf(fin.msg, MSG_LEN, "rank %d: %.480s", p, ps->msg);
+            else
+                snprintf(fin.msg, MSG_LEN, "%s", p ? ps->msg : j->st->rc ? j->st->msg : ps->msg);
+            break;
+        }
+        if (p == 0)
+            continue; /* rank 0's own pieces are the writer's */
+        int64_t np;
+        memcpy(&np, at + sizeof(save_status), sizeof(np));
+        h5_piece *grown = realloc(more, (size_t)(n_more + np + 1) * sizeof(h5_piece));
+        if (!grown) {
+            fin.rc = -ENOMEM;
+            break;
+        }
+        more = grown;
+        memcpy(more + n_more, at + sizeof(save_status) + sizeof(int64_t),
+               (size_t)np * sizeof(h5_piece));
+        n_more += (int)np;
+    }
+    if (!fin.rc && j->o) {
+        /* rank 0's pieces were written through its own descriptor, not
+         * the h5_out: pass them with the others */
+        h5_piece *both = realloc(more, (size_t)(n_more + j->n_pieces + 1) * sizeof(h5_piece));
+        if (!both) {
+            fin.rc = -ENOMEM;
+        } else {
+            more = both;
+            memcpy(more + n_more, j->pieces, (size_t)j->n_pieces * sizeof(h5_piece));
+            n_more += j->n_pieces;
+            fin.rc = h5_out_finish(&j->o, more, n_more, fin.msg, MSG_LEN);
+        }
+    }
+    free(more);
+    h5_out_abandon(&j->o); /* a failure: the temporary goes, the old file stays */
+    return fin;
+}
+
+/* Three phases with a fixed sequence of collectives whatever fails: the
+ * layout broadcast, the shares gathered, the outcome broadcast. */
 int checkpoint_save(const char *path, const model *m, const ckpt_header *h, comm *cm, char *err,
                     int err_len)
 {
-    int P = comm_size(cm), rank = comm_rank(cm), n = m->n_tensors, rc = 0;
-    size_t off_bytes = (size_t)3 * n * sizeof(uint64_t);
-    /* phase 1, rank 0: the layout; then its status and the offsets to all */
+    save_job j = { .path = path, .m = m, .cm = cm, .P = comm_size(cm), .rank = comm_rank(cm),
+                   .n = m->n_tensors };
+    size_t off_bytes = (size_t)3 * j.n * sizeof(uint64_t);
     char *a = calloc(1, sizeof(save_status) + off_bytes);
-    h5_piece *pieces = malloc((size_t)(3 * n + 1) * sizeof(h5_piece));
-    h5_out *o = NULL;
-    if (!a || !pieces) {
+    j.pieces = malloc((size_t)(3 * j.n + 1) * sizeof(h5_piece));
+    int *counts = malloc((size_t)j.P * sizeof(int));
+    if (!a || !j.pieces || !counts) {
         free(a);
-        free(pieces);
+        free(j.pieces);
+        free(counts);
         snprintf(err, (size_t)err_len, "%s: out of memory", path);
         return -ENOMEM; /* before any collective: the caller ends the job */
     }
-    save_status *st = (save_status *)a;
-    uint64_t *offsets = (uint64_t *)(a + sizeof(save_status));
-    if (rank == 0 && (st->rc = comm_fault(cm, "checkpoint-layout")))
-        snprintf(st->msg, MSG_LEN, "%s: laying the checkpoint out failed (injected)", path);
-    else if (rank == 0)
-        st->rc = lay_out(&o, path, m, h, offsets, st->msg, MSG_LEN);
-    if ((rc = comm_bcast(cm, a, sizeof(save_status) + off_bytes, 0)))
-        st->rc = rc;
-    /* phase 2, every rank: its share; the statuses and pieces to rank 0 */
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int n_pieces = 0;
-    size_t mine_bytes = sizeof(save_status) + sizeof(int64_t) + (size_t)(3 * n) * sizeof(h5_piece);
-    char *mine = calloc(1, mine_bytes);
-    save_status *ms = (save_status *)mine;
-    if (!mine) {
-        rc = -ENOMEM;
-    } else if (st->rc) {
-        ms->rc = st->rc; /* nothing to write into */
-    } else if ((ms->rc = comm_fault(cm, "checkpoint-write")) ||
-               (ms->rc = write_share(tmp, m, offsets, P, rank, pieces, &n_pieces))) {
-        snprintf(ms->msg, MSG_LEN, "%s: writing the checkpoint's data failed: %s", path,
-                 strerror((int)-ms->rc));
-    } else if ((ms->rc = comm_fault(cm, "checkpoint-gather"))) {
-        snprintf(ms->msg, MSG_LEN, "%s: sending the checkpoint's pieces failed (injected)",
-                 path);
-    }
-    if (mine) {
-        memcpy(mine + sizeof(save_status), &(int64_t){ n_pieces }, sizeof(int64_t));
-        memcpy(mine + sizeof(save_status) + sizeof(int64_t), pieces,
-               (size_t)n_pieces * sizeof(h5_piece));
-    }
+    j.st = (save_status *)a;
+    j.offsets = (uint64_t *)(a + sizeof(save_status));
+    save_layout(&j, h);
+    save_share(&j);
     void *all = NULL;
-    int *counts = malloc((size_t)P * sizeof(int));
-    int grc = counts ? comm_gather_bytes(cm, mine ? mine : (char *)st,
-                                         mine ? (int)mine_bytes : (int)sizeof(save_status), &all,
-                                         counts)
-                     : -ENOMEM;
-    /* phase 3, rank 0: every status; all good, the pieces seal the file;
-     * the outcome to all */
+    int grc = comm_gather_bytes(cm, j.mine ? j.mine : (char *)j.st,
+                                j.mine ? (int)j.mine_bytes : (int)sizeof(save_status), &all,
+                                counts);
     save_status fin = { 0 };
-    if (rank == 0) {
-        if (grc || !all) {
-            fin.rc = grc ? grc : -ENOMEM;
-            snprintf(fin.msg, MSG_LEN, "%s: gathering the checkpoint's pieces failed", path);
-        }
-        h5_piece *more = NULL;
-        int n_more = 0;
-        char *at = all;
-        for (int p = 0; !fin.rc && p < P; p++, at += counts[p - 1]) {
-            const save_status *ps = (const save_status *)at;
-            if (ps->rc) {
-                fin.rc = ps->rc;
-                if (p && st->rc == 0)
-                    snprintf(fin.msg, MSG_LEN, "rank %d: %.480s", p, ps->msg);
-                else
-                    snprintf(fin.msg, MSG_LEN, "%s", p ? ps->msg : st->rc ? st->msg : ps->msg);
-                break;
-            }
-            if (p == 0)
-                continue; /* rank 0's own pieces are the writer's */
-            int64_t np;
-            memcpy(&np, at + sizeof(save_status), sizeof(np));
-            h5_piece *grown = realloc(more, (size_t)(n_more + np + 1) * sizeof(h5_piece));
-            if (!grown) {
-                fin.rc = -ENOMEM;
-                break;
-            }
-            more = grown;
-            memcpy(more + n_more, at + sizeof(save_status) + sizeof(int64_t),
-                   (size_t)np * sizeof(h5_piece));
-            n_more += (int)np;
-        }
-        if (!fin.rc && o) {
-            /* rank 0's pieces were written through its own descriptor, not
-             * the h5_out: pass them with the others */
-            h5_piece *both = realloc(more, (size_t)(n_more + n_pieces + 1) * sizeof(h5_piece));
-            if (!both) {
-                fin.rc = -ENOMEM;
-            } else {
-                more = both;
-                memcpy(more + n_more, pieces, (size_t)n_pieces * sizeof(h5_piece));
-                n_more += n_pieces;
-                fin.rc = h5_out_finish(&o, more, n_more, fin.msg, MSG_LEN);
-            }
-        }
-        free(more);
-        h5_out_abandon(&o); /* a failure: the temporary goes, the old file stays */
-    }
-    rc = comm_bcast(cm, &fin, sizeof(fin), 0);
+    if (j.rank == 0)
+        fin = save_seal(&j, grc, all, counts);
+    int rc = comm_bcast(cm, &fin, sizeof(fin), 0);
     if (!rc)
         rc = (int)fin.rc;
     if (rc)
         snprintf(err, (size_t)err_len, "%s", fin.msg[0] ? fin.msg : "writing the checkpoint failed");
     free(counts);
     free(all);
-    free(mine);
-    free(pieces);
+    free(j.mine);
+    free(j.pieces);
     free(a);
     return rc;
 }

@@ -25,47 +25,6 @@ hid_t h5_lcpl(void)
     return p;
 }
 
-static int write_any(hid_t loc, const char *name, hid_t file_type, hid_t mem_type,
-                     const void *data, int ndim, const hsize_t *dims)
-{
-    int rc = -EIO;
-    hid_t space = H5Screate_simple(ndim, dims, NULL);
-    hid_t lcpl = h5_lcpl();
-    hid_t ds = H5Dcreate2(loc, name, file_type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-    if (ds >= 0 && H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
-        rc = 0;
-    if (ds >= 0)
-        H5Dclose(ds);
-    H5Pclose(lcpl);
-    H5Sclose(space);
-    return rc;
-}
-
-int h5_write_floats(hid_t loc, const char *name, const float *data, int ndim, const hsize_t *dims)
-{
-    return write_any(loc, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, ndim, dims);
-}
-
-int h5_write_doubles(hid_t loc, const char *name, const double *data, hsize_t n)
-{
-    return write_any(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, 1, &n);
-}
-
-int h5_write_longs(hid_t loc, const char *name, const long *data, hsize_t n)
-{
-    return write_any(loc, name, H5T_STD_I64LE, H5T_NATIVE_LONG, data, 1, &n);
-}
-
-int h5_write_bytes(hid_t loc, const char *name, const uint8_t *data, int ndim, const hsize_t *dims)
-{
-    return write_any(loc, name, H5T_STD_U8LE, H5T_NATIVE_UINT8, data, ndim, dims);
-}
-
-int h5_write_ints(hid_t loc, const char *name, const int32_t *data, int ndim, const hsize_t *dims)
-{
-    return write_any(loc, name, H5T_STD_I32LE, H5T_NATIVE_INT32, data, ndim, dims);
-}
-
 int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
                    char *err, int err_len)
 {
@@ -134,41 +93,6 @@ out:
     H5Sclose(space);
     H5Dclose(ds);
     return rc;
-}
-
-static int read_1d(hid_t loc, const char *name, hid_t mem_type, size_t size, void **out,
-                   hsize_t *n)
-{
-    hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
-    if (ds < 0)
-        return -ENOENT;
-    int rc = -EINVAL;
-    hid_t space = H5Dget_space(ds);
-    if (H5Sget_simple_extent_ndims(space) == 1) {
-        H5Sget_simple_extent_dims(space, n, NULL);
-        *out = malloc((size_t)(*n ? *n : 1) * size);
-        if (!*out)
-            rc = -ENOMEM;
-        else if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0) {
-            free(*out);
-            *out = NULL;
-            rc = -EIO;
-        } else
-            rc = 0;
-    }
-    H5Sclose(space);
-    H5Dclose(ds);
-    return rc;
-}
-
-int h5_read_doubles_1d(hid_t loc, const char *name, double **out, hsize_t *n)
-{
-    return read_1d(loc, name, H5T_NATIVE_DOUBLE, sizeof(double), (void **)out, n);
-}
-
-int h5_read_longs_1d(hid_t loc, const char *name, long **out, hsize_t *n)
-{
-    return read_1d(loc, name, H5T_NATIVE_LONG, sizeof(long), (void **)out, n);
 }
 
 static int attr_write(hid_t loc, const char *name, hid_t type, hid_t mem, const void *v)
@@ -244,12 +168,9 @@ int h5_attr_read_long(hid_t loc, const char *name, long *value)
     return attr_read(loc, name, H5T_NATIVE_LONG, value);
 }
 
-int h5_attr_read_double(hid_t loc, const char *name, double *value)
-{
-    return attr_read(loc, name, H5T_NATIVE_DOUBLE, value);
-}
-
-hid_t h5_create(const char *path)
+/* A new file with the user block and checksummed metadata (HDF5 1.8
+ * formats and later). */
+static hid_t h5_create(const char *path)
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
@@ -460,13 +381,14 @@ hid_t h5_open_checked(const char *path, char *err, int err_len)
     return h;
 }
 
-int h5_tmp_path(char *buf, size_t len, const char *path)
+/* Atomic file replacement: fsync tmp, rename over path, fsync the folder. */
+static int h5_tmp_path(char *buf, size_t len, const char *path)
 {
     int n = snprintf(buf, len, "%s.tmp", path);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int h5_commit_tmp(const char *tmp, const char *path)
+static int h5_commit_tmp(const char *tmp, const char *path)
 {
     /* The bytes must be on disk before the rename makes them the file, and
      * the rename must be on disk before we call it done. */
@@ -479,7 +401,7 @@ int h5_commit_tmp(const char *tmp, const char *path)
         return -errno;
     if (rename(tmp, path))
         return -errno;
-    char dir[4096];
+    char dir[MODE_PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) {
@@ -492,7 +414,7 @@ int h5_commit_tmp(const char *tmp, const char *path)
 /* ---- h5_out: HDF5 lays a file out, mode fills it (h5util.h) ---------- */
 
 struct h5_out {
-    char path[4096], tmp[4096];
+    char path[MODE_PATH_MAX], tmp[MODE_PATH_MAX];
     hid_t f;
     long n, cap;
     hid_t *ids;             /* open datasets, until h5_out_layout */
@@ -532,7 +454,7 @@ int h5_out_create(h5_out **out, const char *path, uint64_t data_bytes, char *err
     /* room for the data and the metadata (a few kilobytes per dataset,
      * bounded generously), so that HDF5's own metadata writes cannot meet
      * a full disk */
-    char dir[4096];
+    char dir[MODE_PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     struct statvfs vfs;
     uint64_t need = data_bytes + data_bytes / 64 + (1u << 20);
@@ -654,16 +576,6 @@ uint64_t h5_out_bytes(const h5_out *o, long i)
     return o->bytes[i];
 }
 
-uint64_t h5_out_size(const h5_out *o)
-{
-    return o->size;
-}
-
-const char *h5_out_tmp_path(const h5_out *o)
-{
-    return o->tmp;
-}
-
 int h5_write_piece(int fd, uint64_t off, const void *data, uint64_t bytes, h5_piece *piece)
 {
     const uint8_t *p = data;
@@ -701,12 +613,6 @@ int h5_out_write(h5_out *o, long i, uint64_t at, const void *data, uint64_t byte
     if (!rc)
         o->n_pieces++;
     return rc;
-}
-
-int h5_out_pieces(const h5_out *o, const h5_piece **pieces)
-{
-    *pieces = o->pieces;
-    return o->n_pieces;
 }
 
 static int cmp_piece(const void *a, const void *b)

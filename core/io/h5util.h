@@ -13,15 +13,6 @@ void h5_quiet(void);
 /* Groups along a path "a/b/c" are created as needed (link creation property). */
 hid_t h5_lcpl(void);
 
-int h5_write_floats(hid_t loc, const char *name, const float *data, int ndim,
-                    const hsize_t *dims);
-int h5_write_doubles(hid_t loc, const char *name, const double *data, hsize_t n);
-int h5_write_longs(hid_t loc, const char *name, const long *data, hsize_t n);
-int h5_write_bytes(hid_t loc, const char *name, const uint8_t *data, int ndim,
-                   const hsize_t *dims);
-int h5_write_ints(hid_t loc, const char *name, const int32_t *data, int ndim,
-                  const hsize_t *dims);
-
 /* Read a float dataset whose shape must be exactly dims (else -EINVAL and a
  * description of the mismatch in err). */
 int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
@@ -30,9 +21,6 @@ int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsi
  * shape must be dims (a rank's experts of an [E][...] tensor). */
 int h5_read_floats_rows(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
                         hsize_t row0, hsize_t rows, char *err, int err_len);
-/* Read a 1-D dataset of n values into a malloc'd array (*out), any length. */
-int h5_read_doubles_1d(hid_t loc, const char *name, double **out, hsize_t *n);
-int h5_read_longs_1d(hid_t loc, const char *name, long **out, hsize_t *n);
 
 int h5_attr_string(hid_t loc, const char *name, const char *value);
 int h5_attr_double(hid_t loc, const char *name, double value);
@@ -40,7 +28,6 @@ int h5_attr_long(hid_t loc, const char *name, long value);
 /* malloc'd copy of a string attribute, or NULL. */
 char *h5_attr_read_string(hid_t loc, const char *name);
 int h5_attr_read_long(hid_t loc, const char *name, long *value);
-int h5_attr_read_double(hid_t loc, const char *name, double *value);
 
 /* Every file mode writes starts with a 512-byte HDF5 user block holding a
  * magic string, the file's length and the CRC-32 of everything after the
@@ -51,9 +38,6 @@ int h5_attr_read_double(hid_t loc, const char *name, double *value);
 #define H5_USERBLOCK 512
 #define H5_MAGIC "mode-h5\n"
 
-/* A new file with the user block and checksummed metadata (HDF5 1.8
- * formats and later). */
-hid_t h5_create(const char *path);
 /* Open a file mode wrote, read-only, after checking its seal.  On failure
  * returns a negative id and says what is wrong (missing, not HDF5, not
  * written by mode, truncated, corrupted) in err, naming path. */
@@ -111,13 +95,9 @@ int h5_out_layout(h5_out *o, char *err, int err_len);
 /* Where dataset i starts in the file and its bytes (after h5_out_layout). */
 uint64_t h5_out_offset(const h5_out *o, long i);
 uint64_t h5_out_bytes(const h5_out *o, long i);
-uint64_t h5_out_size(const h5_out *o);
-const char *h5_out_tmp_path(const h5_out *o);
 /* bytes of data into dataset i from byte at of it (pieces may be written
  * in any order; each is recorded with its CRC). */
 int h5_out_write(h5_out *o, long i, uint64_t at, const void *data, uint64_t bytes);
-/* The pieces this process wrote (for the writer that seals). */
-int h5_out_pieces(const h5_out *o, const h5_piece **pieces);
 /* Writing into a file another process laid out: pwrite at offset, the
  * piece's CRC into piece (fd open on the .tmp file). */
 int h5_write_piece(int fd, uint64_t off, const void *data, uint64_t bytes, h5_piece *piece);
@@ -129,8 +109,5 @@ int h5_out_finish(h5_out **o, const h5_piece *more, int n_more, char *err, int e
 /* Give up: remove the temporary, free. */
 void h5_out_abandon(h5_out **o);
 
-/* Atomic file replacement: fsync tmp, rename over path, fsync the folder. */
-int h5_tmp_path(char *buf, size_t len, const char *path);
-int h5_commit_tmp(const char *tmp, const char *path);
 
 #endif

@@ -1,8 +1,8 @@
 #include "core/io/runfile.h"
 
+#include "core/util/file.h"
 #include "core/comm/comm.h"
 #include "core/io/h5util.h"
-#include "core/kernels/bf16.h"
 
 #include <cblas.h>
 #include <dirent.h>
@@ -128,13 +128,6 @@ int run_table_col(const run_table *t, const char *name)
     return -1;
 }
 
-double run_table_last(const run_table *t, const char *name)
-{
-    int c = run_table_col(t, name);
-    return c < 0 || t->n_rows == 0 ? (double)NAN
-                                   : t->rows[(size_t)(t->n_rows - 1) * t->n_cols + c];
-}
-
 static size_t blob_elem(int type)
 {
     return type == RUN_BLOB_UINT8 ? 1 : type == RUN_BLOB_INT64 || type == RUN_BLOB_DOUBLE ? 8 : 4;
@@ -197,7 +190,7 @@ static void run_dir(char *buf, size_t len, const char *run_h5)
  * piece of its step. */
 static void piece_path(char *buf, size_t len, const char *run_h5, long code)
 {
-    char dir[4096];
+    char dir[MODE_PATH_MAX];
     run_dir(dir, sizeof(dir), run_h5);
     snprintf(buf, len, "%s/" PIECES_DIR "/step_%08ld%s.h5", dir, code / 2,
              code % 2 ? ".late" : "");
@@ -419,7 +412,7 @@ static int piece_attrs(hid_t f, const void *user)
 static int flush_to(run_record *r, const char *path, long from, long step, char *err,
                     int err_len)
 {
-    char dir[4200];
+    char dir[MODE_PATH_MAX + 128];
     snprintf(dir, sizeof(dir), "%s", path);
     *strrchr(dir, '/') = '\0';
     if (mkdir(dir, 0777) && errno != EEXIST) {
@@ -441,7 +434,7 @@ int run_record_flush(run_record *r, const char *run_h5, long step, char *err, in
 {
     if (record_bytes(r) == 0)
         return 0;
-    char path[4200];
+    char path[MODE_PATH_MAX + 128];
     run_record_piece_path(path, sizeof(path), run_h5, step);
     int rc = flush_to(r, path, r->flushed_through, step, err, err_len);
     if (!rc)
@@ -453,7 +446,7 @@ int run_record_flush_late(run_record *r, const char *run_h5, long step, char *er
 {
     if (record_bytes(r) == 0)
         return 0;
-    char path[4200];
+    char path[MODE_PATH_MAX + 128];
     piece_path(path, sizeof(path), run_h5, 2 * step + 1);
     return flush_to(r, path, step, step, err, err_len);
 }
@@ -462,7 +455,7 @@ int run_record_flush_late(run_record *r, const char *run_h5, long step, char *er
  * records/step_N.h5, 2 step + 1 for records/step_N.late.h5. */
 static int list_pieces(const char *run_h5, long **codes, int *n)
 {
-    char dir[4200];
+    char dir[MODE_PATH_MAX + 128];
     run_dir(dir, sizeof(dir), run_h5);
     size_t l = strlen(dir);
     snprintf(dir + l, sizeof(dir) - l, "/" PIECES_DIR);
@@ -511,13 +504,13 @@ static int remove_pieces_after(const char *run_h5, long keep)
     for (int i = 0; !rc && i < n; i++) {
         if (codes[i] / 2 <= keep)
             continue;
-        char path[4200];
+        char path[MODE_PATH_MAX + 128];
         piece_path(path, sizeof(path), run_h5, codes[i]);
         if (remove(path) && errno != ENOENT)
             rc = -errno;
     }
     free(codes);
-    char dir[4200];
+    char dir[MODE_PATH_MAX + 128];
     run_dir(dir, sizeof(dir), run_h5);
     size_t l = strlen(dir);
     snprintf(dir + l, sizeof(dir) - l, "/" PIECES_DIR);
@@ -526,7 +519,7 @@ static int remove_pieces_after(const char *run_h5, long keep)
     while (d && (e = readdir(d))) {
         size_t nl = strlen(e->d_name);
         if (nl > 4 && !strcmp(e->d_name + nl - 4, ".tmp")) {
-            char path[4400];
+            char path[MODE_PATH_MAX + 320];
             snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
             remove(path);
         }
@@ -591,10 +584,10 @@ typedef struct run_entry {
 enum { RUN_F64 = RUN_BLOB_DOUBLE };
 
 struct run_reader {
-    char path[4096];
+    char path[MODE_PATH_MAX];
     long last_step;     /* what the records reach */
     int n_files;
-    char (*files)[4200];
+    char (*files)[MODE_PATH_MAX + 128];
     char *config;
     run_entry *e;
     long n_e, cap_e;
@@ -1157,7 +1150,8 @@ fail:
     return rc;
 }
 
-void provenance_collect(provenance *p, int ranks, int blas_threads, int argc, char **argv)
+void provenance_collect(provenance *p, int ranks, int blas_threads, const char *bf16_kernel,
+                        int argc, char **argv)
 {
     memset(p, 0, sizeof(*p));
     snprintf(p->version, sizeof(p->version), "%s", MODE_VERSION);
@@ -1186,7 +1180,7 @@ void provenance_collect(provenance *p, int ranks, int blas_threads, int argc, ch
         fclose(fp);
     p->ranks = ranks;
     p->blas_threads = blas_threads;
-    snprintf(p->bf16_kernel, sizeof(p->bf16_kernel), "%s", bf16_path_name(bf16_path_current()));
+    snprintf(p->bf16_kernel, sizeof(p->bf16_kernel), "%s", bf16_kernel);
     size_t off = 0;
     for (int i = 0; i < argc && off < sizeof(p->command_line) - 1; i++) {
         int n = snprintf(p->command_line + off, sizeof(p->command_line) - off, "%s%s",

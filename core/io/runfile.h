@@ -84,8 +84,6 @@ int run_record_add_table(run_record *r, const char *group, const char *const *co
 int run_table_append(run_table *t, const double *row);
 /* The index of the column called name, or -1. */
 int run_table_col(const run_table *t, const char *name);
-/* The last row's value of column name (NaN when absent or empty). */
-double run_table_last(const run_table *t, const char *name);
 /* Add a dataset (copied). */
 int run_record_add_blob(run_record *r, const char *path, int type, int ndim,
                         const unsigned long long *dims, const void *data, long step);
@@ -147,7 +145,10 @@ int run_reader_children(const run_reader *r, const char *group, char ***names, i
 int run_record_read(run_record **out, const char *path, bool with_blobs, char *err,
                     int err_len);
 
-/* Fill prov from the libraries, /proc/cpuinfo and the build. */
-void provenance_collect(provenance *p, int ranks, int blas_threads, int argc, char **argv);
+/* Fill prov from the libraries, /proc/cpuinfo and the build; bf16_kernel
+ * is the caller's bf16 path (bf16_path_name), so that reading run files
+ * links no kernel. */
+void provenance_collect(provenance *p, int ranks, int blas_threads, const char *bf16_kernel,
+                        int argc, char **argv);
 
 #endif

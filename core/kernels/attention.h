@@ -5,8 +5,8 @@
  * first, then inputs, then sizes.
  *
  * The rows are n rows of ONE sequence whose original positions increase
- * with the row index, so row j may attend to row m iff m <= j (MoD passes a
- * subset in position order).  q, k, v, out are rows of width d = n_heads*dh
+ * with the row index, so row j may attend to row m iff m <= j (a routed
+ * layer passes a subset in position order).  q, k, v, out are rows of width d = n_heads*dh
  * with leading dimension ld (a caller may pass views); scores are scaled by
  * 1/sqrt(dh) (MODEL.md).
  *

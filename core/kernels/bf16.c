@@ -3,7 +3,7 @@
 #include "core/kernels/bf16.h"
 
 #include "core/kernels/bf16_avx512.h"
-#include "core/kernels/matmul.h"
+#include "core/kernels/sgemm.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -43,7 +43,9 @@ size_t matmul_bf16_work_bytes(int m, int n, int k)
  * process, like OpenBLAS's choice of kernels. */
 static atomic_int amx_state;
 
-bool bf16_amx_ready(void)
+/* Whether this machine has AMX-BF16 and the kernel lets this process use
+ * it (asked once; call before the threads that will use it exist). */
+static bool bf16_amx_ready(void)
 {
 #ifdef MODE_AMX
     int s = atomic_load(&amx_state);
@@ -167,7 +169,7 @@ static void emulated_product(float *c, int ldc,
         return;
     float *ar = work, *br = ar + (size_t)m * k;
     round_operands(ar, br, a, lda, ta, b, ldb, tb, m, n, k);
-    matmul(c, ldc, ar, k, false, br, n, false, m, n, k, beta);
+    sgemm(c, ldc, ar, k, false, br, n, false, m, n, k, beta);
 }
 
 #ifdef MODE_AMX

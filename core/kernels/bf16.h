@@ -39,9 +39,6 @@ static inline float bf16_round(float x)
     return bf16_to_float(bf16_from_float(x));
 }
 
-/* Whether this machine has AMX-BF16 and the kernel lets this process use
- * it (asked once; call before the threads that will use it exist). */
-bool bf16_amx_ready(void);
 
 /* The paths of a bf16 product, slowest first. */
 typedef enum bf16_path {

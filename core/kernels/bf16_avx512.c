@@ -293,8 +293,8 @@ static inline void run_tile(float *c, int ldc, const uint32_t *pa, const uint32_
         tile_narrow(ct, ldc, ap, bp, stride, len, rows, cols, beta, first);
 }
 
-void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
-                         int n, int k, float beta)
+static void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b,
+                                int m, int n, int k, float beta)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -438,12 +438,6 @@ void bf16_avx512_pack_b(void *pb, const float *b, int ldb, bool tb, int k, int n
                         int block1)
 {
     (void)pb, (void)b, (void)ldb, (void)tb, (void)k, (void)n, (void)block0, (void)block1;
-}
-
-void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
-                         int n, int k, float beta)
-{
-    (void)c, (void)ldc, (void)packed_a, (void)packed_b, (void)m, (void)n, (void)k, (void)beta;
 }
 
 void bf16_avx512_band(float *c, int ldc, const float *x, int ldx, bool xt, bool own_is_a,

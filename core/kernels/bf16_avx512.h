@@ -39,8 +39,6 @@ void bf16_avx512_pack_a(void *pa, const float *a, int lda, bool ta, int m, int k
                         int block1);
 void bf16_avx512_pack_b(void *pb, const float *b, int ldb, bool tb, int k, int n, int block0,
                         int block1);
-void bf16_avx512_product(float *c, int ldc, const void *packed_a, const void *packed_b, int m,
-                         int n, int k, float beta);
 /* bf16_avx512_product with one operand packed (shared) and the other, the
  * band's own (op(A) when own_is_a, stored as x with ldx and transposed when
  * xt, as matmul() takes it; else op(B)), packed here into own

@@ -4,14 +4,33 @@
 #include "core/kernels/bf16_avx512.h"
 #include "core/util/pool.h"
 
-#include <cblas.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
 
-void matmul_set_threads(int threads)
+/* The products' FLOPs, counted while a counter is set (matmul.h): the
+ * one static variable of the kernels besides what bf16.c learns of the CPU
+ * once, a test instrument (the kinds' contract test holds each kind's
+ * executed FLOPs against the products it really ran), off unless a test
+ * sets it.  Counted on the calling thread,
+ * once a product: bands run the leaf sgemm, which does not count. */
+static double *flop_counter;
+
+void flops_count(double *counter)
 {
-    openblas_set_num_threads(threads);
+    flop_counter = counter;
+}
+
+void flops_add(double flops)
+{
+    if (flop_counter)
+        *flop_counter += flops;
+}
+
+static void count(int m, int n, int k)
+{
+    if (flop_counter && m > 0 && n > 0 && k > 0)
+        *flop_counter += 2.0 * m * n * k;
 }
 
 void matmul(float *c, int ldc,
@@ -19,17 +38,8 @@ void matmul(float *c, int ldc,
             const float *b, int ldb, bool tb,
             int m, int n, int k, float beta)
 {
-    if (m <= 0 || n <= 0)
-        return;
-    if (k <= 0) {
-        /* sgemm with k = 0 still scales C by beta; keep that meaning. */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++)
-                c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    count(m, n, k);
+    sgemm(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, beta);
 }
 
 /* The bands of a product.  C is cut along its rows, or along its columns
@@ -126,14 +136,12 @@ static void band_task(void *arg, int t, int worker)
     if (work)
         matmul_bf16(c, j->ldc, a, j->lda, j->ta, b, j->ldb, j->tb, m, n, j->k, j->beta, work);
     else /* fp32, or out of memory for the bf16 packing: the same product in fp32 */
-        matmul(c, j->ldc, a, j->lda, j->ta, b, j->ldb, j->tb, m, n, j->k, j->beta);
+        sgemm(c, j->ldc, a, j->lda, j->ta, b, j->ldb, j->tb, m, n, j->k, j->beta);
 }
 
-void matmul_use_bf16(struct thread_pool *p, bool on)
+void matmul_bf16_prepare(void)
 {
-    if (on) /* asks the CPU, and the OS for the AMX tile state, before the workers run */
-        bf16_path_current();
-    pool_set_bf16(p, on);
+    bf16_path_current();
 }
 
 int matmul_bands(int m, int n, int k, bool *by_cols)
@@ -144,15 +152,17 @@ int matmul_bands(int m, int n, int k, bool *by_cols)
     return band_count(cols ? n : m, (double)m * n * k);
 }
 
-void matmul_pool(struct thread_pool *p, float *c, int ldc,
+void matmul_pool(const matmul_exec *x, float *c, int ldc,
                  const float *a, int lda, bool ta,
                  const float *b, int ldb, bool tb,
                  int m, int n, int k, float beta)
 {
     if (m <= 0 || n <= 0)
         return;
+    count(m, n, k);
+    struct thread_pool *p = x ? x->pool : NULL;
     band_job j = { .c = c, .a = a, .b = b, .ldc = ldc, .lda = lda, .ldb = ldb, .m = m, .n = n,
-                   .k = k, .ta = ta, .tb = tb, .beta = beta, .pool = pool_bf16(p) ? p : NULL };
+                   .k = k, .ta = ta, .tb = tb, .beta = beta, .pool = x && x->bf16 ? p : NULL };
     j.bands = matmul_bands(m, n, k, &j.by_cols);
     if (j.pool && j.bands > 1 && bf16_path_current() == BF16_PATH_AVX512) {
         j.shared = pool_shared_scratch(p, bf16_avx512_packed_bytes(j.by_cols ? m : n, k));
@@ -163,39 +173,19 @@ void matmul_pool(struct thread_pool *p, float *c, int ldc,
     pool_run(p, j.bands, band_task, &j);
 }
 
-void matmul_ref(float *c, int ldc,
-                const float *a, int lda, bool ta,
-                const float *b, int ldb, bool tb,
-                int m, int n, int k, float beta)
-{
-    for (int i = 0; i < m; i++) {
-        for (int j = 0; j < n; j++) {
-            double s = 0.0;
-            for (int p = 0; p < k; p++) {
-                float av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
-                float bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
-                s += (double)av * (double)bv;
-            }
-            float *cij = &c[(size_t)i * ldc + j];
-            /* beta = 0 overwrites, even a NaN already in C (sgemm's rule). */
-            *cij = (float)(beta == 0.0f ? s : (double)beta * (double)*cij + s);
-        }
-    }
-}
-
-void linear_forward(struct thread_pool *p, float *y, const float *x, const float *w, int n, int in,
+void linear_forward(const matmul_exec *e, float *y, const float *x, const float *w, int n, int in,
                     int out, float beta)
 {
-    matmul_pool(p, y, out, x, in, false, w, out, false, n, out, in, beta);
+    matmul_pool(e, y, out, x, in, false, w, out, false, n, out, in, beta);
 }
 
-void linear_backward(struct thread_pool *p, float *dx, float *dw, const float *dy, const float *x,
+void linear_backward(const matmul_exec *e, float *dx, float *dw, const float *dy, const float *x,
                      const float *w, int n, int in, int out, float dx_beta)
 {
     if (dx)
-        matmul_pool(p, dx, in, dy, out, false, w, out, true, n, in, out, dx_beta);
+        matmul_pool(e, dx, in, dy, out, false, w, out, true, n, in, out, dx_beta);
     if (dw)
-        matmul_pool(p, dw, out, x, in, true, dy, out, false, in, out, n, 1.0f);
+        matmul_pool(e, dw, out, x, in, true, dy, out, false, in, out, n, 1.0f);
 }
 
 static double now_s(void)
@@ -205,7 +195,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double matmul_measure_gflops(struct thread_pool *p, int rows, int d, int f, int reps)
+double matmul_measure_gflops(const matmul_exec *x, int rows, int d, int f, int reps)
 {
     /* every operand fits in max(rows, d, f)^2 floats */
     size_t w = (size_t)(d > f ? d : f), big = (size_t)rows > w ? (size_t)rows * w : w * w;
@@ -228,8 +218,8 @@ double matmul_measure_gflops(struct thread_pool *p, int rows, int d, int f, int 
         for (int s = 0; s < 4; s++) {
             int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             double t0 = now_s();
-            if (p)
-                matmul_pool(p, c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k,
+            if (x)
+                matmul_pool(x, c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k,
                             0.0f);
             else
                 matmul(c, n, a, shapes[s][3] ? m : k, shapes[s][3], b, n, false, m, n, k, 0.0f);

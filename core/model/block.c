@@ -21,144 +21,18 @@ void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S)
         pos[j] = j % S;
 }
 
-double attn_cache_bytes(const model_dims *dims, long cap_rows)
-{
-    /* u q k v att [rows][d], rstd [rows], lse [H rows] */
-    return 4.0 * (double)cap_rows * (5.0 * dims->d_model + 1.0 + dims->n_heads);
-}
 
-double ffn_cache_bytes(long cap_rows, int f)
-{
-    return 4.0 * 3.0 * (double)cap_rows * f; /* a1 a3 g [rows][f] */
-}
 
-double mlp_cache_bytes(const model_dims *dims, long cap_rows, int f)
-{
-    /* m [rows][d], rstd [rows], then the ffn's */
-    return 4.0 * (double)cap_rows * (dims->d_model + 1.0) + ffn_cache_bytes(cap_rows, f);
-}
 
-int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows)
-{
-    memset(c, 0, sizeof(*c));
-    size_t rd = (size_t)cap_rows * dims->d_model;
-    c->cap_rows = cap_rows;
-    c->u = malloc(rd * sizeof(float));
-    c->rstd = malloc((size_t)cap_rows * sizeof(float));
-    c->q = malloc(rd * sizeof(float));
-    c->k = malloc(rd * sizeof(float));
-    c->v = malloc(rd * sizeof(float));
-    c->att = malloc(rd * sizeof(float));
-    c->lse = malloc((size_t)cap_rows * dims->n_heads * sizeof(float));
-    if (!c->u || !c->rstd || !c->q || !c->k || !c->v || !c->att || !c->lse) {
-        free_attn_cache(c);
-        return -ENOMEM;
-    }
-    return 0;
-}
 
-void free_attn_cache(attn_cache *c)
-{
-    free(c->u);
-    free(c->rstd);
-    free(c->q);
-    free(c->k);
-    free(c->v);
-    free(c->att);
-    free(c->lse);
-    memset(c, 0, sizeof(*c));
-}
 
-int build_ffn_cache(ffn_cache *c, int cap_rows, int f)
-{
-    memset(c, 0, sizeof(*c));
-    size_t rf = (size_t)cap_rows * f;
-    c->cap_rows = cap_rows;
-    c->f = f;
-    if (rf == 0) /* no SwiGLU: an mlp_cache that holds the norm only */
-        return 0;
-    c->a1 = malloc(rf * sizeof(float));
-    c->a3 = malloc(rf * sizeof(float));
-    c->g = malloc(rf * sizeof(float));
-    if (!c->a1 || !c->a3 || !c->g) {
-        free_ffn_cache(c);
-        return -ENOMEM;
-    }
-    return 0;
-}
 
-void free_ffn_cache(ffn_cache *c)
-{
-    free(c->a1);
-    free(c->a3);
-    free(c->g);
-    memset(c, 0, sizeof(*c));
-}
 
-int build_mlp_cache(mlp_cache *c, const model_dims *dims, int cap_rows, int f)
-{
-    memset(c, 0, sizeof(*c));
-    c->m = malloc((size_t)cap_rows * dims->d_model * sizeof(float));
-    c->rstd = malloc((size_t)cap_rows * sizeof(float));
-    if (!c->m || !c->rstd || build_ffn_cache(&c->ffn, cap_rows, f)) {
-        free_mlp_cache(c);
-        return -ENOMEM;
-    }
-    return 0;
-}
 
-void free_mlp_cache(mlp_cache *c)
-{
-    free(c->m);
-    free(c->rstd);
-    free_ffn_cache(&c->ffn);
-    memset(c, 0, sizeof(*c));
-}
 
-int block_tensors(tensor_desc *out, const model_dims *dims, bool with_mlp)
-{
-    int d = dims->d_model, f = dims->d_ff;
-    /* MODEL.md "Init": N(0, 0.02), the output projections N(0, 0.02/sqrt(2L)). */
-    float out_std = 0.02f / sqrtf(2.0f * (float)dims->n_layers);
-    tensor_desc t[BLOCK_TENSORS] = {
-        make_tensor_desc("attn_norm", 1, d, 0, 0, INIT_ONES, 0.0f),
-        make_tensor_desc("wq", 2, d, d, 0, INIT_NORMAL, 0.02f),
-        make_tensor_desc("wk", 2, d, d, 0, INIT_NORMAL, 0.02f),
-        make_tensor_desc("wv", 2, d, d, 0, INIT_NORMAL, 0.02f),
-        make_tensor_desc("wo", 2, d, d, 0, INIT_NORMAL, out_std),
-        make_tensor_desc("mlp_norm", 1, d, 0, 0, INIT_ONES, 0.0f),
-        make_tensor_desc("w1", 2, d, f, 0, INIT_NORMAL, 0.02f),
-        make_tensor_desc("w3", 2, d, f, 0, INIT_NORMAL, 0.02f),
-        make_tensor_desc("w2", 2, f, d, 0, INIT_NORMAL, out_std),
-    };
-    int count = with_mlp ? BLOCK_TENSORS : BLOCK_ATTN_TENSORS;
-    if (out)
-        memcpy(out, t, (size_t)count * sizeof(tensor_desc));
-    return count;
-}
 
-attn_weights attn_weights_at(float *const *t)
-{
-    attn_weights w = { .norm = t[0], .wq = t[1], .wk = t[2], .wv = t[3], .wo = t[4] };
-    return w;
-}
 
-ffn_weights ffn_weights_at(float *const *t)
-{
-    ffn_weights w = { .w1 = t[0], .w3 = t[1], .w2 = t[2] };
-    return w;
-}
 
-long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows)
-{
-    /* backward: datt, dq, dk, dv, then one attention scratch per thread;
-     * forward: one (smaller) scratch per thread */
-    int dh = dims->d_head;
-    long bwd = 4L * n * dims->d_model +
-               POOL_MAX_THREADS * attention_scratch_floats(max_seq_rows, dh);
-    long fwd = POOL_MAX_THREADS * attention_fwd_scratch_floats(dims->seq_len, dh);
-    return bwd > fwd ? bwd : fwd;
-}
 
 /* Attention runs as one task per (sequence, head) of a row set, on the
  * context's pool: tasks write disjoint columns of disjoint rows, and each
@@ -220,10 +94,6 @@ static int max_seq_rows(const row_set *rs)
     return max_ns;
 }
 
-long mlp_ws_floats(const model_dims *dims, int n, int f)
-{
-    return (long)n * dims->d_model + 3L * n * f;
-}
 
 void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
                   const attn_weights *w, const fwd_args *a)
@@ -231,22 +101,30 @@ void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = rs->n;
     double t0 = mode_now();
-    rmsnorm_forward_pool(a->pool, c->u, c->rstd, x, w->norm, n, d);
-    linear_forward(a->pool, c->q, c->u, w->wq, n, d, d, 0.0f);
-    linear_forward(a->pool, c->k, c->u, w->wk, n, d, d, 0.0f);
-    linear_forward(a->pool, c->v, c->u, w->wv, n, d, d, 0.0f);
-    rope_forward_pool(a->pool, c->q, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_forward_pool(a->pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rmsnorm_forward_pool(a->mm.pool, c->u, c->rstd, x, w->norm, n, d);
+    linear_forward(&a->mm, c->q, c->u, w->wq, n, d, d, 0.0f);
+    linear_forward(&a->mm, c->k, c->u, w->wk, n, d, d, 0.0f);
+    linear_forward(&a->mm, c->v, c->u, w->wv, n, d, d, 0.0f);
+    rope_forward_pool(a->mm.pool, c->q, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_forward_pool(a->mm.pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     t0 = mode_now();
     attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
                      .scratch = a->ws,
                      .scratch_floats = attention_fwd_scratch_floats(max_seq_rows(rs), dm->d_head) };
-    pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_forward_task, &job);
+    pool_run(a->mm.pool, rs->nseq * dm->n_heads, attn_forward_task, &job);
+    /* QK^T and PV over all heads, the full n_s x n_s of each sequence as
+     * MODEL.md counts them (the kernel skips the masked half) */
+    double sq = 0.0;
+    for (int s = 0; s < rs->nseq; s++) {
+        double ns = rs->seq_start[s + 1] - rs->seq_start[s];
+        sq += ns * ns;
+    }
+    flops_add(4.0 * sq * d);
     mode_time_add(a->ctx, PHASE_ATTENTION, t0);
     t0 = mode_now();
     memcpy(h, x, (size_t)n * d * sizeof(float));
-    linear_forward(a->pool, h, c->att, w->wo, n, d, d, 1.0f);
+    linear_forward(&a->mm, h, c->att, w->wo, n, d, d, 1.0f);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
 }
 
@@ -257,85 +135,81 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = rs->n;
     size_t nd = (size_t)n * d;
-    float *datt = ws, *dq = ws + nd, *dk = ws + 2 * nd, *dv = ws + 3 * nd;
-    float *scratch = ws + 4 * nd;
+    attn_ws v;
+    buf_plan wp = buf_carving(ws);
+    attn_ws_layout(&wp, &v, dm, n, max_seq_rows(rs));
+    float *datt = v.datt, *dq = v.dq, *dk = v.dk, *dv = v.dv;
     double t0 = mode_now();
     for (size_t i = 0; i < nd; i++)
         dx[i] += dh[i]; /* the residual path */
-    linear_backward(a->pool, datt, dw->wo, dh, c->att, w->wo, n, d, d, 0.0f);
+    linear_backward(&a->mm, datt, dw->wo, dh, c->att, w->wo, n, d, d, 0.0f);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     t0 = mode_now();
     memset(dq, 0, 3 * nd * sizeof(float));
     attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
-                     .dq = dq, .dk = dk, .dv = dv, .scratch = scratch, .datt = datt,
-                     .scratch_floats = attention_scratch_floats(max_seq_rows(rs), dm->d_head) };
-    pool_run(a->ctx ? a->ctx->pool : NULL, rs->nseq * dm->n_heads, attn_backward_task, &job);
+                     .dq = dq, .dk = dk, .dv = dv, .scratch = v.scratch, .datt = datt,
+                     .scratch_floats = v.scratch_floats };
+    pool_run(a->mm.pool, rs->nseq * dm->n_heads, attn_backward_task, &job);
     mode_time_add(a->ctx, PHASE_ATTENTION, t0);
     t0 = mode_now();
-    rope_backward_pool(a->pool, dq, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_backward_pool(a->pool, dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_backward_pool(a->mm.pool, dq, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_backward_pool(a->mm.pool, dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     float *du = datt; /* datt is spent: reuse it for d u */
-    linear_backward(a->pool, du, dw->wq, dq, c->u, w->wq, n, d, d, 0.0f);
-    linear_backward(a->pool, du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
-    linear_backward(a->pool, du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
-    rmsnorm_backward_pool(a->pool, dx, dw->norm, du, x, w->norm, c->rstd, n, d);
+    linear_backward(&a->mm, du, dw->wq, dq, c->u, w->wq, n, d, d, 0.0f);
+    linear_backward(&a->mm, du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
+    linear_backward(&a->mm, du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
+    rmsnorm_backward_pool(a->mm.pool, dx, dw->norm, du, x, w->norm, c->rstd, n, d);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
 }
 
-void ffn_forward(thread_pool *p, ffn_cache *c, float *out, const float *m, int n,
+void ffn_forward(const matmul_exec *x, ffn_cache *c, float *out, const float *m, int n,
                  const ffn_weights *w, int d, int f, float beta)
 {
-    linear_forward(p, c->a1, m, w->w1, n, d, f, 0.0f);
-    linear_forward(p, c->a3, m, w->w3, n, d, f, 0.0f);
-    swiglu_forward_pool(p, c->g, c->a1, c->a3, (long)n * f);
-    linear_forward(p, out, c->g, w->w2, n, f, d, beta);
+    linear_forward(x, c->a1, m, w->w1, n, d, f, 0.0f);
+    linear_forward(x, c->a3, m, w->w3, n, d, f, 0.0f);
+    swiglu_forward_pool(x ? x->pool : NULL, c->g, c->a1, c->a3, (long)n * f);
+    linear_forward(x, out, c->g, w->w2, n, f, d, beta);
 }
 
-void ffn_backward(thread_pool *p, float *dm, const ffn_weights *dw, const float *dout,
+void ffn_backward(const matmul_exec *x, float *dm, const ffn_weights *dw, const float *dout,
                   const float *m, const ffn_cache *c, int n, const ffn_weights *w, int d, int f,
                   float *ws)
 {
     size_t nf = (size_t)n * f;
-    float *dg = ws, *da1 = ws + nf, *da3 = ws + 2 * nf;
-    linear_backward(p, dg, dw->w2, dout, c->g, w->w2, n, f, d, 0.0f);
-    swiglu_backward_pool(p, da1, da3, dg, c->a1, c->a3, (long)nf);
-    linear_backward(p, dm, dw->w1, da1, m, w->w1, n, d, f, 0.0f);
-    linear_backward(p, dm, dw->w3, da3, m, w->w3, n, d, f, 1.0f);
+    ffn_ws v;
+    buf_plan wp = buf_carving(ws);
+    ffn_ws_layout(&wp, &v, n, f);
+    linear_backward(x, v.dg, dw->w2, dout, c->g, w->w2, n, f, d, 0.0f);
+    swiglu_backward_pool(x ? x->pool : NULL, v.da1, v.da3, v.dg, c->a1, c->a3, (long)nf);
+    linear_backward(x, dm, dw->w1, v.da1, m, w->w1, n, d, f, 0.0f);
+    linear_backward(x, dm, dw->w3, v.da3, m, w->w3, n, d, f, 1.0f);
 }
 
-void mlp_forward(thread_pool *p, mlp_cache *c, float *y, const float *h, int n,
+void mlp_forward(const matmul_exec *x, mlp_cache *c, float *y, const float *h, int n,
                  const float *norm, const ffn_weights *w, int d, int f)
 {
-    rmsnorm_forward_pool(p, c->m, c->rstd, h, norm, n, d);
+    rmsnorm_forward_pool(x ? x->pool : NULL, c->m, c->rstd, h, norm, n, d);
     memcpy(y, h, (size_t)n * d * sizeof(float));
-    ffn_forward(p, &c->ffn, y, c->m, n, w, d, f, 1.0f);
+    ffn_forward(x, &c->ffn, y, c->m, n, w, d, f, 1.0f);
 }
 
-void mlp_backward(thread_pool *p, float *dh, float *dnorm, const ffn_weights *dw,
+void mlp_backward(const matmul_exec *x, float *dh, float *dnorm, const ffn_weights *dw,
                   const float *dy, const float *h, const mlp_cache *c, int n, const float *norm,
                   const ffn_weights *w, int d, int f, float *ws)
 {
     size_t nd = (size_t)n * d;
-    float *dm = ws;
+    mlp_ws v;
+    buf_plan wp = buf_carving(ws);
+    mlp_ws_layout(&wp, &v, &(model_dims){ .d_model = d }, n, f);
     for (size_t i = 0; i < nd; i++)
         dh[i] += dy[i];
-    ffn_backward(p, dm, dw, dy, c->m, &c->ffn, n, w, d, f, ws + nd);
-    rmsnorm_backward_pool(p, dh, dnorm, dm, h, norm, c->rstd, n, d);
+    ffn_backward(x, v.dm, dw, dy, c->m, &c->ffn, n, w, d, f, v.ffn.dg);
+    rmsnorm_backward_pool(x ? x->pool : NULL, dh, dnorm, v.dm, h, norm, c->rstd, n, d);
 }
 
-double attn_flops_rows(const model_dims *dims, long n, long sum_sq_seq_rows)
-{
-    double d = dims->d_model;
-    /* Wq Wk Wv Wo: 4 (n x d x d); QK^T and PV over all heads: 2 (n_s^2 d) */
-    return 2.0 * (4.0 * (double)n * d * d + 2.0 * (double)sum_sq_seq_rows * d);
-}
 
-double ffn_flops_rows(int d, int f, long n)
-{
-    return 2.0 * 3.0 * (double)n * d * f;
-}
 
-int build_kv_cache(kv_cache *c, const model_dims *dims, int cap)
+static int build_kv_cache(kv_cache *c, const model_dims *dims, int cap)
 {
     memset(c, 0, sizeof(*c));
     size_t d = (size_t)dims->d_model;

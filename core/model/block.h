@@ -1,6 +1,6 @@
 /* The pieces of a transformer block (MODEL.md "Dense pieces"), written for an
- * arbitrary set of rows grouped by sequence, so that MoD can run the block on
- * its selected rows only and MoE can put its experts where the MLP was.
+ * arbitrary set of rows grouped by sequence, so that a kind can run the block
+ * on the rows it selects only, or put its own sublayer where the MLP was.
  *   attention sublayer:  h = x + Attn(x)
  *   MLP sublayer:        y = h + FFN(RMSNorm_mlp(h))
  *   FFN (SwiGLU):        out = (silu(m W1) * (m W3)) W2       */
@@ -42,6 +42,7 @@ typedef struct ffn_weights {
  * its probabilities (core/kernels/attention.h). */
 typedef struct attn_cache {
     int cap_rows;
+    void *block;  /* the allocation when built on its own (build_attn_cache), else NULL */
     float *u;     /* [rows][d] RMSNorm_attn(x) */
     float *rstd;  /* [rows] */
     float *q, *k, *v; /* [rows][d] after RoPE (q, k) */
@@ -51,22 +52,26 @@ typedef struct attn_cache {
 
 typedef struct ffn_cache {
     int cap_rows, f;
+    void *block;    /* the allocation when built on its own, else NULL */
     float *a1, *a3; /* [rows][f] m W1, m W3 */
     float *g;       /* [rows][f] silu(a1) * a3 */
 } ffn_cache;
 
 typedef struct mlp_cache {
+    void *block;  /* the allocation when built on its own, else NULL */
     float *m;     /* [rows][d] RMSNorm_mlp(h) */
     float *rstd;  /* [rows] */
     ffn_cache ffn;
 } mlp_cache;
 
-/* The bytes each builder below allocates for cap_rows rows (mode-exp plan
- * counts memory with them, never allocating). */
-double attn_cache_bytes(const model_dims *dims, long cap_rows);
-double ffn_cache_bytes(long cap_rows, int f);
-double mlp_cache_bytes(const model_dims *dims, long cap_rows, int f);
+/* The caches' buffers for cap_rows rows, taken from a plan (buf.h): the
+ * one description that an owner's build allocates with and mode-exp plan
+ * counts.  (f = 0: an mlp_cache that holds the norm only.) */
+void attn_cache_layout(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows);
+void ffn_cache_layout(buf_plan *p, ffn_cache *c, int cap_rows, int f);
+void mlp_cache_layout(buf_plan *p, mlp_cache *c, const model_dims *dims, int cap_rows, int f);
 
+/* A cache on its own: one allocation from its layout (free_* frees it). */
 int build_attn_cache(attn_cache *c, const model_dims *dims, int cap_rows);
 void free_attn_cache(attn_cache *c);
 int build_ffn_cache(ffn_cache *c, int cap_rows, int f);
@@ -82,11 +87,27 @@ enum { BLOCK_ATTN_TENSORS = 5, BLOCK_TENSORS = 9 };
 attn_weights attn_weights_at(float *const *t);
 ffn_weights ffn_weights_at(float *const *t); /* t[0] = w1, t[1] = w3, t[2] = w2 */
 
-/* Work-space floats that attn_backward / mlp_backward need for n rows
- * (sequences of at most max_seq_rows rows).  attn_ws_floats also covers
- * attn_forward's scratch (sequences of up to dims->seq_len rows, which
- * the causal rule of a routed block can select), which it takes from the
- * start of a->ws. */
+/* The work spaces of attn_backward, ffn_backward and mlp_backward for n
+ * rows (sequences of at most max_seq_rows rows), carved from a plan
+ * (buf.h) by the backward passes and counted by the *_ws_floats.
+ * attn_ws_floats also covers attn_forward's scratch (sequences of up to
+ * dims->seq_len rows, which the causal rule of a routed block can
+ * select), which it takes from the start of a->ws. */
+typedef struct attn_ws {
+    float *datt, *dq, *dk, *dv; /* [n][d] */
+    float *scratch;             /* one attention scratch per thread */
+    long scratch_floats;        /* each */
+} attn_ws;
+typedef struct ffn_ws {
+    float *dg, *da1, *da3;      /* [n][f] */
+} ffn_ws;
+typedef struct mlp_ws {
+    float *dm;                  /* [n][d] */
+    ffn_ws ffn;
+} mlp_ws;
+void attn_ws_layout(buf_plan *p, attn_ws *w, const model_dims *dims, int n, int max_seq_rows);
+void ffn_ws_layout(buf_plan *p, ffn_ws *w, int n, int f);
+void mlp_ws_layout(buf_plan *p, mlp_ws *w, const model_dims *dims, int n, int f);
 long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows);
 long mlp_ws_floats(const model_dims *dims, int n, int f);
 
@@ -99,21 +120,21 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
                    const attn_cache *c, const row_set *rs, const attn_weights *w,
                    const fwd_args *a, float *ws);
 
-/* out[n][d] = beta*out + SwiGLU(m).  p: the pool the products and the
- * element-wise loops split on (NULL: one thread). */
-void ffn_forward(struct thread_pool *p, ffn_cache *c, float *out, const float *m, int n,
+/* out[n][d] = beta*out + SwiGLU(m).  x: how the products run (matmul.h);
+ * the element-wise loops split on x->pool (x NULL: fp32, one thread). */
+void ffn_forward(const matmul_exec *x, ffn_cache *c, float *out, const float *m, int n,
                  const ffn_weights *w, int d, int f, float beta);
 /* dm[n][d] = ... (written, not added: every caller wants the MLP's input
  * gradient on its own), dw += ... given dout; ws holds 3 n f floats. */
-void ffn_backward(struct thread_pool *p, float *dm, const ffn_weights *dw, const float *dout,
+void ffn_backward(const matmul_exec *x, float *dm, const ffn_weights *dw, const float *dout,
                   const float *m, const ffn_cache *c, int n, const ffn_weights *w, int d, int f,
                   float *ws);
 
 /* y = h + FFN(RMSNorm_mlp(h)); norm[d]. */
-void mlp_forward(struct thread_pool *p, mlp_cache *c, float *y, const float *h, int n,
+void mlp_forward(const matmul_exec *x, mlp_cache *c, float *y, const float *h, int n,
                  const float *norm, const ffn_weights *w, int d, int f);
 /* dh += dy + ... */
-void mlp_backward(struct thread_pool *p, float *dh, float *dnorm, const ffn_weights *dw,
+void mlp_backward(const matmul_exec *x, float *dh, float *dnorm, const ffn_weights *dw,
                   const float *dy, const float *h, const mlp_cache *c, int n, const float *norm,
                   const ffn_weights *w, int d, int f, float *ws);
 
@@ -126,7 +147,6 @@ typedef struct kv_cache {
     float *u, *q, *att, rstd; /* one row of scratch */
     int32_t *pos;   /* [cap] original positions of the cached rows */
 } kv_cache;
-int build_kv_cache(kv_cache *c, const model_dims *dims, int cap);
 void free_kv_cache(kv_cache *c);
 /* A new sequence of at most max_len rows: grow c when it is smaller, empty it. */
 int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len);

@@ -1,17 +1,31 @@
-/* The layer-spec table: every layer kind is one row (a layer_kind).  The
- * driver (model.c) only ever calls through a row, and the table itself is a
- * NULL-terminated array that the program hands to build_model(): core offers
- * dense_kind, mod/ and moe/ offer theirs, and the programs list them all
- * (moe/kinds.c, the top of the stack), so core never includes mod/ or moe/. */
+/* The layer-spec table: every layer kind is one row, in two halves.
+ *
+ * layer_kind, the description: the kind's name, its keys (keys.h), the
+ * checks of its parameters, its tensors, its nominal FLOPs and its buffers.
+ * That is all the config, mode-exp plan and the analysis need, and what
+ * they link: a kind's description lives in files of its own (<kind>_kind.c)
+ * that hold none of its compute.
+ *
+ * kind_ops, the compute: build, forward, backward, decoding, records,
+ * statistics, pointing back at the description.  The model (model.c) only
+ * ever calls through a row.
+ *
+ * The tables are NULL-terminated arrays the programs hand down: core offers
+ * dense's rows, each kind's folder its own, and the top of the library
+ * stack lists them all, so core never includes a kind's folder. */
 #ifndef MODE_CORE_MODEL_KIND_H
 #define MODE_CORE_MODEL_KIND_H
 
+#include "core/kernels/matmul.h"
+#include "core/model/buf.h"
+#include "core/model/keys.h"
 #include "core/model/spec.h"
 
 #include <stdint.h>
 
 struct mode_ctx;
 struct rope_table;
+struct thread_pool;
 struct layer;
 struct record_sink;
 
@@ -25,25 +39,27 @@ typedef enum fwd_mode {
 /* Everything a layer needs to know about the batch it is run on. */
 typedef struct fwd_args {
     struct mode_ctx *ctx;
-    struct thread_pool *pool; /* ctx's pool, or NULL: one thread */
+    matmul_exec mm; /* the products' pool and precision (matmul.h); mm.pool also
+                     * splits the element-wise loops (NULL: one thread) */
     const model_dims *dims;
     const struct rope_table *rope;
     fwd_mode mode;
     int nseq;          /* local sequences in the batch */
     int seq_len;       /* rows per sequence */
-    long step;         /* training step (keys the random router) */
+    long step;         /* training step (keys per-step random streams) */
     long seq0;         /* global index of the first local sequence */
     float seq_scale;   /* 1 / global sequences: auxiliary losses average over these */
     float *ws;         /* work space, kind->ws_floats() floats: backward's, and attention's
                         * scratch in forward (block.h attn_forward) */
     /* outputs the layer adds to */
     double *aux_loss;       /* auxiliary losses that enter the training loss */
-    double *side_loss;      /* losses reported apart (e.g. the MoD predictor) */
+    double *side_loss;      /* losses reported apart, not trained on through the loss */
     double *flops_executed; /* forward FLOPs as routed, this rank */
 } fwd_args;
 
 typedef struct layer {
     const struct layer_kind *kind;
+    const struct kind_ops *ops;
     layer_spec spec;
     int index;        /* position in the stack */
     int n_tensors;
@@ -52,43 +68,51 @@ typedef struct layer {
     void *state;      /* the kind's activations and buffers */
 } layer;
 
-/* One row of the table. */
+/* One row of the table: the description. */
 typedef struct layer_kind {
     const char *name;
-    /* Config keys this kind reads from its spec ("capacity", "top_k", ...);
-     * NULL-terminated.  Also the attributes written beside its checkpoint. */
-    const char *const *keys;
-    /* Check the spec against the dims; write a message (what was expected)
-     * into err and return non-zero when it cannot be built. */
+    /* The key groups the kind reads (keys.h), ending with { NULL }; NULL
+     * for a kind without keys.  Also the attributes beside its checkpoint
+     * tensors. */
+    const kind_group *groups;
+    /* Check the spec against the dims (checks between keys that need the
+     * model's sizes); write what was expected into err and return non-zero
+     * when it cannot be built.  NULL: nothing beyond the keys' own checks. */
     int (*validate)(const layer_spec *spec, const model_dims *dims, char *err, int err_len);
     /* Write up to max tensor descriptors (out may be NULL to count); return
      * the count. */
     int (*tensors)(const layer_spec *spec, const model_dims *dims, tensor_desc *out, int max);
+    /* Nominal forward FLOPs of one sequence of S rows (MODEL.md "FLOPs"). */
+    double (*flops)(const layer_spec *spec, const model_dims *dims);
+    /* Bytes of the activations and buffers the kind keeps for batches of
+     * max_seq sequences, from the same layout functions build() allocates
+     * with (buf.h): what build() allocates and what the training passes
+     * grow (rows a layer selects, buffers as the batch's routing fills them,
+     * the expert slices this rank holds: dims ranks and rank), not the
+     * parameters nor the backward work space.  For mode-exp plan. */
+    double (*state_bytes)(const layer_spec *spec, const model_dims *dims, int max_seq);
+    /* Floats of work space for max_seq sequences (fwd_args.ws), from the
+     * layout its backward carves the work space with. */
+    long (*ws_floats)(const layer_spec *spec, const model_dims *dims, int max_seq);
+} layer_kind;
+
+/* The other half of a row: the compute. */
+typedef struct kind_ops {
+    const layer_kind *kind;
     /* Allocate l->state for batches of up to max_seq sequences. */
     int (*build)(layer *l, const model_dims *dims, int max_seq);
     void (*free)(layer *l);
-    /* Floats of work space needed for max_seq sequences (fwd_args.ws). */
-    long (*ws_floats)(const layer_spec *spec, const model_dims *dims, int max_seq);
     /* y[nseq*S][d] = layer(x).  y never aliases x; x stays valid until backward. */
     int (*forward)(layer *l, const fwd_args *a, float *y, const float *x);
     /* dx[nseq*S][d] += d loss / d x, parameter gradients += ..., given dy. */
     int (*backward)(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
-    /* Bytes of the activations and buffers this kind keeps for batches of
-     * max_seq sequences: what build() allocates and the training passes
-     * grow (expert buffers as balanced routing fills them, the experts this
-     * rank holds: dims ranks and rank), not the parameters nor the backward
-     * work space (ws_floats).  For mode-exp plan, which never allocates. */
-    double (*state_bytes)(const layer_spec *spec, const model_dims *dims, int max_seq);
-    /* Nominal forward FLOPs of one sequence of S rows (MODEL.md "FLOPs"). */
-    double (*flops)(const layer_spec *spec, const model_dims *dims);
     /* Incremental decoding (sampling with a KV cache).  decode_begin()
      * sizes the layer's caches for max_len positions and empties them;
      * decode() runs one new row x[d] at position pos (positions arrive in
      * increasing order) into y[d] and returns 1 when the row took the
      * layer's block, 0 when it skipped it (costing nothing there and adding
-     * no K/V to the layer's cache), negative on error.  (moe and integrated
-     * always run attention; for them 1 means the first choice was a real
-     * expert, 0 the no-op.) */
+     * no K/V to the layer's cache), negative on error.  (A kind that always
+     * runs attention says in its docs what its 1 and 0 mean.) */
     int (*decode_begin)(layer *l, const model_dims *dims, int max_len);
     int (*decode)(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
     /* Routing records: after a forward, describe the routing decisions of
@@ -103,7 +127,7 @@ typedef struct layer_kind {
     void (*stat_name)(const layer *l, int col, char *buf, int len);
     void (*stat_sums)(const layer *l, double *sums);
     void (*stat_columns)(const layer *l, const double *sums, double *cols);
-} layer_kind;
+} kind_ops;
 
 /* Where record() puts its arrays: put() copies them under name (e.g.
  * "selected") into the run file, below a group the caller chose. */
@@ -116,8 +140,37 @@ enum { RECORD_FLOAT, RECORD_INT32, RECORD_UINT8 }; /* same values as RUN_BLOB_* 
 
 /* The row called name in a NULL-terminated table, or NULL. */
 const layer_kind *layer_kind_lookup(const layer_kind *const *table, const char *name);
+const kind_ops *kind_ops_lookup(const kind_ops *const *table, const char *name);
 
-/* The kinds core provides itself (dense). */
+/* ---- a layer's parameters through the kind's keys -------------------------- */
+
+/* spec = kind name, every key of the kind at its default. */
+void layer_spec_init(layer_spec *spec, const layer_kind *k);
+/* The key of k called name (in any of its groups), and its group's values
+ * within spec (NULL when k has no such key). */
+const kind_key *layer_key(const layer_kind *k, const char *name, const kind_group **group);
+/* Set key name of spec from text (keys.h key_parse); -ENOENT when the kind
+ * has no such key, -EINVAL with why on a bad value. */
+int layer_spec_set(layer_spec *spec, const layer_kind *k, const char *name, const char *text,
+                   char *why, size_t why_len);
+/* A key's value as text, or as a number (a choice's index); -ENOENT when
+ * the kind has no such key. */
+int layer_spec_text(const layer_spec *spec, const layer_kind *k, const char *name, char *out,
+                    size_t n);
+int layer_spec_number(const layer_spec *spec, const layer_kind *k, const char *name,
+                      double *out);
+/* The values of group g within spec's parameters (a kind's own access). */
+static inline void *layer_group_values(layer_spec *spec, const kind_group *g)
+{
+    return spec->params + g->offset;
+}
+static inline const void *layer_group_cvalues(const layer_spec *spec, const kind_group *g)
+{
+    return spec->params + g->offset;
+}
+
+/* The kinds core provides itself. */
 extern const layer_kind dense_kind;
+extern const kind_ops dense_ops;
 
 #endif

@@ -10,36 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const layer_kind *layer_kind_lookup(const layer_kind *const *table, const char *name)
-{
-    for (int i = 0; table && table[i]; i++)
-        if (strcmp(table[i]->name, name) == 0)
-            return table[i];
-    return NULL;
-}
-
-void layer_spec_defaults(layer_spec *s)
-{
-    memset(s, 0, sizeof(*s));
-    snprintf(s->kind, sizeof(s->kind), "dense");
-    s->capacity = 0.125;
-    snprintf(s->router, sizeof(s->router), "learned");
-    snprintf(s->gate, sizeof(s->gate), "sigmoid");
-    snprintf(s->causal, sizeof(s->causal), "aux");
-    s->aux_weight = 0.01;
-    s->experts = 8;
-    s->top_k = 1;
-    s->capacity_factor = 1.25;
-    s->expert_d_ff = 0; /* 0: the model's d_ff */
-    s->balance_weight = 0.01;
-    s->z_weight = 0.001;
-}
-
-double model_head_flops_per_seq(const model_dims *dims)
-{
-    return 2.0 * (double)dims->seq_len * dims->d_model * dims->vocab;
-}
-
 void free_model(model **pm)
 {
     model *m = *pm;
@@ -48,8 +18,8 @@ void free_model(model **pm)
     if (m->layers) {
         for (int l = 0; l < m->dims.n_layers; l++) {
             layer *ly = &m->layers[l];
-            if (ly->kind && ly->state)
-                ly->kind->free(ly);
+            if (ly->ops && ly->state)
+                ly->ops->free(ly);
             free(ly->w);
             free(ly->dw);
         }
@@ -114,7 +84,7 @@ static float *alloc_floats(size_t n)
 }
 
 int build_model(model **out, const model_dims *dims, const layer_spec *specs,
-                const layer_kind *const *table, int max_seq, char *err, int err_len)
+                const kind_ops *const *table, int max_seq, char *err, int err_len)
 {
     int rc = -EINVAL;
     model *m = calloc(1, sizeof(*m));
@@ -145,14 +115,16 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
     /* Count tensors, then lay them out: tok_emb, layer 0..L-1, final_norm. */
     int cap = 2;
     for (int l = 0; l < L; l++) {
-        const layer_kind *k = layer_kind_lookup(table, specs[l].kind);
-        if (!k) {
+        const kind_ops *ops = kind_ops_lookup(table, specs[l].kind);
+        if (!ops) {
             snprintf(err, (size_t)err_len, "layer %d: unknown kind '%s'", l, specs[l].kind);
             goto fail;
         }
-        if (k->validate(&specs[l], dims, err, err_len))
+        const layer_kind *k = ops->kind;
+        if (k->validate && k->validate(&specs[l], dims, err, err_len))
             goto fail;
         m->layers[l].kind = k;
+        m->layers[l].ops = ops;
         m->layers[l].spec = specs[l];
         m->layers[l].index = l;
         m->layers[l].n_tensors = k->tensors(&specs[l], dims, NULL, 0);
@@ -212,7 +184,7 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
             ly->w[t] = m->params + m->tensors[first[l] + t].offset;
             ly->dw[t] = m->grads + m->tensors[first[l] + t].offset;
         }
-        if ((rc = ly->kind->build(ly, dims, max_seq))) {
+        if ((rc = ly->ops->build(ly, dims, max_seq))) {
             snprintf(err, (size_t)err_len, "layer %d (%s): cannot allocate its buffers", l,
                      ly->kind->name);
             goto fail;
@@ -244,56 +216,6 @@ fail_nomem:
 fail:
     free_model(&m);
     return rc ? rc : -EINVAL;
-}
-
-int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_spec *specs,
-                      const layer_kind *const *table, int max_seq, char *err, int err_len)
-{
-    memset(out, 0, sizeof(*out));
-    model_dims dims = *dims_in;
-    if (dims.ranks < 1) {
-        dims.ranks = 1;
-        dims.rank = 0;
-    }
-    int L = dims.n_layers, S = dims.seq_len, d = dims.d_model, V = dims.vocab;
-    double rows = (double)max_seq * S, ws = 0.0;
-    /* tok_emb and final_norm, shared */
-    double shared = (double)V * d + d, experts = 0.0;
-    out->params_all = shared;
-    for (int l = 0; l < L; l++) {
-        const layer_kind *k = layer_kind_lookup(table, specs[l].kind);
-        if (!k) {
-            snprintf(err, (size_t)err_len, "layer %d: unknown kind '%s'", l, specs[l].kind);
-            return -EINVAL;
-        }
-        if (k->validate(&specs[l], &dims, err, err_len))
-            return -EINVAL;
-        tensor_desc descs[16];
-        int n = k->tensors(&specs[l], &dims, descs, 16);
-        for (int t = 0; t < n; t++) {
-            double numel = (double)tensor_numel(&descs[t]);
-            out->params_all += numel;
-            if (descs[t].expert_dim) {
-                int E = descs[t].shape[0];
-                experts += numel / E * experts_local(E, dims.ranks);
-            } else {
-                shared += numel;
-            }
-        }
-        out->activations += k->state_bytes ? k->state_bytes(&specs[l], &dims, max_seq) : 0.0;
-        double w = (double)k->ws_floats(&specs[l], &dims, max_seq);
-        ws = w > ws ? w : ws;
-    }
-    /* parameters, gradients and both Adam moments, 4 bytes each */
-    out->shared = 16.0 * shared;
-    out->experts = 16.0 * experts;
-    /* build_model's own: the residual stream's L+1 copies, its gradient's
-     * two, RMSNorm_final's output and rstd, the logits, inputs and targets,
-     * the RoPE table */
-    out->activations += 4.0 * rows * ((L + 1.0) * d + 2.0 * d + d + 1.0 + V) +
-                        2.0 * rows * sizeof(token_t) + 4.0 * S * dims.d_head;
-    out->work = 4.0 * ws;
-    return 0;
 }
 
 void model_init(model *m, uint64_t seed)
@@ -334,7 +256,8 @@ const model_tensor *model_find_tensor(const model *m, const char *path)
 static fwd_args make_args(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r)
 {
     fwd_args a = {
-        .ctx = ctx, .pool = ctx ? ctx->pool : NULL, .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
+        .ctx = ctx, .mm = { .pool = ctx ? ctx->pool : NULL, .bf16 = m->bf16 },
+        .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
         .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0,
         .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
         .aux_loss = r ? &r->aux_loss : NULL, .side_loss = r ? &r->side_loss : NULL,
@@ -367,16 +290,16 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
     mode_time_add(ctx, PHASE_OTHER, t0);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
-        int rc = ly->kind->forward(ly, &a, m->resid + (size_t)(l + 1) * rd,
-                                   m->resid + (size_t)l * rd);
+        int rc = ly->ops->forward(ly, &a, m->resid + (size_t)(l + 1) * rd,
+                                  m->resid + (size_t)l * rd);
         if (rc)
             return rc;
     }
     t0 = mode_now();
-    rmsnorm_forward_pool(a.pool, m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
+    rmsnorm_forward_pool(a.mm.pool, m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
                          m->final_norm, n, d);
     /* tied head: logits = u tok_emb^T */
-    matmul_pool(a.pool, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
+    matmul_pool(&a.mm, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
     int counted = b->n_counted > 0 && b->n_counted < b->nseq ? b->n_counted * S : n;
     if (b->seq_ce) { /* evaluation: each sequence's loss, for their spread */
@@ -406,11 +329,11 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
     double t0 = mode_now();
     /* logits holds d loss / d logits.  d u = dlogits tok_emb; d tok_emb += dlogits^T u */
     float *du = m->dresid[1];
-    matmul_pool(a.pool, du, d, m->logits, V, false, m->tok_emb, d, false, n, d, V, 0.0f);
-    matmul_pool(a.pool, m->dtok_emb, d, m->logits, V, true, m->final_u, d, false, V, d, n, 1.0f);
+    matmul_pool(&a.mm, du, d, m->logits, V, false, m->tok_emb, d, false, n, d, V, 0.0f);
+    matmul_pool(&a.mm, m->dtok_emb, d, m->logits, V, true, m->final_u, d, false, V, d, n, 1.0f);
     float *dx = m->dresid[0];
     memset(dx, 0, rd * sizeof(float));
-    rmsnorm_backward_pool(a.pool, dx, m->dfinal_norm, du, m->resid + (size_t)L * rd,
+    rmsnorm_backward_pool(a.mm.pool, dx, m->dfinal_norm, du, m->resid + (size_t)L * rd,
                           m->final_norm, m->final_rstd, n, d);
     mode_time_add(ctx, PHASE_MATMUL, t0);
     for (int l = L - 1; l >= 0; l--) {
@@ -418,7 +341,7 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
         float *dy = m->dresid[(L - 1 - l) & 1];
         float *dxl = m->dresid[(L - l) & 1];
         memset(dxl, 0, rd * sizeof(float));
-        int rc = ly->kind->backward(ly, &a, dxl, dy, m->resid + (size_t)l * rd);
+        int rc = ly->ops->backward(ly, &a, dxl, dy, m->resid + (size_t)l * rd);
         if (rc)
             return rc;
     }
@@ -430,15 +353,17 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
 
 double model_flops_per_seq(const model *m, double *per_layer)
 {
-    double total = model_head_flops_per_seq(&m->dims);
+    const layer_kind *kinds[MODE_MAX_LAYERS];
+    layer_spec *specs = malloc((size_t)m->dims.n_layers * sizeof(layer_spec));
+    if (!specs)
+        return (double)NAN;
     for (int l = 0; l < m->dims.n_layers; l++) {
-        const layer *ly = &m->layers[l];
-        double f = ly->kind->flops(&ly->spec, &m->dims);
-        if (per_layer)
-            per_layer[l] = f;
-        total += f;
+        kinds[l] = m->layers[l].kind;
+        specs[l] = m->layers[l].spec;
     }
-    return total;
+    double f = stack_flops_per_seq(&m->dims, m->dims.n_layers, specs, kinds, per_layer);
+    free(specs);
+    return f;
 }
 
 int model_decode_begin(model *m, int max_len)
@@ -455,9 +380,9 @@ int model_decode_begin(model *m, int max_len)
     }
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
-        if (!ly->kind->decode_begin)
+        if (!ly->ops->decode_begin)
             return -ENOTSUP;
-        int rc = ly->kind->decode_begin(ly, dm, max_len);
+        int rc = ly->ops->decode_begin(ly, dm, max_len);
         if (rc)
             return rc;
     }
@@ -476,7 +401,7 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
     embedding_forward(m->dec_x[0], m->tok_emb, &token, 1, d);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
-        int rc = ly->kind->decode(ly, &a, m->dec_x[(l + 1) & 1], m->dec_x[l & 1], pos);
+        int rc = ly->ops->decode(ly, &a, m->dec_x[(l + 1) & 1], m->dec_x[l & 1], pos);
         if (rc < 0)
             return rc;
         if (taken)

@@ -8,7 +8,9 @@
 
 #include "core/kernels/ops.h"
 #include "core/model/kind.h"
+#include "core/model/plan.h"
 #include "core/model/spec.h"
+#include "core/rng/streams.h"
 #include "core/util/ctx.h"
 
 #include <stddef.h>
@@ -49,6 +51,8 @@ typedef struct model {
     rope_table *rope;
     float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
     float *dec_u;            /* [d] */
+    bool bf16;               /* [run] precision bf16: the passes' products in bf16
+                              * (matmul.h matmul_exec); decoding stays fp32 */
 } model;
 
 /* A batch of nseq sequences of S+1 tokens each (tokens[nseq][S+1]). */
@@ -68,36 +72,23 @@ typedef struct fwd_result {
     double ce_sum;         /* sum of next-token CE over this rank's positions */
     long n_positions;      /* nseq * S */
     double aux_loss;       /* auxiliary losses in the training loss (already averaged) */
-    double side_loss;      /* reported apart (MoD predictor) */
+    double side_loss;      /* reported apart (not in the training loss) */
     double flops_executed; /* forward, this rank */
 } fwd_result;
 
 /* Build a model for up to max_seq local sequences from one spec per layer;
- * kinds are looked up in table.  dims->ranks and dims->rank place the
+ * kinds are looked up in table (their compute rows).  dims->ranks and dims->rank place the
  * experts: this rank allocates only its own (parameters, gradients, both
  * moments).  On failure returns non-zero and writes what was wrong (layer
  * index, kind, expected) into err. */
 int build_model(model **out, const model_dims *dims, const layer_spec *specs,
-                const layer_kind *const *table, int max_seq, char *err, int err_len);
+                const kind_ops *const *table, int max_seq, char *err, int err_len);
 void free_model(model **m);
-
-/* What a model of these dims (ranks and rank placing the experts) takes on
- * one rank, in bytes, counted from the kind table without allocating
- * anything (mode-exp plan). */
-typedef struct model_memory {
-    double shared;      /* the shared tensors' parameters, gradients and both moments */
-    double experts;     /* the same for this rank's experts */
-    double activations; /* the residual stream, logits, the layers' caches and buffers */
-    double work;        /* backward work space, and the comm buffers the kinds keep */
-    double params_all;  /* parameters of the whole model, every expert (count) */
-} model_memory;
-int model_plan_memory(model_memory *out, const model_dims *dims, const layer_spec *specs,
-                      const layer_kind *const *table, int max_seq, char *err, int err_len);
 
 /* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0)
  * in row-major order, a rank's experts from their place in that stream, so
  * a sharded model starts from the bits of the whole one. */
-#define MODEL_INIT_KEY 0x494e4954u
+#define MODEL_INIT_KEY PCG_KEY_INIT
 void model_init(model *m, uint64_t seed);
 void model_zero_grad(model *m);
 
@@ -125,9 +116,7 @@ const model_tensor *model_first_nonfinite_grad(const model *m);
 
 const model_tensor *model_find_tensor(const model *m, const char *path);
 
-/* MODEL.md FLOPs: nominal forward FLOPs of one sequence, per layer (into
- * per_layer[n_layers] when not NULL) and in all (layers + LM head). */
+/* The same for a built model's layers. */
 double model_flops_per_seq(const model *m, double *per_layer);
-double model_head_flops_per_seq(const model_dims *dims);
 
 #endif

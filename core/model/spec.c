@@ -1,27 +1,11 @@
+/* Layer specs: tensor descriptors, the kind tables' look-up, and a layer's
+ * parameters read and written through its kind's key declarations. */
+#include "core/model/kind.h"
 #include "core/model/spec.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-
-int layer_spec_get(const layer_spec *s, const char *key, double *num, const char **str)
-{
-    *str = NULL;
-    *num = 0.0;
-    if (!strcmp(key, "capacity")) *num = s->capacity;
-    else if (!strcmp(key, "router")) *str = s->router;
-    else if (!strcmp(key, "gate")) *str = s->gate;
-    else if (!strcmp(key, "causal")) *str = s->causal;
-    else if (!strcmp(key, "aux_weight")) *num = s->aux_weight;
-    else if (!strcmp(key, "experts")) *num = s->experts;
-    else if (!strcmp(key, "top_k")) *num = s->top_k;
-    else if (!strcmp(key, "capacity_factor")) *num = s->capacity_factor;
-    else if (!strcmp(key, "d_ff")) *num = s->expert_d_ff;
-    else if (!strcmp(key, "balance_weight")) *num = s->balance_weight;
-    else if (!strcmp(key, "z_weight")) *num = s->z_weight;
-    else return -ENOENT;
-    return 0;
-}
 
 tensor_desc make_tensor_desc(const char *name, int ndim, int s0, int s1, int s2,
                              tensor_init init, float std)
@@ -37,4 +21,73 @@ tensor_desc make_tensor_desc(const char *name, int ndim, int s0, int s1, int s2,
     t.init_std = std;
     t.decay = ndim >= 2;
     return t;
+}
+
+const layer_kind *layer_kind_lookup(const layer_kind *const *table, const char *name)
+{
+    for (int i = 0; table && table[i]; i++)
+        if (strcmp(table[i]->name, name) == 0)
+            return table[i];
+    return NULL;
+}
+
+const kind_ops *kind_ops_lookup(const kind_ops *const *table, const char *name)
+{
+    for (int i = 0; table && table[i]; i++)
+        if (strcmp(table[i]->kind->name, name) == 0)
+            return table[i];
+    return NULL;
+}
+
+void layer_spec_init(layer_spec *spec, const layer_kind *k)
+{
+    memset(spec, 0, sizeof(*spec));
+    snprintf(spec->kind, sizeof(spec->kind), "%s", k->name);
+    for (const kind_group *g = k->groups; g && g->group; g++)
+        key_group_defaults(g->group, layer_group_values(spec, g));
+}
+
+const kind_key *layer_key(const layer_kind *k, const char *name, const kind_group **group)
+{
+    for (const kind_group *g = k ? k->groups : NULL; g && g->group; g++) {
+        const kind_key *key = key_group_find(g->group, name);
+        if (key) {
+            if (group)
+                *group = g;
+            return key;
+        }
+    }
+    return NULL;
+}
+
+int layer_spec_set(layer_spec *spec, const layer_kind *k, const char *name, const char *text,
+                   char *why, size_t why_len)
+{
+    const kind_group *g;
+    const kind_key *key = layer_key(k, name, &g);
+    if (!key)
+        return -ENOENT;
+    return key_parse(key, layer_group_values(spec, g), text, why, why_len);
+}
+
+int layer_spec_text(const layer_spec *spec, const layer_kind *k, const char *name, char *out,
+                    size_t n)
+{
+    const kind_group *g;
+    const kind_key *key = layer_key(k, name, &g);
+    if (!key)
+        return -ENOENT;
+    key_format(key, layer_group_cvalues(spec, g), out, n);
+    return 0;
+}
+
+int layer_spec_number(const layer_spec *spec, const layer_kind *k, const char *name,
+                      double *out)
+{
+    const kind_group *g;
+    const kind_key *key = layer_key(k, name, &g);
+    if (!key)
+        return -ENOENT;
+    *out = key_number(key, layer_group_cvalues(spec, g));
+    return 0;
 }

@@ -7,6 +7,7 @@
 
 #define MODE_MAX_LAYERS 256
 #define MODE_NAME_LEN 48
+#define MODE_MAX_LAYER_TENSORS 32 /* a layer's tensors, at most */
 
 typedef struct model_dims {
     int vocab;    /* V */
@@ -23,24 +24,14 @@ typedef struct model_dims {
     int ranks, rank;
 } model_dims;
 
-/* Hyper-parameters of one layer.  The kind decides which of them it reads
- * (layer_kind.keys); they live here as plain values so that core can parse,
- * validate and store them without knowing the kinds that use them. */
+/* One layer: its kind (a row of the layer-spec table) and the kind's own
+ * typed parameters, the values of its keys (core/model/keys.h).  Core
+ * copies and stores them through the kind's key declarations and never
+ * reads them: only the kind knows their layout (its kind_group offsets). */
+#define MODE_PARAMS_BYTES 256
 typedef struct layer_spec {
     char kind[MODE_NAME_LEN];
-    /* routed blocks (mod, staged) */
-    double capacity;       /* share of the sequence that takes the block, (0, 1] */
-    char router[16];       /* learned | random */
-    char gate[16];         /* raw | sigmoid */
-    char causal[16];       /* aux | predictor | none */
-    double aux_weight;
-    /* experts (moe, integrated, staged) */
-    int experts;           /* E, real experts */
-    int top_k;
-    double capacity_factor;
-    int expert_d_ff;       /* moe.d_ff */
-    double balance_weight;
-    double z_weight;
+    _Alignas(16) unsigned char params[MODE_PARAMS_BYTES];
 } layer_spec;
 
 typedef enum tensor_init {
@@ -62,7 +53,7 @@ typedef struct tensor_desc {
     bool expert_dim;
 } tensor_desc;
 
-/* Expert parallelism's placement, which moe/experts.c routes tokens by:
+/* Expert parallelism's placement, which the kinds with experts route tokens by:
  * with P <= E ranks, rank r computes experts [r E/P, (r+1) E/P) (E % P == 0);
  * with P > E, the ranks form P/E groups of E, and rank r computes expert
  * r mod E for its group's tokens (P % E == 0). */
@@ -96,13 +87,4 @@ static inline long tensor_numel(const tensor_desc *t)
 tensor_desc make_tensor_desc(const char *name, int ndim, int s0, int s1, int s2,
                              tensor_init init, float std);
 
-/* The spec every kind starts from: the config's defaults. */
-void layer_spec_defaults(layer_spec *s);
-
-
-
-/* A layer hyper-parameter by its config key ("capacity", "router", "d_ff"
- * for expert_d_ff, ...): strings through *str, numbers through *num.
- * Returns 0, or -ENOENT for a name that is not a layer key. */
-int layer_spec_get(const layer_spec *s, const char *key, double *num, const char **str);
 #endif

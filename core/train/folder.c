@@ -25,7 +25,7 @@ int check_writable(const char *dir, char *err, int err_len)
                  strerror(-rc));
         return rc;
     }
-    char probe[4200];
+    char probe[MODE_PATH_MAX + 128];
     snprintf(probe, sizeof(probe), "%s/.write-probe", dir);
     FILE *f = fopen(probe, "w");
     if (!f || fputs("ok\n", f) < 0 || fclose(f)) {
@@ -42,7 +42,7 @@ int check_writable(const char *dir, char *err, int err_len)
 int check_folder(const trainer *t, const trainer_opts *o, char *err, int err_len)
 {
     struct stat st;
-    char records[4200];
+    char records[MODE_PATH_MAX + 128];
     snprintf(records, sizeof(records), "%s/records", t->dir);
     bool ckpt = !stat(t->ckpt_h5, &st), run = !stat(t->run_h5, &st) || !stat(records, &st);
     if (o->resume && !ckpt) {

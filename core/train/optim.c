@@ -3,17 +3,40 @@
 #include "core/util/pool.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 
-void optim_defaults(optim_cfg *c)
+#define O(f) offsetof(optim_cfg, f)
+static const kind_key optim_keys[] = {
+    { "lr", KEY_REAL, O(lr), "0.001", 0, KEY_NO_MAX, KEY_MIN_OPEN, NULL,
+      "peak learning rate (AdamW)", 0 },
+    { "warmup", KEY_LONG, O(warmup), "20", 0, KEY_NO_MAX, 0, NULL,
+      "steps of linear warm-up; then a cosine to 10% of the peak at the last step", 0 },
+    { "weight_decay", KEY_REAL, O(weight_decay), "0.1", 0, KEY_NO_MAX, 0, NULL,
+      "decoupled weight decay, on matrices only", 0 },
+    { "beta1", KEY_REAL, O(beta1), "0.9", 0, 1, KEY_MAX_OPEN, NULL, "AdamW's first moment", 0 },
+    { "beta2", KEY_REAL, O(beta2), "0.95", 0, 1, KEY_MAX_OPEN, NULL, "AdamW's second moment", 0 },
+    { "eps", KEY_REAL, O(eps), "1e-08", 0, KEY_NO_MAX, KEY_MIN_OPEN, NULL, "AdamW's epsilon", 0 },
+    { "clip", KEY_REAL, O(clip), "1", 0, KEY_NO_MAX, 0, NULL,
+      "global gradient-norm clip; 0 disables it", 0 },
+    { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
+};
+#undef O
+
+const key_group optim_group = {
+    .section = "optim", .keys = optim_keys, .size = sizeof(optim_cfg), .check = NULL,
+};
+
+optim_cfg optim_of_config(const run_config *c)
 {
-    c->lr = 1e-3;
-    c->warmup = 100;
-    c->total_steps = 1000;
-    c->weight_decay = 0.1;
-    c->beta1 = 0.9;
-    c->beta2 = 0.95;
-    c->eps = 1e-8;
-    c->clip = 1.0;
+    optim_cfg o;
+    const void *v = config_group(c, &optim_group);
+    if (v)
+        memcpy(&o, v, sizeof(o));
+    else
+        key_group_defaults(&optim_group, &o);
+    o.total_steps = c->steps;
+    return o;
 }
 
 double lr_at(const optim_cfg *c, long step)
@@ -78,11 +101,6 @@ static void adam_range(void *arg, long b, long e)
     }
 }
 
-void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr)
-{
-    adamw_update_range(p, m, c, t, lr, 0, (long)m->n_params);
-}
-
 typedef struct adam_span_job {
     const adam_job *j;
     long offset;
@@ -94,8 +112,9 @@ static void adam_span_range(void *arg, long b, long e)
     adam_range((void *)s->j, s->offset + b, s->offset + e);
 }
 
-void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr,
-                        long offset, long count)
+/* The same on elements [offset, offset + count) of the flat buffers only. */
+static void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, long t,
+                               double lr, long offset, long count)
 {
     /* Fold the bias corrections into the step size and epsilon:
      * mhat / (sqrt(vhat) + eps) = (m / bc1) / (sqrt(v / bc2) + eps). */
@@ -106,4 +125,9 @@ void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, lon
                    .decay = (float)(lr * c->weight_decay) };
     adam_span_job s = { &j, offset };
     pool_for(p, count, 1L << 16, adam_span_range, &s);
+}
+
+void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr)
+{
+    adamw_update_range(p, m, c, t, lr, 0, (long)m->n_params);
 }

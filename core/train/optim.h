@@ -4,6 +4,8 @@
 #ifndef MODE_CORE_TRAIN_OPTIM_H
 #define MODE_CORE_TRAIN_OPTIM_H
 
+#include "core/config/config.h"
+#include "core/model/keys.h"
 #include "core/model/model.h"
 
 #define LR_FLOOR 0.1 /* cosine decays to this share of the peak rate */
@@ -17,7 +19,13 @@ typedef struct optim_cfg {
     double clip;         /* global-norm clip; <= 0 disables */
 } optim_cfg;
 
-void optim_defaults(optim_cfg *c);
+/* The [optim] section's keys (optim.c declares them, with their defaults):
+ * a key group whose struct is optim_cfg (total_steps is no key: the run's
+ * planned steps). */
+extern const key_group optim_group;
+/* The optimizer of a config: its [optim] values, total_steps = run.steps
+ * (the trainer sets the planned steps). */
+optim_cfg optim_of_config(const run_config *c);
 
 /* Learning rate of 0-based step: lr (step+1)/warmup during warm-up, then
  * lr (f + (1-f)(1 + cos(pi t))/2) with t the share of the remaining steps done. */
@@ -34,8 +42,5 @@ float clip_grad_norm(float *g, size_t n, double norm, double clip);
  * one thread; element by element, so the result is the same). */
 struct thread_pool;
 void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr);
-/* The same on elements [offset, offset + count) of the flat buffers only. */
-void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr,
-                        long offset, long count);
 
 #endif

@@ -21,9 +21,9 @@ int setup_stat_tables(trainer *t)
     for (int l = 0; l < L; l++) {
         const layer *ly = &t->m->layers[l];
         st->table[l] = -1;
-        if (!ly->kind->stat_count)
+        if (!ly->ops->stat_count)
             continue;
-        int nc = ly->kind->stat_count(ly, &st->sums[l]);
+        int nc = ly->ops->stat_count(ly, &st->sums[l]);
         st->cols[l] = nc;
         st->n_sums += st->sums[l];
         st->max_cols = nc > st->max_cols ? nc : st->max_cols;
@@ -37,7 +37,7 @@ int setup_stat_tables(trainer *t)
             if (c == 0)
                 snprintf(names[c], RUN_COL_LEN, "step");
             else
-                ly->kind->stat_name(ly, c - 1, names[c], RUN_COL_LEN);
+                ly->ops->stat_name(ly, c - 1, names[c], RUN_COL_LEN);
             cols[c] = names[c];
         }
         char group[32];
@@ -75,7 +75,7 @@ int record_stats(trainer *t, long done)
     for (int l = 0; l < L; l++) {
         const layer *ly = &t->m->layers[l];
         if (st->cols[l]) {
-            ly->kind->stat_sums(ly, all + off);
+            ly->ops->stat_sums(ly, all + off);
             off += st->sums[l];
         }
     }
@@ -89,7 +89,7 @@ int record_stats(trainer *t, long done)
             continue;
         if (t->rec) {
             row[0] = (double)done;
-            ly->kind->stat_columns(ly, all + off, row + 1);
+            ly->ops->stat_columns(ly, all + off, row + 1);
             rc = run_table_append(&t->rec->extra[st->table[l]], row);
         }
         off += st->sums[l];
@@ -182,7 +182,7 @@ int record_routing(trainer *t, long done)
     token_t *tok = t->rw.tokens;
     for (int i0 = 0; !rc && i0 < t->rw.n; i0 += t->m->max_seq) {
         int cnt = t->rw.n - i0 < t->m->max_seq ? t->rw.n - i0 : t->m->max_seq;
-        /* keyed by the step, so a random router's records change over
+        /* keyed by the step, so records of random routing change over
          * training; by the window's place in the list, not the rank */
         batch b = { .tokens = tok + (size_t)i0 * (S + 1), .nseq = cnt, .step = done,
                     .seq0 = i0, .global_seqs = t->rw.n };
@@ -192,10 +192,10 @@ int record_routing(trainer *t, long done)
                        .mode = FWD_EVAL_TOPK };
         for (int l = 0; !rc && l < L; l++) {
             const layer *ly = &t->m->layers[l];
-            if (!ly->kind->record)
+            if (!ly->ops->record)
                 continue;
             snprintf(cs.prefix, sizeof(cs.prefix), "routing/step_%06ld/layer_%d", done, l);
-            rc = ly->kind->record(ly, &a, &cs.sink);
+            rc = ly->ops->record(ly, &a, &cs.sink);
             rc = rc ? rc : cs.rc;
         }
     }
@@ -216,7 +216,7 @@ int setup_routing_windows(trainer *t, char *err, int err_len)
     int S = t->cfg->seq_len, L = t->m->dims.n_layers;
     bool any = false;
     for (int l = 0; l < L; l++)
-        any |= t->m->layers[l].kind->record != NULL;
+        any |= t->m->layers[l].ops->record != NULL;
     long avail = dataset_eval_windows(t->d, S);
     long n = t->cfg->routing_windows < avail ? t->cfg->routing_windows : avail;
     if (!any || t->cfg->routing_every <= 0 || n <= 0)
@@ -275,7 +275,7 @@ int record_model(trainer *t)
     if (!rc) {
         double all = model_flops_per_seq(m, fl); /* fl[0..L): the layers */
         fl[L] = model_head_flops_per_seq(&m->dims);
-        fl[L + 1] = 3.0 * all * t->cfg->batch;
+        fl[L + 1] = MODE_TRAIN_FLOPS_PER_FORWARD * all * t->cfg->batch;
     }
     unsigned long long one = 1, nl = (unsigned long long)L, nf = (unsigned long long)L + 1;
     if (!rc)

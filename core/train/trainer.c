@@ -1,11 +1,15 @@
 #include "core/train/trainer_impl.h"
 
+#include "core/util/file.h"
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
+#include "core/kernels/bf16.h"
 #include "core/kernels/matmul.h"
 #include "core/train/optim.h"
 #include "core/train/shard.h"
+#include "core/train/step.h"
+#include "core/util/fault.h"
 #include "core/util/pool.h"
 #include "core/util/signals.h"
 
@@ -16,13 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-long config_planned_steps(const run_config *c, double train_flops_per_step)
-{
-    if (c->flops_budget <= 0.0)
-        return c->steps;
-    double steps = floor(c->flops_budget / train_flops_per_step);
-    return steps > (double)MODE_MAX_STEPS || !(steps == steps) ? -1 : (long)steps;
-}
 
 /* An agreement point (docs/robustness.md): every rank learns whether any
  * rank failed, and ends with the message of the lowest failing rank, so the
@@ -95,7 +92,7 @@ static int resume_from(trainer *t, char *err, int err_len)
         if (!rc && !(rc = open_run_reader(&rd, t->run_h5, err, err_len))) {
             long reach = run_reader_last_step(rd);
             if (reach < t->start) {
-                char piece[4200];
+                char piece[MODE_PATH_MAX + 128];
                 run_record_piece_path(piece, sizeof(piece), t->run_h5, t->start);
                 snprintf(err, (size_t)err_len,
                          "%s: its records end at step %ld, but the checkpoint is at step %ld: "
@@ -158,15 +155,12 @@ int train_stop_signal(void)
  * gradient at that step; MODE_FAULT=error@RANK:STEP makes that rank fail. */
 static int injected_fault(const mode_ctx *ctx, long done, model *m)
 {
-    const char *f = getenv("MODE_FAULT");
-    long step = -1, rank = -1;
-    if (!f)
-        return 0;
-    if (sscanf(f, "nan@%ld", &step) == 1 && step == done) {
+    fault_spec f = fault_from_env();
+    if (f.set && !strcmp(f.site, "nan") && f.step == done) {
         m->grads[m->tensors[m->n_tensors / 2].offset] = NAN;
         return 0;
     }
-    if (sscanf(f, "error@%ld:%ld", &rank, &step) == 2 && rank == ctx->rank && step == done)
+    if (f.set && !strcmp(f.site, "error") && f.rank == ctx->rank && f.step == done)
         return -EIO;
     return 0;
 }
@@ -271,6 +265,63 @@ static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int er
     return 0;
 }
 
+/* The trainer's say in a step (core/train/step.h). */
+typedef struct step_ctx {
+    trainer *t;
+    long done;
+    int local;
+    bool skip_bad;
+    char *err;
+    int err_len;
+} step_ctx;
+
+/* After backward, an agreement point: the injected faults of the tests. */
+static int step_after_backward(void *user, int rc)
+{
+    step_ctx *sc = user;
+    mode_ctx *ctx = sc->t->ctx;
+    if ((rc = injected_fault(ctx, sc->done, sc->t->m)))
+        snprintf(sc->err, (size_t)sc->err_len, "step %ld: forward/backward failed (%s)", sc->done,
+                 strerror(-rc));
+    return agree_msg(ctx, rc, sc->err, sc->err_len);
+}
+
+/* Before the update: a non-finite loss or norm (every rank sees the same
+ * summed ones) is named, its batch recorded, then it stops the run or the
+ * step makes no update (run.nonfinite). */
+static int step_before_update(void *user, const step_out *so, bool *update)
+{
+    step_ctx *sc = user;
+    trainer *t = sc->t;
+    long done = sc->done;
+    if (isfinite(so->loss) && isfinite(so->norm))
+        return 0;
+    char what[160];
+    describe_nonfinite(t, sc->local, what, sizeof(what));
+    /* rank 0 records the batch: agreed, so that every rank stops or goes on
+     * together under either policy */
+    int rc = record_batch(t, done, "nonfinite");
+    if (rc)
+        snprintf(sc->err, (size_t)sc->err_len, "step %ld: recording the non-finite batch failed "
+                 "(%s)", done, strerror(-rc));
+    if ((rc = agree_msg(t->ctx, rc, sc->err, sc->err_len)))
+        return rc;
+    if (!sc->skip_bad) {
+        char piece[MODE_PATH_MAX + 128];
+        run_record_piece_path(piece, sizeof(piece), t->run_h5, done);
+        snprintf(sc->err, (size_t)sc->err_len,
+                 "step %ld: non-finite %s (loss %g, gradient norm %g), first in %s; the "
+                 "batch is in %.1000s under /nonfinite, the last good checkpoint is kept",
+                 done, isfinite(so->loss) ? "gradient" : "loss", so->loss, so->norm, what, piece);
+        if (t->rec)
+            run_record_flush(t->rec, t->run_h5, done, what, sizeof(what));
+        return -ERANGE;
+    }
+    t->skipped += 1.0; /* [run] nonfinite = skip: no update this step */
+    *update = false;
+    return 0;
+}
+
 static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len)
 {
     const run_config *c = t->cfg;
@@ -279,14 +330,14 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     int S = c->seq_len, P = ctx->size, local = c->batch / P;
     long seq0 = (long)ctx->rank * local;
     bool skip_bad = !strcmp(c->nonfinite, "skip");
-    optim_cfg oc = c->optim;
+    optim_cfg oc = optim_of_config(c);
     oc.total_steps = t->total;
     token_t *tok = malloc((size_t)local * (S + 1) * sizeof(token_t));
     if (!tok)
         return -ENOMEM;
     comm_bcast(ctx->comm, &t->skipped, sizeof(t->skipped), 0);
     comm_bcast(ctx->comm, &t->wall0, sizeof(t->wall0), 0);
-    double train_flops_step = 3.0 * t->flops_per_seq * c->batch;
+    double train_flops_step = MODE_TRAIN_FLOPS_PER_FORWARD * t->flops_per_seq * c->batch;
     int rc = 0;
     if (t->eval_pending && (rc = evaluate_pending(t, o, err, err_len))) {
         free(tok);
@@ -294,7 +345,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
     }
     for (long step = t->start; step < t->total && !rc; step++) {
         long done = step + 1;
-        double t0 = mode_now(), comm0 = ctx->timers[PHASE_COMM];
+        double t0 = mode_now();
         comm_reset_bytes(ctx->comm);
         comm_set_step(ctx->comm, done);
         /* a token >= V on any rank stops every rank before the forward */
@@ -305,76 +356,22 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             break;
         batch b = { .tokens = tok, .nseq = local, .step = step, .seq0 = seq0,
                     .global_seqs = c->batch };
-        fwd_result r;
-        model_zero_grad(m);
-        rc = model_forward(m, ctx, &b, FWD_TRAIN, &r);
-        if (!rc)
-            rc = model_backward(m, ctx, &b);
-        if (rc) {
-            fail_in_step(t, o, done, rc, "forward/backward", err, err_len);
+        step_ctx sc = { .t = t, .done = done, .local = local, .skip_bad = skip_bad, .err = err,
+                        .err_len = err_len };
+        step_hooks hooks = { .after_backward = step_after_backward,
+                             .before_update = step_before_update, .user = &sc };
+        step_out so;
+        rc = train_step(m, t->shard, ctx, &b, &oc, step, &hooks, &so);
+        if (rc && so.failed) { /* where other ranks may wait in a collective */
+            fail_in_step(t, o, done, rc, so.failed, err, err_len);
             break;
         }
-        /* a failure at a point every rank reaches: agreed */
-        if ((rc = injected_fault(ctx, done, m)))
-            snprintf(err, (size_t)err_len, "step %ld: forward/backward failed (%s)", done,
-                     strerror(-rc));
-        if ((rc = agree_msg(ctx, rc, err, err_len)))
+        if (rc) /* agreed at a hook: err says what */
             break;
-        double tc = mode_now(), comm_layers = ctx->timers[PHASE_COMM] - comm0;
-        double sums[4] = { r.ce_sum, r.aux_loss, r.side_loss, r.flops_executed };
-        rc = comm_fault(ctx->comm, "grad-allreduce");
-        if (!rc)
-            rc = shard_reduce_grads(t->shard, ctx, m);
-        if (!rc)
-            rc = comm_allreduce_sum_double(ctx->comm, sums, 4);
-        mode_time_add(ctx, PHASE_COMM, tc);
-        double t_allreduce = ctx->timers[PHASE_COMM] - comm0 - comm_layers;
-        /* all communication of the step: the experts' all-to-alls inside the
-         * layers and the gradient all-reduce; compute is the rest of forward
-         * and backward */
-        double comm_s = comm_layers + t_allreduce, compute = tc - t0 - comm_layers;
-        if (rc) {
-            fail_in_step(t, o, done, rc, "the gradient all-reduce", err, err_len);
-            break;
-        }
-        double ce = sums[0] / ((double)c->batch * S), loss = ce + sums[1];
-        double norm = 0.0, lr = lr_at(&oc, step);
-        if ((rc = shard_grad_norm(t->shard, ctx, m, &norm))) {
-            fail_in_step(t, o, done, rc, "the gradient norm's all-reduce", err, err_len);
-            break;
-        }
-        bool bad = !isfinite(loss) || !isfinite(norm);
-        if (bad) {
-            /* every rank sees the same summed loss and gradients */
-            char what[160];
-            describe_nonfinite(t, local, what, sizeof(what));
-            /* rank 0 records the batch: agreed, so that every rank stops or
-             * goes on together under either policy */
-            rc = record_batch(t, done, "nonfinite");
-            if (rc)
-                snprintf(err, (size_t)err_len, "step %ld: recording the non-finite batch failed "
-                         "(%s)", done, strerror(-rc));
-            if ((rc = agree_msg(ctx, rc, err, err_len)))
-                break;
-            if (!skip_bad) {
-                char piece[4200];
-                run_record_piece_path(piece, sizeof(piece), t->run_h5, done);
-                snprintf(err, (size_t)err_len,
-                         "step %ld: non-finite %s (loss %g, gradient norm %g), first in %s; the "
-                         "batch is in %.1000s under /nonfinite, the last good checkpoint is kept",
-                         done, isfinite(loss) ? "gradient" : "loss", loss, norm, what, piece);
-                if (t->rec)
-                    run_record_flush(t->rec, t->run_h5, done, what, sizeof(what));
-                rc = -ERANGE;
-                break;
-            }
-            t->skipped += 1.0; /* [run] nonfinite = skip: no update this step */
-        } else {
-            double to = mode_now();
-            clip_grad_norm(m->grads, m->n_params, norm, oc.clip);
-            shard_adamw(t->shard, ctx, m, &oc, step + 1, lr);
-            mode_time_add(ctx, PHASE_OPTIMIZER, to);
-        }
+        bool bad = !so.updated;
+        double loss = so.loss, ce = so.ce, norm = so.norm, lr = so.lr;
+        double sums[4] = { so.ce_sum, so.aux, so.side, so.flops_executed };
+        double comm_s = so.comm_s, compute = so.compute_s;
         t->reached = done;
         double dt = mode_now() - t0, wall = mode_now() - t->wall0;
         train_log lg = {
@@ -390,8 +387,8 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         if (t->rec) {
             double row[] = { (double)done, loss, ce, sums[1], sums[2], lr, norm,
                              lg.tokens_per_s, train_flops_step * (double)done,
-                             3.0 * sums[3], wall, (double)comm_bytes_sent(ctx->comm), comm_s,
-                             compute, t->skipped };
+                             MODE_TRAIN_FLOPS_PER_FORWARD * sums[3], wall,
+                             (double)comm_bytes_sent(ctx->comm), comm_s, compute, t->skipped };
             local_rc = run_table_append(&t->rec->metrics, row);
         }
         int sig = stop_signal_pending();
@@ -493,7 +490,7 @@ static int plan_steps(trainer *t, char *err, int err_len)
 {
     const run_config *cfg = t->cfg;
     t->flops_per_seq = model_flops_per_seq(t->m, NULL);
-    double step_flops = 3.0 * t->flops_per_seq * cfg->batch;
+    double step_flops = MODE_TRAIN_FLOPS_PER_FORWARD * t->flops_per_seq * cfg->batch;
     t->total = config_planned_steps(cfg, step_flops);
     if (t->total > 0)
         return 0;
@@ -506,7 +503,7 @@ static int plan_steps(trainer *t, char *err, int err_len)
     return -EINVAL;
 }
 
-int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
+int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
           const trainer_opts *o, char *err, int err_len)
 {
     trainer t = { .cfg = cfg, .ctx = ctx, .wall0 = mode_now(), .lock = folder_lock_none(),
@@ -518,7 +515,7 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     int rc = -ENOMEM;
     /* a stop signal from here on is honoured at the next agreement point */
     stop_signals_install();
-    /* the products' precision lives on the pool that runs them */
+    /* bf16 products pack into the pool's scratch: a pool even for one thread */
     thread_pool *own_pool = NULL, *caller_pool = ctx->pool;
     if (!ctx->pool && build_thread_pool(&own_pool, 1)) {
         stop_signals_restore();
@@ -526,8 +523,10 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     }
     if (own_pool)
         ctx->pool = own_pool;
-    matmul_use_bf16(ctx->pool, !strcmp(cfg->precision, "bf16"));
-    ctx->seed = cfg->init_seed; /* the random router's scores */
+    bool bf16 = !strcmp(cfg->precision, "bf16");
+    if (bf16)
+        matmul_bf16_prepare();
+    ctx->seed = cfg->init_seed; /* the kinds' fixed random streams */
     run_paths(cfg, t.dir, t.run_h5, t.ckpt_h5, sizeof(t.dir));
     t.ini = config_to_ini(cfg);
     if (!t.ini)
@@ -536,6 +535,8 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
                       cfg->seq_len, o->data_dir, err, err_len);
     if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
+    if (!rc)
+        t.m->bf16 = bf16;
     if (!rc)
         rc = build_shard_plan(&t.shard, t.m, ctx);
     if (!rc && ctx->rank == 0)
@@ -586,7 +587,8 @@ int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
     if ((rc = agree_msg(ctx, setup_routing_windows(&t, err, err_len), err, err_len)))
         goto fail;
     if (ctx->rank == 0 && t.start < t.total) {
-        provenance_collect(&t.rec->prov, P, o->blas_threads, o->argc, o->argv);
+        provenance_collect(&t.rec->prov, P, o->blas_threads, bf16_path_name(bf16_path_current()),
+                           o->argc, o->argv);
         if (o->init_from)
             snprintf(t.rec->prov.init_from, sizeof(t.rec->prov.init_from), "%s", o->init_from);
         snprintf(t.rec->prov.data, sizeof(t.rec->prov.data), "%s", t.data);
@@ -614,7 +616,6 @@ fail:
     free_model(&t.m);
     free_dataset(&t.d);
     free(t.ini);
-    matmul_use_bf16(ctx->pool, false);
     ctx->pool = caller_pool;
     free_thread_pool(&own_pool);
     stop_signals_restore();

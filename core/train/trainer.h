@@ -45,9 +45,6 @@ typedef struct trainer_opts {
     void (*checkpoint)(long step, double seconds, void *user);
 } trainer_opts;
 
-/* Steps the config asks for: run.steps, or what run.flops_budget buys at the
- * nominal training FLOPs per step. */
-long config_planned_steps(const run_config *c, double train_flops_per_step);
 
 /* A held-out evaluation: the mean over windows of each window's mean
  * next-token loss (every window has S positions), the standard error of
@@ -78,7 +75,7 @@ void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size
 /* The signal (SIGINT, SIGTERM) that stopped the last train() with -EINTR. */
 int train_stop_signal(void);
 
-int train(const run_config *cfg, const layer_kind *const *kinds, mode_ctx *ctx,
+int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
           const trainer_opts *o, char *err, int err_len);
 
 #endif

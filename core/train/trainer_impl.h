@@ -7,6 +7,7 @@
  * checks and clears run folders, evaluate.c runs held-out evaluations.
  * Private to core/train. */
 
+#include "core/util/file.h"
 #include "core/io/runfile.h"
 #include "core/train/shard.h"
 #include "core/train/trainer.h"
@@ -39,7 +40,7 @@ typedef struct trainer {
     dataset *d;
     run_record *rec;   /* rank 0: the rows and records not yet written */
     char *ini;
-    char dir[4096], run_h5[4096], ckpt_h5[4096];
+    char dir[MODE_PATH_MAX], run_h5[MODE_PATH_MAX], ckpt_h5[MODE_PATH_MAX];
     long total, start;
     double flops_per_seq;
     layer_stats st;

@@ -72,18 +72,6 @@ FILE *file_fopen_regular(const char *path, const char *mode, char *err, int err_
     return f;
 }
 
-int file_check_regular(const char *path, char *err, int err_len)
-{
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        int e = errno;
-        if (err && err_len > 0)
-            snprintf(err, (size_t)err_len, "%s: cannot open it (%s)", path, strerror(e));
-        return e ? -e : -EIO;
-    }
-    return S_ISREG(st.st_mode) ? 0 : not_regular(path, st.st_mode, err, err_len);
-}
-
 int file_make_dirs(const char *dir)
 {
     char buf[MODE_PATH_MAX];

@@ -18,9 +18,6 @@
 int file_open_regular(const char *path, char *err, int err_len);
 /* The same as a stdio stream ("r" or "rb"), or NULL with err. */
 FILE *file_fopen_regular(const char *path, const char *mode, char *err, int err_len);
-/* 0 when path is a regular file, else a negative errno and err; for files
- * a library opens itself (HDF5). */
-int file_check_regular(const char *path, char *err, int err_len);
 
 /* mkdir -p: dir and its parents; 0 or a negative errno. */
 int file_make_dirs(const char *dir);

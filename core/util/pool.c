@@ -24,7 +24,6 @@ struct thread_pool {
     int busy;            /* workers still in the current job (under lock) */
     unsigned generation; /* bumped by every pool_run (under lock) */
     int quit;
-    bool bf16;
     /* one a worker, then the shared one */
     void *scratch[POOL_MAX_THREADS + 1];
     size_t scratch_bytes[POOL_MAX_THREADS + 1];
@@ -107,17 +106,6 @@ void free_thread_pool(thread_pool **pp)
     *pp = NULL;
 }
 
-void pool_set_bf16(thread_pool *p, bool on)
-{
-    if (p)
-        p->bf16 = on;
-}
-
-bool pool_bf16(const thread_pool *p)
-{
-    return p && p->bf16;
-}
-
 void *pool_scratch(thread_pool *p, int worker, size_t bytes)
 {
     if (p->scratch_bytes[worker] < bytes) {
@@ -132,11 +120,6 @@ void *pool_scratch(thread_pool *p, int worker, size_t bytes)
 void *pool_shared_scratch(thread_pool *p, size_t bytes)
 {
     return pool_scratch(p, POOL_MAX_THREADS, bytes);
-}
-
-int pool_threads(const thread_pool *p)
-{
-    return p ? p->threads : 1;
 }
 
 void pool_run(thread_pool *p, int n_tasks, pool_task_fn fn, void *arg)

@@ -28,16 +28,10 @@ typedef void (*pool_task_fn)(void *arg, int task, int worker);
 /* threads is clamped to [1, POOL_MAX_THREADS]. */
 int build_thread_pool(thread_pool **out, int threads);
 void free_thread_pool(thread_pool **p);
-/* 1 for a NULL pool. */
-int pool_threads(const thread_pool *p);
 /* Runs fn for every task in [0, n_tasks) and returns when all are done.
  * A NULL pool runs them in the caller. */
 void pool_run(thread_pool *p, int n_tasks, pool_task_fn fn, void *arg);
 
-/* Products through matmul_pool on this pool run in bf16 (kernels/bf16.h)
- * when on; set by whoever runs a model ([run] precision). */
-void pool_set_bf16(thread_pool *p, bool on);
-bool pool_bf16(const thread_pool *p);
 /* Work space of at least bytes for worker (64-byte aligned), kept and grown
  * across calls; NULL when it cannot grow. */
 void *pool_scratch(thread_pool *p, int worker, size_t bytes);

@@ -2,7 +2,8 @@
  * terminal) set a flag that the training loop, and the evaluation between
  * its chunks, read at their agreement points, so that every rank stops
  * together with a checkpoint (docs/robustness.md).  A handler can only set
- * a flag: this is the library's one static variable. */
+ * a flag, so the flag is a static of signals.c (with the kernels' FLOP
+ * counter, matmul.c, the library's only ones). */
 #ifndef MODE_CORE_UTIL_SIGNALS_H
 #define MODE_CORE_UTIL_SIGNALS_H
 

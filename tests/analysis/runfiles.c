@@ -63,7 +63,7 @@ static int resolve(const char *name, const char *out, const char *base, const ch
 {
     char text[2048];
     snprintf(text, sizeof(text), "%s%s[run]\nname = %s\nout = %s\n", base, settings, name, out);
-    int rc = config_load_string(c, text, name, 0, NULL, mode_kinds, 0, err, err_len);
+    int rc = config_load_string(c, text, name, 0, NULL, &mode_schema, 0, err, err_len);
     if (!rc && !(*ini = config_to_ini(c)))
         rc = -ENOMEM;
     return rc;

@@ -40,7 +40,7 @@ static void test_count_matches_built_model(void **state)
         run_config *c = calloc(1, sizeof(*c));
         char err[512];
         assert_non_null(c);
-        assert_int_equal(config_load_string(c, size_configs[i], "test.ini", 0, NULL, mode_kinds,
+        assert_int_equal(config_load_string(c, size_configs[i], "test.ini", 0, NULL, &mode_schema,
                                             0, err, (int)sizeof(err)),
                          0);
         model_size s;
@@ -48,7 +48,7 @@ static void test_count_matches_built_model(void **state)
         assert_false(s.recorded);
         model_dims dims = config_dims(c);
         model *m = NULL;
-        assert_int_equal(build_model(&m, &dims, c->layers, mode_kinds, 1, err, (int)sizeof(err)),
+        assert_int_equal(build_model(&m, &dims, c->layers, mode_kind_ops, 1, err, (int)sizeof(err)),
                          0);
         long numel = 0;
         for (int t = 0; t < m->n_tensors; t++)
@@ -69,7 +69,7 @@ static void test_count_unknown_kind(void **state)
     char err[512] = "";
     assert_non_null(c);
     assert_int_equal(config_load_string(c, "[model]\nlayers = dense, mod\n", "t.ini", 0, NULL,
-                                        mode_kinds, 0, err, (int)sizeof(err)),
+                                        &mode_schema, 0, err, (int)sizeof(err)),
                      0);
     static const layer_kind *const only_dense[] = { &dense_kind, NULL };
     model_size s;
@@ -198,11 +198,11 @@ static void test_group_names(void **state)
     run_config *c = calloc(2, sizeof(run_config));
     char err[512];
     assert_non_null(c);
-    assert_int_equal(config_load_string(&c[0], "[run]\nname = x-s1\n", "t", 0, NULL, mode_kinds,
+    assert_int_equal(config_load_string(&c[0], "[run]\nname = x-s1\n", "t", 0, NULL, &mode_schema,
                                         0, err, (int)sizeof(err)),
                      0);
     assert_int_equal(config_load_string(&c[1], "[run]\nname = x-s2\n[optim]\nlr = 0.01\n", "t",
-                                        0, NULL, mode_kinds, 0, err, (int)sizeof(err)),
+                                        0, NULL, &mode_schema, 0, err, (int)sizeof(err)),
                      0);
     run_keys keys[2];
     assert_int_equal(config_run_keys(&c[0], mode_kinds, &keys[0]), 0);

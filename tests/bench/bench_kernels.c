@@ -78,21 +78,22 @@ static void mm_ref(void *p)
 static void mm_pool(void *p)
 {
     mm_case *c = p;
-    matmul_pool(c->pool, c->c, c->n, c->a, c->k, false, c->b, c->n, false, c->m, c->n, c->k, 0.0f);
+    matmul_pool(&(matmul_exec){ .pool = c->pool }, c->c, c->n, c->a, c->k, false, c->b, c->n,
+                false, c->m, c->n, c->k, 0.0f);
 }
 
 /* A product as training runs it: matmul_pool (bands of C) on a pool, in
- * the pool's precision, any transposition. */
+ * x's precision, any transposition. */
 typedef struct shape_case {
     float *c, *a, *b;
     int m, n, k;
     bool ta, tb;
-    thread_pool *pool;
+    matmul_exec x;
 } shape_case;
 static void shape_pool(void *p)
 {
     shape_case *c = p;
-    matmul_pool(c->pool, c->c, c->n, c->a, c->ta ? c->m : c->k, c->ta, c->b, c->tb ? c->k : c->n,
+    matmul_pool(&c->x, c->c, c->n, c->a, c->ta ? c->m : c->k, c->ta, c->b, c->tb ? c->k : c->n,
                 c->tb, c->m, c->n, c->k, 0.0f);
 }
 static void shape_sgemm(void *p)
@@ -126,14 +127,14 @@ static void bench_bf16(pcg32 *r)
     thread_pool *one = NULL;
     if (build_thread_pool(&one, 1))
         return;
-    pool_set_bf16(one, true);
     bf16_path best = bf16_path_current();
     printf("bf16 products, one thread, GFLOP/s (the fastest path here: %s):\n",
            bf16_path_name(best));
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int m = shapes[s].m, n = shapes[s].n, k = shapes[s].k;
         shape_case c = { malloc((size_t)m * n * sizeof(float)), randn(r, (long)m * k),
-                         randn(r, (long)k * n), m, n, k, shapes[s].ta, shapes[s].tb, one };
+                         randn(r, (long)k * n), m, n, k, shapes[s].ta, shapes[s].tb,
+                         { one, true } };
         float *emulated = malloc((size_t)m * n * sizeof(float));
         double flops = 2.0 * m * n * k, t32 = time_of(shape_sgemm, &c);
         bf16_force_path(BF16_PATH_EMULATED);

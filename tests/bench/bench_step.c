@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const layer_kind *const kinds[] = { &dense_kind, NULL };
+static const kind_ops *const kinds[] = { &dense_ops, NULL };
 
 int main(int argc, char **argv)
 {
@@ -25,7 +25,7 @@ int main(int argc, char **argv)
     int nseq = 16;
     layer_spec specs[MODE_MAX_LAYERS];
     for (int l = 0; l < layers; l++)
-        layer_spec_defaults(&specs[l]);
+        layer_spec_init(&specs[l], &dense_kind);
     model *m = NULL;
     char err[256];
     if (build_model(&m, &dims, specs, kinds, nseq, err, sizeof(err))) {
@@ -40,7 +40,7 @@ int main(int argc, char **argv)
         tok[i] = (token_t)pcg32_bounded(&r, 256);
     batch b = { .tokens = tok, .nseq = nseq, .global_seqs = nseq };
     optim_cfg oc;
-    optim_defaults(&oc);
+    key_group_defaults(&optim_group, &oc);
     mode_ctx ctx = { .rank = 0, .size = 1, .seed = 1 };
     /* the yardstick: OpenBLAS with all the threads; the step: the threads as
      * a pool, BLAS on one (mode-exp's thread model) */

@@ -311,6 +311,17 @@ bench)
 	mpirun -n 2 "$exe" bench "$config" 'model.layers=(dense, mod) x 2' --steps 2 | grep -q "steps/s" ||
 		fail "bench -n 2"
 	;;
+keys)
+	# the README's table of declared keys is what the declarations print:
+	# it cannot drift from the code
+	readme=$(dirname "$config")/../../README.md
+	sed -n '/^<!-- keys: mode-exp --help-keys --markdown -->$/,/^<!-- \/keys -->$/p' "$readme" |
+		sed '1d;$d' >want.md
+	[ -s want.md ] || fail "no generated key table in $readme"
+	"$exe" --help-keys --markdown >got.md || fail "--help-keys --markdown"
+	diff want.md got.md || fail "README's key table differs from mode-exp --help-keys --markdown"
+	"$exe" --help-keys | grep -q "^\[moe\] (read by moe, integrated, staged)" || fail "--help-keys"
+	;;
 *)
 	fail "unknown test $test_name"
 	;;

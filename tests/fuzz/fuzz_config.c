@@ -27,12 +27,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     run_config c;
     char err[512];
     int ranks = size > 0 ? data[0] % 9 : 0;
-    if (config_load_string(&c, text, "fuzz.ini", n_over, over, mode_kinds, ranks, err,
+    if (config_load_string(&c, text, "fuzz.ini", n_over, over, &mode_schema, ranks, err,
                            sizeof(err)) == 0) {
         /* what loads must write back to what loads the same */
         char *ini = config_to_ini(&c);
         run_config again;
-        if (!ini || config_load_string(&again, ini, "again.ini", 0, NULL, mode_kinds, ranks, err,
+        if (!ini || config_load_string(&again, ini, "again.ini", 0, NULL, &mode_schema, ranks, err,
                                        sizeof(err)) != 0)
             abort();
         free(ini);

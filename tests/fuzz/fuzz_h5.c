@@ -23,10 +23,10 @@ static int load(const char *path)
         return 0;
     run_config c;
     model *m = NULL;
-    if (config_load_string(&c, meta.config, path, 0, NULL, mode_kinds, 0, err, sizeof(err)) == 0 &&
+    if (config_load_string(&c, meta.config, path, 0, NULL, &mode_schema, 0, err, sizeof(err)) == 0 &&
         c.d_model * (long)c.d_ff * c.n_layers < (1L << 22) && c.seq_len <= 1024) {
         model_dims dims = config_dims(&c);
-        if (build_model(&m, &dims, c.layers, mode_kinds, 1, err, sizeof(err)) == 0)
+        if (build_model(&m, &dims, c.layers, mode_kind_ops, 1, err, sizeof(err)) == 0)
             checkpoint_load(path, m, true, NULL, err, sizeof(err));
         free_model(&m);
     }

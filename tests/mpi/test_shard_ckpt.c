@@ -18,6 +18,7 @@
 #include "core/io/checkpoint.h"
 #include "core/io/h5util.h"
 #include "mod/mod.h"
+#include "moe/kinds.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
 #include "check.h"
@@ -31,20 +32,22 @@
 
 static int failures, rank;
 
-static const layer_kind *const kinds[] = { &dense_kind, &mod_kind, &moe_kind, &integrated_kind,
-                                           &staged_kind, NULL };
+static const kind_ops *const *const kinds = mode_kind_ops;
 
 static model *make(int ranks, int r)
 {
     model_dims dims = { .vocab = 16, .d_model = 8, .n_heads = 2, .d_head = 4, .d_ff = 12,
                         .n_layers = 3, .seq_len = 4, .ranks = ranks, .rank = r };
     layer_spec specs[3];
-    for (int l = 0; l < 3; l++)
-        layer_spec_defaults(&specs[l]);
-    snprintf(specs[1].kind, sizeof(specs[1].kind), "moe");
-    specs[1].experts = 8;
-    snprintf(specs[2].kind, sizeof(specs[2].kind), "integrated");
-    specs[2].experts = 4;
+    layer_spec_init(&specs[0], &dense_kind);
+    layer_spec_init(&specs[1], &moe_kind);
+    layer_spec_init(&specs[2], &integrated_kind);
+    char why[128];
+    if (layer_spec_set(&specs[1], &moe_kind, "experts", "8", why, sizeof(why)) ||
+        layer_spec_set(&specs[2], &integrated_kind, "experts", "4", why, sizeof(why))) {
+        fprintf(stderr, "layer_spec_set: %s\n", why);
+        exit(1);
+    }
     model *m = NULL;
     char err[256];
     if (build_model(&m, &dims, specs, kinds, 1, err, sizeof(err))) {

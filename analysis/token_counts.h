@@ -1,10 +1,10 @@
-/* mode-analyze tokens: the counts behind the tables (tokens.c) and the
- * figure (tokens_fig.c).  One run, or the replicates of one config: their
+/* mode-analyze tokens: the counts (token_counts.c) behind the tables
+ * (tokens.c) and the figure (tokens_fig.c).  One run, or the replicates of one config: their
  * counts pooled (the take rate with a 95% Wilson interval over the pooled
  * tokens: within-run precision) and each replicate's rate kept apart (mean
  * and sd across them: the seed spread). */
-#ifndef MODE_ANALYSIS_TOKENS_H
-#define MODE_ANALYSIS_TOKENS_H
+#ifndef MODE_ANALYSIS_TOKEN_COUNTS_H
+#define MODE_ANALYSIS_TOKEN_COUNTS_H
 
 #include "analysis/analyze.h"
 #include "analysis/stats.h"
@@ -48,9 +48,6 @@ typedef struct tokens_report {
 double take_rate(const double *c);
 /* Its 95% Wilson interval; NaN with no token. */
 void take_interval(const double *c, double *lo, double *hi);
-/* The replicates' take rates of a class (pos false) or position bucket. */
-void take_replicates(const tokens_report *t, const token_layer *tl, bool pos, int i,
-                     sample_summary *s);
 /* Jaccard overlap above which a router "selects the same positions in every
  * sequence". */
 #define TK_DEGENERATE 0.9
@@ -59,6 +56,10 @@ void take_replicates(const tokens_report *t, const token_layer *tl, bool pos, in
 enum { TK_PERMUTATIONS = 2000 };
 #define TK_SIGNIFICANT 0.001
 
-int tokens_figure(const an_args *a, const tokens_report *t, const char *path);
+/* Open the runs of a->files (one run, or the replicates of one config),
+ * check them and count every routed layer into t; 0, or an exit code
+ * after an_fail's message.  free_tokens_report frees t either way. */
+int tokens_count(const an_args *a, tokens_report *t);
+void free_tokens_report(tokens_report *t);
 
 #endif

@@ -1,0 +1,169 @@
+/* What the MoD router is, apart from what it computes (router.c): the [mod]
+ * keys, the configuration they give, the tensors, FLOPs and buffers of the
+ * router and of a routed block's rows.  The kinds' descriptions link this
+ * file alone. */
+#include "mod/router.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const router_names[] = { [ROUTER_LEARNED] = "learned",
+                                            [ROUTER_RANDOM] = "random", NULL };
+static const char *const gate_names[] = { [GATE_RAW] = "raw", [GATE_SIGMOID] = "sigmoid", NULL };
+static const char *const causal_names[] = { [CAUSAL_AUX] = "aux", [CAUSAL_PREDICTOR] = "predictor",
+                                            [CAUSAL_NONE] = "none", NULL };
+_Static_assert(sizeof(router_names) / sizeof(router_names[0]) == ROUTER_COUNT + 1, "a name each");
+_Static_assert(sizeof(gate_names) / sizeof(gate_names[0]) == GATE_COUNT + 1, "a name each");
+_Static_assert(sizeof(causal_names) / sizeof(causal_names[0]) == CAUSAL_COUNT + 1, "a name each");
+
+#define P(f) offsetof(mod_router_params, f)
+static const kind_key mod_keys[] = {
+    { "capacity", KEY_REAL, P(capacity), "0.125", 0, 1, KEY_MIN_OPEN, NULL,
+      "share of each sequence's tokens that take the routed block: k = max(1, floor(capacity S)) "
+      "of the S by router score (expert-choice, per sequence)", 0 },
+    { "router", KEY_CHOICE, P(router), "learned", 0, 0, 0, router_names,
+      "learned: scores r = x w_r from the residual stream; random: N(0,1) scores keyed by seed, "
+      "step, layer and sequence, gate 1, no parameters (the control)", 0 },
+    { "gate", KEY_CHOICE, P(gate), "sigmoid", 0, 0, 0, gate_names,
+      "what scales a selected token's update: raw r (the paper's Eq. 1) or sigmoid(r)", 0 },
+    { "causal", KEY_CHOICE, P(causal), "aux", 0, 0, 0, causal_names,
+      "the causal rule of evaluation and sampling: aux (BCE of sigmoid(r) against top-k "
+      "membership, threshold r > 0), predictor (a separate MLP d -> 64 -> 1 on stop-gradient(x)), "
+      "none (threshold r > 0)", 0 },
+    { "aux_weight", KEY_REAL, P(aux_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
+      "weight of the aux BCE in the training loss (causal = aux)", 0 },
+    { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
+};
+#undef P
+
+const key_group mod_router_group = {
+    .section = "mod", .keys = mod_keys, .size = sizeof(mod_router_params), .check = NULL,
+};
+
+int mod_k(double capacity, int seq_len)
+{
+    /* floor in double, to the letter of MODEL.md (0.29 x 100 gives 28) */
+    int k = (int)floor(capacity * seq_len);
+    return k < 1 ? 1 : (k > seq_len ? seq_len : k);
+}
+
+mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *dims)
+{
+    mod_router_cfg c = {
+        .router = p->router, .gate = p->gate, .causal = p->causal,
+        .capacity = p->capacity, .aux_weight = p->aux_weight,
+        .k = mod_k(p->capacity, dims->seq_len),
+    };
+    int t = 0;
+    c.t_router = c.router == ROUTER_LEARNED ? t++ : -1;
+    /* the random router is the ablation control: no parameters, gate 1, and
+     * its own causal rule (threshold at the capacity's normal quantile) */
+    c.t_pred = c.router == ROUTER_LEARNED && c.causal == CAUSAL_PREDICTOR ? t : -1;
+    if (c.t_pred >= 0)
+        t += 4;
+    c.n_tensors = t;
+    return c;
+}
+
+int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_desc *out)
+{
+    int d = dims->d_model;
+    if (out && c->t_router >= 0)
+        out[c->t_router] = make_tensor_desc("router", 1, d, 0, 0, INIT_NORMAL, 0.02f);
+    if (out && c->t_pred >= 0) {
+        out[c->t_pred + 0] = make_tensor_desc("pred_w1", 2, d, MOD_PRED_HIDDEN, 0, INIT_NORMAL, 0.02f);
+        out[c->t_pred + 1] = make_tensor_desc("pred_b1", 1, MOD_PRED_HIDDEN, 0, 0, INIT_ZEROS, 0.0f);
+        out[c->t_pred + 2] = make_tensor_desc("pred_w2", 1, MOD_PRED_HIDDEN, 0, 0, INIT_NORMAL, 0.02f);
+        out[c->t_pred + 3] = make_tensor_desc("pred_b2", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
+    }
+    return c->n_tensors;
+}
+
+double mod_router_flops(const mod_router_cfg *c, const model_dims *dims)
+{
+    double S = dims->seq_len, d = dims->d_model;
+    double f = c->router == ROUTER_LEARNED ? 2.0 * S * d : 0.0;
+    if (c->t_pred >= 0)
+        f += 2.0 * S * (d * MOD_PRED_HIDDEN + MOD_PRED_HIDDEN);
+    return f;
+}
+
+void mod_router_layout(buf_plan *p, mod_router *rt, const model_dims *dims, int max_seq)
+{
+    int S = dims->seq_len;
+    size_t rows = (size_t)max_seq * S;
+    rt->max_seq = max_seq;
+    rt->r = BUF_FLOATS(p, rows);
+    rt->pl = BUF_FLOATS(p, rows);
+    rt->z = BUF_BYTES(p, rows);
+    rt->c = BUF_BYTES(p, rows);
+    rt->scratch = BUF_INTS(p, S);
+    rt->sel = BUF_INTS(p, rows);
+    rt->seq_start = BUF_INTS(p, max_seq + 1);
+    rt->pos = BUF_I32(p, rows);
+    rt->gate = BUF_FLOATS(p, rows);
+    rt->dr = BUF_FLOATS(p, rows);
+    bool pred = rt->cfg.t_pred >= 0;
+    rt->pa = pred ? BUF_FLOATS(p, rows * MOD_PRED_HIDDEN) : NULL;
+    rt->ph = pred ? BUF_FLOATS(p, rows * MOD_PRED_HIDDEN) : NULL;
+    rt->dpa = pred ? BUF_FLOATS(p, rows * MOD_PRED_HIDDEN) : NULL;
+}
+
+double mod_router_bytes(const model_dims *dims, const mod_router_params *params, int max_seq)
+{
+    mod_router rt = { .cfg = mod_router_parse(params, dims) };
+    buf_plan p = buf_counting(BUF_ALIGN);
+    mod_router_layout(&p, &rt, dims, max_seq);
+    return (double)p.used;
+}
+
+void routed_rows_layout(buf_plan *p, routed_rows *r, const model_dims *dims, int f, int rows)
+{
+    size_t rd = (size_t)rows * dims->d_model;
+    r->cap_rows = rows;
+    r->xs = BUF_FLOATS(p, rd);
+    r->h = BUF_FLOATS(p, rd);
+    r->ys = BUF_FLOATS(p, rd);
+    attn_cache_layout(p, &r->attn, dims, rows);
+    mlp_cache_layout(p, &r->mlp, dims, rows, f);
+}
+
+double routed_rows_bytes(const model_dims *dims, int f, long rows)
+{
+    routed_rows r;
+    buf_plan p = buf_counting(BUF_ALIGN);
+    routed_rows_layout(&p, &r, dims, f, (int)rows);
+    return (double)p.used;
+}
+
+void routed_ws_layout(buf_plan *p, routed_ws *w, const model_dims *dims, int f, long sel, int k)
+{
+    size_t nd = (size_t)sel * dims->d_model;
+    long a = attn_ws_floats(dims, (int)sel, k);
+    w->dys = BUF_FLOATS(p, nd);
+    if (f > 0) { /* mod: the block's own MLP */
+        long m = mlp_ws_floats(dims, (int)sel, f);
+        w->dxs = BUF_FLOATS(p, nd);
+        w->dh = BUF_FLOATS(p, nd);
+        w->dmm = NULL;
+        w->dgate = BUF_FLOATS(p, sel);
+        w->sub = BUF_FLOATS(p, a > m ? a : m);
+    } else { /* staged: the experts, with their own work space */
+        w->dh = BUF_FLOATS(p, nd);
+        w->dmm = BUF_FLOATS(p, nd);
+        w->dxs = BUF_FLOATS(p, nd);
+        w->dgate = BUF_FLOATS(p, sel);
+        w->sub = BUF_FLOATS(p, a);
+    }
+}
+
+long routed_ws_floats(const model_dims *dims, int f, long sel, int k)
+{
+    routed_ws w;
+    buf_plan p = buf_counting(sizeof(float));
+    routed_ws_layout(&p, &w, dims, f, sel, k);
+    return (long)(p.used / sizeof(float));
+}

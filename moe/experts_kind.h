@@ -1,0 +1,74 @@
+/* The experts' description (experts_kind.c): the [moe] keys and their
+ * values, the configuration a kind derives from them, and what follows
+ * from the shapes alone (tensors, nominal FLOPs, bytes, statistics'
+ * columns).  The compute is experts.h's. */
+#ifndef MODE_MOE_EXPERTS_KIND_H
+#define MODE_MOE_EXPERTS_KIND_H
+
+#include "core/model/kind.h"
+
+#include <stdbool.h>
+
+/* Experts a layer may have (the no-op aside): the gate's columns are a
+ * plain loop, the dispatch a counting sort, nothing assumes a word of bits
+ * per expert. */
+#define MOE_MAX_EXPERTS 4096
+
+/* The [moe] keys' values (experts_kind.c declares them: experts_group),
+ * read by moe, integrated and staged. */
+typedef struct experts_params {
+    int experts;            /* E, real experts */
+    int top_k;
+    double capacity_factor; /* 0: no dropping */
+    int d_ff;               /* per expert; 0: the model's d_ff */
+    double balance_weight, z_weight;
+} experts_params;
+extern const key_group experts_group; /* [moe] */
+
+typedef struct experts_cfg {
+    int experts;      /* E, real experts */
+    bool noop;        /* one more gate column: the no-op expert (integrated MoDE) */
+    int top_k;
+    double capacity_factor; /* 0: no dropping */
+    int d_ff;         /* per expert */
+    double balance_weight, z_weight;
+} experts_cfg;
+
+/* Gate columns: E, or E+1 with the no-op. */
+static inline int experts_columns(const experts_cfg *c)
+{
+    return c->experts + (c->noop ? 1 : 0);
+}
+
+/* The experts' configuration from the [moe] keys (noop: integrated's no-op
+ * column); the checks between its values and what the kind adds (err). */
+experts_cfg experts_cfg_of(const experts_params *p, const model_dims *dims, bool noop);
+int experts_validate(const experts_params *p, bool noop, char *err, int err_len);
+
+/* ceil(capacity_factor * top_k * rows / E), or INT32_MAX without dropping. */
+int experts_capacity(const experts_cfg *c, int rows_per_seq);
+
+typedef struct experts experts; /* activations and buffers (experts_state.h) */
+
+/* The bytes the experts keep for rows token rows a step (mode-exp plan):
+ * the gate's per-row buffers, the dispatch's (kept assignments) and, on the
+ * expert side, as many received rows as this rank sends (balanced routing;
+ * a capacity factor bounds the busiest expert at cf times that), their
+ * SwiGLU caches and backward work space for this rank's experts. */
+double experts_bytes(const experts_cfg *c, const model_dims *dims, long rows);
+
+/* Tensor descriptors: gate [d][N], experts_w1 [E][d][f], experts_w3 [E][d][f],
+ * experts_w2 [E][f][d].  Returns the count (4); out may be NULL. */
+int experts_tensors(tensor_desc *out, const experts_cfg *c, const model_dims *dims);
+enum { EXPERTS_TENSORS = 4 };
+
+/* Statistics' counts: sums (tokens kept per column (N), dropped
+ * assignments, balance loss, z-loss, router entropy, ...) and columns. */
+int experts_stat_sums_count(const experts_cfg *c);
+int experts_stat_cols_count(const experts_cfg *c);
+
+/* Nominal forward FLOPs for rows_per_seq rows of one sequence: the gate and
+ * every assignment at a real expert (MODEL.md: no-op charged as real). */
+double experts_flops(const experts_cfg *c, const model_dims *dims, long rows_per_seq);
+
+#endif

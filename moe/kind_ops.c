@@ -1,0 +1,22 @@
+/* The kinds' compute rows, in the order of their descriptions (kinds.c). */
+#include "moe/kinds.h"
+#include "moe/kind_order.h"
+
+#include "mod/mod.h"
+#include "moe/moe.h"
+#include "moe/staged.h"
+
+#include <assert.h>
+#include <stddef.h>
+
+const kind_ops *const mode_kind_ops[] = {
+    [KIND_DENSE] = &dense_ops,
+    [KIND_MOD] = &mod_ops,
+    [KIND_MOE] = &moe_ops,
+    [KIND_INTEGRATED] = &integrated_ops,
+    [KIND_STAGED] = &staged_ops,
+    [KIND_COUNT] = NULL,
+};
+
+static_assert(sizeof(mode_kind_ops) / sizeof(mode_kind_ops[0]) == KIND_COUNT + 1,
+              "one row per kind, then NULL");

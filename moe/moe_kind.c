@@ -1,0 +1,143 @@
+/* The `moe` and `integrated` kinds' description (their compute: moe.c). */
+#include "moe/moe.h"
+#include "moe/moe_state.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+_Static_assert(sizeof(moe_params) <= MODE_PARAMS_BYTES, "moe's keys fit a layer_spec");
+
+static const kind_group moe_groups[] = {
+    { &experts_group, offsetof(moe_params, experts) },
+    { NULL, 0 },
+};
+
+void moe_layout(buf_plan *p, moe_state *s, const model_dims *dims, int max_seq)
+{
+    int S = dims->seq_len, rows = max_seq * S, d = dims->d_model;
+    s->h = BUF_FLOATS(p, (size_t)rows * d);
+    s->m = BUF_FLOATS(p, (size_t)rows * d);
+    s->rstd = BUF_FLOATS(p, rows);
+    s->seq_start = BUF_INTS(p, max_seq + 1);
+    s->pos = BUF_I32(p, rows);
+    s->dec = BUF_FLOATS(p, 3 * (size_t)d);
+    attn_cache_layout(p, &s->attn, dims, rows);
+}
+
+void moe_ws_layout(buf_plan *p, moe_ws *w, const model_dims *dims, int rows)
+{
+    size_t nd = (size_t)rows * dims->d_model;
+    w->dh = BUF_FLOATS(p, nd);
+    w->dm = BUF_FLOATS(p, nd);
+    w->sub = BUF_FLOATS(p, attn_ws_floats(dims, rows, dims->seq_len));
+}
+
+static int validate_of(const layer_spec *s, bool noop, char *err, int err_len)
+{
+    return experts_validate(&moe_params_of(s)->experts, noop, err, err_len);
+}
+
+static int moe_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
+{
+    return validate_of(s, false, err, err_len);
+}
+
+static int integrated_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
+{
+    return validate_of(s, true, err, err_len);
+}
+
+static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,
+                      bool noop)
+{
+    /* attn_norm wq wk wv wo, mlp_norm, then the gate and the experts */
+    int n = BLOCK_ATTN_TENSORS + 1 + EXPERTS_TENSORS;
+    if (!out)
+        return n;
+    if (max < n)
+        return -EINVAL;
+    tensor_desc block[BLOCK_TENSORS];
+    block_tensors(block, dims, true);
+    memcpy(out, block, (BLOCK_ATTN_TENSORS + 1) * sizeof(tensor_desc));
+    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, noop);
+    experts_tensors(out + BLOCK_ATTN_TENSORS + 1, &c, dims);
+    return n;
+}
+
+static int moe_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
+{
+    return tensors_of(s, dims, out, max, false);
+}
+
+static int integrated_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out,
+                              int max)
+{
+    return tensors_of(s, dims, out, max, true);
+}
+
+static double bytes_of(const layer_spec *spec, const model_dims *dims, int max_seq, bool noop)
+{
+    long rows = (long)max_seq * dims->seq_len;
+    experts_cfg c = experts_cfg_of(&moe_params_of(spec)->experts, dims, noop);
+    moe_state s;
+    buf_plan p = buf_counting(BUF_ALIGN);
+    moe_layout(&p, &s, dims, max_seq);
+    /* and the experts on every row */
+    return (double)p.used + experts_bytes(&c, dims, rows);
+}
+
+static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    return bytes_of(spec, dims, max_seq, false);
+}
+
+static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    return bytes_of(spec, dims, max_seq, true);
+}
+
+static long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    moe_ws w;
+    buf_plan p = buf_counting(sizeof(float));
+    moe_ws_layout(&p, &w, dims, max_seq * dims->seq_len);
+    return (long)(p.used / sizeof(float));
+}
+
+static double flops_of(const layer_spec *spec, const model_dims *dims, bool noop)
+{
+    long S = dims->seq_len;
+    experts_cfg c = experts_cfg_of(&moe_params_of(spec)->experts, dims, noop);
+    return attn_flops_rows(dims, S, S * S) + experts_flops(&c, dims, S);
+}
+
+static double moe_flops(const layer_spec *spec, const model_dims *dims)
+{
+    return flops_of(spec, dims, false);
+}
+
+static double integrated_flops(const layer_spec *spec, const model_dims *dims)
+{
+    return flops_of(spec, dims, true);
+}
+
+const layer_kind moe_kind = {
+    .name = "moe",
+    .groups = moe_groups,
+    .validate = moe_validate,
+    .tensors = moe_tensors,
+    .flops = moe_flops,
+    .state_bytes = moe_state_bytes,
+    .ws_floats = moe_ws_floats,
+};
+
+const layer_kind integrated_kind = {
+    .name = "integrated",
+    .groups = moe_groups,
+    .validate = integrated_validate,
+    .tensors = integrated_tensors,
+    .flops = integrated_flops,
+    .state_bytes = integrated_state_bytes,
+    .ws_floats = moe_ws_floats,
+};

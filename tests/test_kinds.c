@@ -1,0 +1,720 @@
+/* The contract every row of the kind table keeps, run over the table itself
+ * (as dav1d's checkasm and ggml's test-backend-ops loop over their
+ * functions): a kind is tested by being in moe/kinds.c.  For every row, at
+ * its keys' defaults, in a small model (dense, KIND, dense):
+ *   - its keys' defaults parse, and its description's buffer and work-space
+ *     sizes are those its layouts give;
+ *   - finite-difference gradients of every tensor and of the layer's input
+ *     against backward, the routing decisions held fixed;
+ *   - decoding with the KV cache against the causal forward;
+ *   - causality: changing later tokens leaves earlier logits (causal mode);
+ *   - executed FLOPs against the products the forward really ran (every
+ *     matmul counted, attention's n x n as MODEL.md counts it), nominal at
+ *     least executed (training, top-k);
+ *   - statistics and routing records written, finite, of their shapes;
+ *   - a checkpoint round trip, bit for bit;
+ *   - a canary after the work space: backward writes within its share;
+ *   - under mpirun -n 4: one rank against two and four (data and expert
+ *     parallelism), the losses and gradient norm within float rounding.
+ * The checks of one row run on rank 0 (one rank, no MPI) first; then every
+ * rank takes part in the rank comparison. */
+#include "core/comm/comm.h"
+#include "core/io/checkpoint.h"
+#include "core/kernels/matmul.h"
+#include "core/model/model.h"
+#include "core/rng/pcg32.h"
+#include "core/train/shard.h"
+#include "moe/kinds.h"
+#include "mpi/check.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures, rank;
+
+#define S_LEN 16
+#define NSEQ 4
+
+static model_dims small_dims(int layers)
+{
+    model_dims d = { .vocab = 23, .d_model = 16, .n_heads = 2, .d_head = 8, .d_ff = 24,
+                     .n_layers = layers, .seq_len = S_LEN, .ranks = 1, .rank = 0 };
+    return d;
+}
+
+/* ---- a model of one row ------------------------------------------------------ */
+
+typedef struct fixture {
+    model *m;
+    token_t tokens[NSEQ * (S_LEN + 1)];
+    batch b;
+    mode_ctx ctx;
+    const layer_kind *kind;
+} fixture;
+
+static void draw_tokens(token_t *t, int n, uint64_t seed, int V)
+{
+    pcg32 r;
+    pcg32_seed(&r, seed, 7);
+    for (int i = 0; i < n; i++)
+        t[i] = (token_t)pcg32_bounded(&r, (uint32_t)V);
+}
+
+/* Normal-init tensors x mult, gains 1 + 0.3 N(0,1), biases 0.3 N(0,1): every
+ * gradient well above float noise, routing that depends on content. */
+static void scale_weights(model *m, float mult, uint64_t seed)
+{
+    for (int t = 0; t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        float *p = m->params + mt->offset;
+        pcg32 r;
+        pcg32_seed(&r, seed, (uint64_t)t);
+        for (long i = 0; i < mt->numel; i++) {
+            switch (mt->desc.init) {
+            case INIT_NORMAL: p[i] *= mult; break;
+            case INIT_ONES: p[i] = 1.0f + 0.3f * pcg32_normal(&r); break;
+            case INIT_ZEROS: p[i] = 0.3f * pcg32_normal(&r); break;
+            }
+        }
+    }
+}
+
+/* dense, KIND, dense over P ranks (this one rank r of them). */
+static int make(fixture *f, const kind_ops *ops, int P, int r, int nseq, uint64_t seed,
+                comm *cm)
+{
+    memset(f, 0, sizeof(*f));
+    f->kind = ops->kind;
+    model_dims dims = small_dims(3);
+    dims.ranks = P;
+    dims.rank = r;
+    layer_spec specs[3];
+    layer_spec_init(&specs[0], &dense_kind);
+    layer_spec_init(&specs[1], ops->kind);
+    layer_spec_init(&specs[2], &dense_kind);
+    char err[512];
+    if (build_model(&f->m, &dims, specs, mode_kind_ops, nseq, err, sizeof(err))) {
+        fprintf(stderr, "rank %d: %s: build_model: %s\n", rank, ops->kind->name, err);
+        return -1;
+    }
+    model_init(f->m, seed);
+    scale_weights(f->m, 10.0f, seed);
+    draw_tokens(f->tokens, NSEQ * (S_LEN + 1), seed, dims.vocab);
+    f->b = (batch){ .tokens = f->tokens + (size_t)r * nseq * (S_LEN + 1), .nseq = nseq,
+                    .seq0 = (long)r * nseq, .global_seqs = NSEQ };
+    f->ctx = (mode_ctx){ .rank = comm_rank(cm), .size = comm_size(cm), .comm = cm,
+                         .seed = seed };
+    return 0;
+}
+
+/* ---- the routing decisions a layer records ------------------------------- */
+
+enum { MAX_ARRAYS = 16 };
+typedef struct capture {
+    int n;
+    struct {
+        char name[32];
+        int type, ndim;
+        unsigned long long dims[4];
+        size_t bytes;
+        unsigned char *data;
+    } a[MAX_ARRAYS];
+} capture;
+
+static size_t elem_bytes(int type)
+{
+    return type == RECORD_UINT8 ? 1 : 4;
+}
+
+static int capture_put(record_sink *s, const char *name, int type, int ndim,
+                       const unsigned long long *dims, const void *data)
+{
+    capture *c = s->user;
+    if (c->n >= MAX_ARRAYS || ndim > 4)
+        return -1;
+    size_t n = elem_bytes(type);
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    int k = c->n++;
+    snprintf(c->a[k].name, sizeof(c->a[k].name), "%s", name);
+    c->a[k].type = type;
+    c->a[k].ndim = ndim;
+    memcpy(c->a[k].dims, dims, (size_t)ndim * sizeof(dims[0]));
+    c->a[k].bytes = n;
+    c->a[k].data = malloc(n ? n : 1);
+    memcpy(c->a[k].data, data, n);
+    return 0;
+}
+
+static void capture_free(capture *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free(c->a[i].data);
+    c->n = 0;
+}
+
+/* Layer l's record after the last forward (nothing for a kind without). */
+static void capture_layer(model *m, int l, int nseq, capture *c)
+{
+    capture_free(c);
+    layer *ly = &m->layers[l];
+    if (!ly->ops->record)
+        return;
+    fwd_args a = { .dims = &m->dims, .nseq = nseq, .seq_len = m->dims.seq_len };
+    record_sink sink = { .put = capture_put, .user = c };
+    CHECK(ly->ops->record(ly, &a, &sink) == 0, "%s: record failed", ly->kind->name);
+}
+
+/* The decisions a training forward depends on equal: the integer arrays
+ * of the record (selections, chosen experts), but "causal", the causal
+ * rule's decisions, which only a causal-mode forward uses (docs/hdf5.md
+ * names the arrays of the record). */
+static bool same_decisions(const capture *a, const capture *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (int i = 0; i < a->n; i++)
+        if (a->a[i].type != RECORD_FLOAT && strcmp(a->a[i].name, "causal") &&
+            (a->a[i].bytes != b->a[i].bytes || memcmp(a->a[i].data, b->a[i].data, a->a[i].bytes)))
+            return false;
+    return true;
+}
+
+/* ---- finite differences ------------------------------------------------------ */
+
+/* J = ce + aux (the training loss), + side when with_side (the predictor's
+ * tensors, whose loss is reported apart). */
+static double train_J(fixture *f, bool with_side, fwd_result *r)
+{
+    CHECK(model_forward(f->m, &f->ctx, &f->b, FWD_TRAIN, r) == 0, "forward");
+    double J = r->ce_sum / (double)(f->b.nseq * S_LEN) + r->aux_loss;
+    return with_side ? J + r->side_loss : J;
+}
+
+/* Along a random direction u of tensor range [off, off+n): the 4th-order
+ * central difference of J against <grad, u>.  A direction moves at most
+ * FD_ELEMS elements, so that a step of h seldom moves a routing decision
+ * across its threshold; when one does, the derivative is not defined there
+ * and another direction is drawn (up to 32), of half as many elements. */
+enum { FD_ELEMS = 16, FD_CANDIDATES = 128 };
+/* The rounding of a 4th-order difference of J (about 4 in float32 sums) at
+ * step 2e-3: up to 2e-6 seen on directions of small <g,u>. */
+#define FD_NOISE 4e-6
+static double fd_direction(fixture *f, size_t off, size_t n, const float *grad, bool with_side,
+                           const capture *base, pcg32 *r, double *an_out)
+{
+    const double h = 2e-3;
+    model *m = f->m;
+    float *p = m->params + off, *p0 = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
+    memcpy(p0, p, n * sizeof(float));
+    capture now = { 0 };
+    double err = INFINITY, an = 0.0, gn = 0.0;
+    for (size_t i = 0; i < n; i++)
+        gn += (double)grad[i] * (double)grad[i];
+    gn = sqrt(gn);
+    int elems = FD_ELEMS; /* halved when a direction moves the routing */
+    for (int tries = 0, draws = 0; tries < 32 && draws < 256 && !isfinite(err); draws++) {
+        /* the FD_ELEMS elements of largest |grad| among FD_CANDIDATES random
+         * ones: <grad, u> far above the rounding of J, which the difference
+         * turns into about 1e-6 of the derivative (measured) */
+        memset(u, 0, n * sizeof(float));
+        size_t cand[FD_CANDIDATES];
+        int nc = 0;
+        for (int e = 0; e < FD_CANDIDATES && (size_t)e < n; e++)
+            cand[nc++] = n <= FD_CANDIDATES ? (size_t)e : pcg32_bounded(r, (uint32_t)n);
+        for (int e = 0; e < elems && e < nc; e++) {
+            int best = e;
+            for (int c = e + 1; c < nc; c++)
+                if (fabs((double)grad[cand[c]]) > fabs((double)grad[cand[best]]))
+                    best = c;
+            size_t t = cand[e];
+            cand[e] = cand[best];
+            cand[best] = t;
+            /* along the gradient's sign: <grad, u> = sum |g_i| of them */
+            u[cand[e]] = grad[cand[e]] < 0.0f ? -1.0f : 1.0f;
+        }
+        an = 0.0;
+        for (size_t i = 0; i < n; i++)
+            an += (double)u[i] * (double)grad[i];
+        if (fabs(an) < 1e-3 * gn) /* a tensor of tiny gradient here: another draw */
+            continue;
+        tries++;
+        double J[4];
+        const double steps[4] = { h, -h, 2 * h, -2 * h };
+        bool same = true;
+        for (int s = 0; s < 4; s++) {
+            for (size_t i = 0; i < n; i++)
+                p[i] = (float)((double)p0[i] + steps[s] * (double)u[i]);
+            fwd_result res;
+            J[s] = train_J(f, with_side, &res);
+            capture_layer(m, 1, f->b.nseq, &now);
+            same &= same_decisions(&now, base);
+        }
+        memcpy(p, p0, n * sizeof(float));
+        if (!same) {
+            elems = elems > 1 ? elems / 2 : 1;
+            continue;
+        }
+        double fd = (8.0 * (J[0] - J[1]) - (J[2] - J[3])) / (12.0 * h);
+        /* relative, with the difference's own rounding (FD_NOISE) allowed */
+        err = fmax(fabs(fd - an) - FD_NOISE, 0.0) / fmax(fabs(an), 1e-30);
+    }
+    capture_free(&now);
+    free(u);
+    free(p0);
+    *an_out = an;
+    return err;
+}
+
+/* Every tensor's gradient; false (nothing judged) when some tensor had no
+ * direction along which the routing held: a decision within a step of its
+ * threshold at this point, which another seed avoids. */
+static bool check_gradients(fixture *f, pcg32 *r)
+{
+    model *m = f->m;
+    const char *name = f->kind->name;
+    fwd_result res;
+    model_zero_grad(m);
+    train_J(f, false, &res);
+    capture base = { 0 };
+    capture_layer(m, 1, f->b.nseq, &base);
+    CHECK(model_backward(m, &f->ctx, &f->b) == 0, "%s: backward", name);
+    float *grad = malloc(m->n_params * sizeof(float));
+    memcpy(grad, m->grads, m->n_params * sizeof(float));
+    /* the predictor's tensors get the gradient of its own loss alone: the
+     * backward of J with the side loss, computed apart */
+    double worst = 0.0, err[MODE_MAX_LAYER_TENSORS * 3 + 2], an[MODE_MAX_LAYER_TENSORS * 3 + 2];
+    bool held = true;
+    for (int t = 0; t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        bool pred = strstr(mt->path, "/pred_") != NULL;
+        err[t] = fd_direction(f, mt->offset, (size_t)mt->numel, grad + mt->offset, pred, &base, r,
+                              &an[t]);
+        held &= isfinite(err[t]);
+    }
+    for (int t = 0; held && t < m->n_tensors; t++) {
+        worst = fmax(worst, err[t]);
+        /* TL_FD_TOL (tests/testlib.h): 4th-order differences of steps
+         * 2e-3 along directions of |<g,u>| well above the loss's rounding */
+        CHECK(err[t] < 5e-3 && fabs(an[t]) > 1e-6, "%s: gradient of %s: 4th-order difference off "
+              "by %.2e relative (<g,u> = %.3e)", name, m->tensors[t].path, err[t], an[t]);
+    }
+    if (held)
+        printf("[%s] gradients of %d tensors against finite differences: worst %.2e\n", name,
+               m->n_tensors, worst);
+    capture_free(&base);
+    free(grad);
+    return held;
+}
+
+/* The layer's own input gradient: y = layer(x) on a random x, J = <y, w> +
+ * its auxiliary losses, against dx from backward with dy = w. */
+static void check_input_gradient(fixture *f, pcg32 *r)
+{
+    model *m = f->m;
+    layer *ly = &m->layers[1];
+    const model_dims *dm = &m->dims;
+    int n = f->b.nseq * S_LEN, d = dm->d_model;
+    size_t nd = (size_t)n * d;
+    float *x = malloc(nd * sizeof(float)), *y = malloc(nd * sizeof(float));
+    float *w = malloc(nd * sizeof(float)), *dx = calloc(nd, sizeof(float));
+    float *u = malloc(nd * sizeof(float)), *x0 = malloc(nd * sizeof(float));
+    for (size_t i = 0; i < nd; i++) {
+        x[i] = pcg32_normal(r);
+        w[i] = pcg32_normal(r);
+        u[i] = pcg32_normal(r);
+    }
+    memcpy(x0, x, nd * sizeof(float));
+    double aux = 0.0, side = 0.0, fl = 0.0;
+    fwd_args a = { .ctx = &f->ctx, .dims = dm, .rope = m->rope, .mode = FWD_TRAIN,
+                   .nseq = f->b.nseq, .seq_len = S_LEN, .seq_scale = 1.0f / (float)f->b.nseq,
+                   .ws = m->ws, .aux_loss = &aux, .side_loss = &side, .flops_executed = &fl };
+    capture base = { 0 }, now = { 0 };
+    CHECK(ly->ops->forward(ly, &a, y, x) == 0, "forward");
+    capture_layer(m, 1, f->b.nseq, &base);
+    model_zero_grad(m);
+    CHECK(ly->ops->backward(ly, &a, dx, w, x) == 0, "backward");
+    double an = 0.0;
+    for (size_t i = 0; i < nd; i++)
+        an += (double)dx[i] * (double)u[i];
+    const double h = 2e-3, steps[4] = { h, -h, 2 * h, -2 * h };
+    double J[4];
+    bool same = true;
+    for (int s = 0; s < 4; s++) {
+        for (size_t i = 0; i < nd; i++)
+            x[i] = (float)((double)x0[i] + steps[s] * (double)u[i]);
+        aux = 0.0;
+        CHECK(ly->ops->forward(ly, &a, y, x) == 0, "forward");
+        double j = aux;
+        for (size_t i = 0; i < nd; i++)
+            j += (double)y[i] * (double)w[i];
+        J[s] = j;
+        capture_layer(m, 1, f->b.nseq, &now);
+        same &= same_decisions(&now, &base);
+    }
+    double fd = (8.0 * (J[0] - J[1]) - (J[2] - J[3])) / (12.0 * h);
+    double e = fabs(fd - an) / fmax(fabs(an), 1e-30);
+    if (same)
+        CHECK(e < 1e-3, "%s: input gradient off by %.2e relative (fd %.6e, <dx,u> %.6e)",
+              f->kind->name, e, fd, an);
+    printf("[%s] input gradient against finite differences: %.2e%s\n", f->kind->name, e,
+           same ? "" : " (routing moved: not judged)");
+    capture_free(&base);
+    capture_free(&now);
+    free(x);
+    free(y);
+    free(w);
+    free(dx);
+    free(u);
+    free(x0);
+}
+
+/* ---- decoding and causality ---------------------------------------------------- */
+
+static float *causal_logits(fixture *f)
+{
+    fwd_result res;
+    CHECK(model_forward(f->m, &f->ctx, &f->b, FWD_EVAL_CAUSAL, &res) == 0, "forward");
+    size_t n = (size_t)f->b.nseq * S_LEN * f->m->dims.vocab;
+    float *l = malloc(n * sizeof(float));
+    memcpy(l, f->m->logits, n * sizeof(float));
+    return l;
+}
+
+/* max over rows of max |a - b| / max |b| of the row */
+static double rows_shift(const float *a, const float *b, int rows, int V)
+{
+    double worst = 0.0;
+    for (int i = 0; i < rows; i++) {
+        double mx = 1e-30, d = 0.0;
+        for (int v = 0; v < V; v++) {
+            mx = fmax(mx, fabs((double)b[(size_t)i * V + v]));
+            d = fmax(d, fabs((double)a[(size_t)i * V + v] - (double)b[(size_t)i * V + v]));
+        }
+        worst = fmax(worst, d / mx);
+    }
+    return worst;
+}
+
+static void check_decode(fixture *f)
+{
+    model *m = f->m;
+    int V = m->dims.vocab;
+    float *ref = causal_logits(f), *logits = malloc((size_t)V * sizeof(float));
+    CHECK(model_decode_begin(m, S_LEN) == 0, "decode_begin");
+    double worst = 0.0;
+    for (int pos = 0; pos < S_LEN; pos++) {
+        CHECK(model_decode_step(m, &f->ctx, f->b.tokens[pos], pos, logits, NULL) == 0, "decode");
+        worst = fmax(worst, rows_shift(logits, ref + (size_t)pos * V, 1, V));
+    }
+    /* TL_CAUSAL_TOL's reasoning (tests/testlib.h): a row count changes sums
+     * by a few ulp carried through the layers; 1e-4 leaves a hundred times
+     * the largest seen */
+    CHECK(worst < 1e-4, "%s: decoding differs from the causal forward by %.2e", f->kind->name,
+          worst);
+    printf("[%s] decoding with the KV cache against the causal forward: %.2e\n", f->kind->name,
+           worst);
+    free(ref);
+    free(logits);
+}
+
+static void check_causal(fixture *f, uint64_t seed)
+{
+    model *m = f->m;
+    int V = m->dims.vocab, rows = f->b.nseq * S_LEN;
+    token_t keep[NSEQ * (S_LEN + 1)];
+    memcpy(keep, f->tokens, sizeof(keep));
+    float *ref = causal_logits(f);
+    pcg32 r;
+    pcg32_seed(&r, seed, 3);
+    double worst = 0.0, moved = 0.0;
+    for (int t = 0; t < S_LEN - 1; t++) {
+        /* sequence 1's tokens after position t, redrawn */
+        for (int j = t + 1; j <= S_LEN; j++)
+            f->tokens[(S_LEN + 1) + j] = (token_t)pcg32_bounded(&r, (uint32_t)V);
+        float *now = causal_logits(f);
+        for (int i = 0; i < rows; i++) {
+            int sq = i / S_LEN, pos = i % S_LEN;
+            double sh = rows_shift(now + (size_t)i * V, ref + (size_t)i * V, 1, V);
+            if (sq != 1 || pos <= t)
+                worst = fmax(worst, sh);
+            else
+                moved = fmax(moved, sh);
+        }
+        free(now);
+        memcpy(f->tokens, keep, sizeof(keep));
+    }
+    CHECK(worst < 1e-4, "%s: later tokens moved earlier logits by %.2e (causal mode)",
+          f->kind->name, worst);
+    CHECK(moved > 1e-3, "%s: later tokens never moved their own logits (%.2e): the check "
+          "would not tell", f->kind->name, moved);
+    printf("[%s] causality: earlier logits moved by at most %.2e, later ones by %.2e\n",
+           f->kind->name, worst, moved);
+    free(ref);
+}
+
+/* ---- FLOPs, statistics, records -------------------------------------------------- */
+
+static void check_flops(fixture *f)
+{
+    model *m = f->m;
+    const char *name = f->kind->name;
+    double nominal = model_flops_per_seq(m, NULL) * f->b.nseq;
+    static const char *const modes[] = { "train", "topk", "causal" };
+    for (int mode = 0; mode < FWD_MODE_COUNT; mode++) {
+        double counted = 0.0;
+        fwd_result res;
+        flops_count(&counted);
+        int rc = model_forward(m, &f->ctx, &f->b, (fwd_mode)mode, &res);
+        flops_count(NULL);
+        CHECK(rc == 0, "forward");
+        CHECK(fabs(res.flops_executed - counted) <= 1e-9 * counted,
+              "%s (%s): executed FLOPs %.6e, but the forward ran %.6e", name, modes[mode],
+              res.flops_executed, counted);
+        if (mode != FWD_EVAL_CAUSAL) /* the causal rule may take more than k rows */
+            CHECK(res.flops_executed <= nominal * (1.0 + 1e-12),
+                  "%s (%s): executed FLOPs %.6e above nominal %.6e", name, modes[mode],
+                  res.flops_executed, nominal);
+        printf("[%s] %s forward: executed %.6e FLOPs, counted %.6e, nominal %.6e\n", name,
+               modes[mode], res.flops_executed, counted, nominal);
+    }
+}
+
+static void check_stats_and_records(fixture *f)
+{
+    model *m = f->m;
+    layer *ly = &m->layers[1];
+    const char *name = f->kind->name;
+    fwd_result res;
+    CHECK(model_forward(m, &f->ctx, &f->b, FWD_TRAIN, &res) == 0, "forward");
+    if (ly->ops->stat_count) {
+        int n_sums = 0, cols = ly->ops->stat_count(ly, &n_sums);
+        CHECK(cols > 0 && n_sums > 0 && cols <= 256 && n_sums <= 256, "%s: %d columns, %d sums",
+              name, cols, n_sums);
+        double sums[256], vals[256];
+        char names[256][64];
+        ly->ops->stat_sums(ly, sums);
+        ly->ops->stat_columns(ly, sums, vals);
+        for (int c = 0; c < cols && c < 256; c++) {
+            ly->ops->stat_name(ly, c, names[c], sizeof(names[c]));
+            CHECK(names[c][0] && isfinite(vals[c]), "%s: column %d '%s' = %g", name, c, names[c],
+                  vals[c]);
+            for (int e = 0; e < c; e++)
+                CHECK(strcmp(names[c], names[e]), "%s: column name %s twice", name, names[c]);
+        }
+        for (int s = 0; s < n_sums && s < 256; s++)
+            CHECK(isfinite(sums[s]), "%s: sum %d = %g", name, s, sums[s]);
+        printf("[%s] %d statistics columns, finite\n", name, cols);
+    }
+    capture c = { 0 };
+    capture_layer(m, 1, f->b.nseq, &c);
+    for (int i = 0; i < c.n; i++) {
+        CHECK(c.a[i].ndim >= 2 && c.a[i].dims[0] == (unsigned long long)f->b.nseq &&
+                  c.a[i].dims[1] == S_LEN,
+              "%s: record %s of %d dimensions (%llu x %llu), expected sequences x positions",
+              name, c.a[i].name, c.a[i].ndim, c.a[i].dims[0], c.a[i].dims[1]);
+        if (c.a[i].type == RECORD_FLOAT)
+            for (size_t k = 0; k < c.a[i].bytes / 4; k++)
+                CHECK(isfinite((double)((const float *)(const void *)c.a[i].data)[k]),
+                      "%s: record %s not finite", name, c.a[i].name);
+    }
+    if (c.n)
+        printf("[%s] %d routing records of sequences x positions\n", name, c.n);
+    capture_free(&c);
+}
+
+/* ---- buffers, checkpoints -------------------------------------------------------- */
+
+static void check_buffers(fixture *f)
+{
+    model *m = f->m;
+    const layer *ly = &m->layers[1];
+    const char *name = f->kind->name;
+    /* the description's sizes, from the layouts the build allocated with */
+    double bytes = ly->kind->state_bytes(&ly->spec, &m->dims, m->max_seq);
+    long ws = ly->kind->ws_floats(&ly->spec, &m->dims, m->max_seq);
+    CHECK(bytes > 0 && ws > 0 && ws <= m->ws_floats, "%s: state %.0f bytes, work space %ld of %ld",
+          name, bytes, ws, m->ws_floats);
+    /* a canary after the work space: backward writes within its share */
+    enum { CANARY = 1024 };
+    float *own = aligned_alloc(64, ((size_t)m->ws_floats + CANARY) * sizeof(float));
+    uint32_t pattern = 0x7fc0dead;
+    for (long i = 0; i < m->ws_floats + CANARY; i++)
+        memcpy(&own[i], &pattern, 4);
+    float *was = m->ws;
+    m->ws = own;
+    fwd_result res;
+    model_zero_grad(m);
+    CHECK(model_forward(m, &f->ctx, &f->b, FWD_TRAIN, &res) == 0, "forward");
+    CHECK(model_backward(m, &f->ctx, &f->b) == 0, "backward");
+    int touched = 0;
+    for (long i = m->ws_floats; i < m->ws_floats + CANARY; i++)
+        touched += memcmp(&own[i], &pattern, 4) != 0;
+    CHECK(!touched, "%s: %d floats written past the work space's %ld", name, touched,
+          m->ws_floats);
+    m->ws = was;
+    free(own);
+    printf("[%s] state %.0f bytes, work space %ld floats, canary whole\n", name, bytes, ws);
+}
+
+static void check_checkpoint(fixture *f, const char *dir)
+{
+    model *m = f->m;
+    const char *name = f->kind->name;
+    char path[512], err[1024] = "";
+    snprintf(path, sizeof(path), "%s/%s.h5", dir, name);
+    for (size_t i = 0; i < m->n_params; i++) { /* moments that show */
+        m->adam_m[i] = (float)sin(0.3 * (double)i);
+        m->adam_v[i] = (float)(1.5 + cos(0.7 * (double)i));
+    }
+    ckpt_header h = { .config = "[run]\n", .step = 3, .seed = 9, .data = NULL };
+    CHECK(checkpoint_save(path, m, &h, NULL, err, sizeof(err)) == 0, "%s: save: %s", name, err);
+    fixture g;
+    if (make(&g, kind_ops_lookup(mode_kind_ops, name), 1, 0, NSEQ, 99, NULL))
+        return;
+    ckpt_meta meta;
+    CHECK(checkpoint_read_meta(path, &meta, NULL, err, sizeof(err)) == 0 && meta.step == 3,
+          "%s: read_meta: %s", name, err);
+    ckpt_meta_clear(&meta);
+    CHECK(checkpoint_load(path, g.m, true, NULL, err, sizeof(err)) == 0, "%s: load: %s", name,
+          err);
+    CHECK(g.m->n_params == m->n_params &&
+              !memcmp(g.m->params, m->params, m->n_params * sizeof(float)) &&
+              !memcmp(g.m->adam_m, m->adam_m, m->n_params * sizeof(float)) &&
+              !memcmp(g.m->adam_v, m->adam_v, m->n_params * sizeof(float)),
+          "%s: the checkpoint does not read back bit for bit", name);
+    free_model(&g.m);
+    unlink(path);
+    printf("[%s] checkpoint round trip bit for bit\n", name);
+}
+
+/* ---- ranks ----------------------------------------------------------------------- */
+
+/* A training forward and backward of the global batch over P ranks of
+ * world (those of rank < P; the others wait): the losses summed over the
+ * ranks and the gradient's global norm.  Collective over world. */
+static void over_ranks(const kind_ops *ops, comm *world, int P, double out[3])
+{
+    comm *sub = NULL;
+    int in = rank < P;
+    out[0] = out[1] = out[2] = 0.0;
+    if (comm_split(world, in ? 0 : 1, &sub)) {
+        CHECK(0, "comm_split");
+        return;
+    }
+    if (in) {
+        fixture f;
+        shard_plan *sp = NULL;
+        int sr = comm_rank(sub);
+        if (!make(&f, ops, P, sr, NSEQ / P, 5, sub) && !build_shard_plan(&sp, f.m, &f.ctx)) {
+            fwd_result res;
+            model_zero_grad(f.m);
+            CHECK(model_forward(f.m, &f.ctx, &f.b, FWD_TRAIN, &res) == 0, "forward");
+            CHECK(model_backward(f.m, &f.ctx, &f.b) == 0, "backward");
+            double sums[2] = { res.ce_sum, res.aux_loss };
+            CHECK(shard_reduce_grads(sp, &f.ctx, f.m) == 0, "reduce");
+            CHECK(comm_allreduce_sum_double(sub, sums, 2) == 0, "allreduce");
+            double norm = 0.0;
+            CHECK(shard_grad_norm(sp, &f.ctx, f.m, &norm) == 0, "norm");
+            out[0] = sums[0] / (NSEQ * S_LEN);
+            out[1] = sums[1];
+            out[2] = norm;
+        }
+        free_shard_plan(&sp);
+        free_model(&f.m);
+    }
+    comm_free(&sub);
+}
+
+static void check_ranks(const kind_ops *ops, comm *world)
+{
+    int W = comm_size(world);
+    double one[3], many[3];
+    over_ranks(ops, world, 1, one);
+    for (int P = 2; P <= 4 && P <= W; P *= 2) {
+        over_ranks(ops, world, P, many);
+        if (rank != 0)
+            continue;
+        /* data parallelism sums the sequences' losses and gradients in
+         * another order: float rounding, far below 1e-5 relative */
+        for (int i = 0; i < 3; i++)
+            CHECK(fabs(many[i] - one[i]) <= 1e-5 * fmax(fabs(one[i]), 1e-6),
+                  "%s: %d ranks give %s %.9g, one rank %.9g", ops->kind->name, P,
+                  i == 0 ? "CE" : i == 1 ? "aux loss" : "gradient norm", many[i], one[i]);
+        printf("[%s] %d ranks against one: CE %.9g / %.9g, aux %.6g / %.6g, |g| %.9g / %.9g\n",
+               ops->kind->name, P, many[0], one[0], many[1], one[1], many[2], one[2]);
+    }
+}
+
+/* ---- the table ------------------------------------------------------------------- */
+
+static void check_row(const kind_ops *ops, const char *dir)
+{
+    const layer_kind *k = ops->kind;
+    /* the two tables agree, the keys' defaults parse */
+    for (const kind_group *g = k->groups; g && g->group; g++)
+        for (const kind_key *key = g->group->keys; key->name; key++) {
+            unsigned char values[MODE_PARAMS_BYTES];
+            char why[256];
+            CHECK(key_parse(key, values, key->def, why, sizeof(why)) == 0,
+                  "%s: [%s] %s's default '%s': %s", k->name, g->group->section, key->name,
+                  key->def, why);
+            CHECK(key->meaning && key->meaning[0], "%s: %s has no meaning", k->name, key->name);
+        }
+    fixture f;
+    pcg32 r;
+    pcg32_seed(&r, 11, 12);
+    bool held = false;
+    for (uint64_t seed = 1; seed <= 8 && !held; seed++) {
+        if (make(&f, ops, 1, 0, NSEQ, seed, NULL))
+            return;
+        if (!(held = check_gradients(&f, &r)))
+            free_model(&f.m);
+    }
+    CHECK(held, "%s: no model of 8 seeds where the routing held for a gradient check", k->name);
+    if (!held && make(&f, ops, 1, 0, NSEQ, 1, NULL))
+        return;
+    check_input_gradient(&f, &r);
+    check_flops(&f);
+    check_stats_and_records(&f);
+    check_buffers(&f);
+    check_checkpoint(&f, dir);
+    check_decode(&f);
+    check_causal(&f, 21);
+    free_model(&f.m);
+}
+
+int main(int argc, char **argv)
+{
+    comm *world = NULL;
+    if (comm_init(&world, &argc, &argv)) {
+        fprintf(stderr, "MPI initialisation failed\n");
+        return 1;
+    }
+    rank = comm_rank(world);
+    char dir[64] = "/tmp/mode-kinds-XXXXXX";
+    int rows = 0;
+    for (int i = 0; mode_kind_ops[i]; i++, rows++)
+        CHECK(mode_kind_ops[i]->kind == mode_kinds[i], "row %d: its compute row describes %s, "
+              "the description table has %s", i, mode_kind_ops[i]->kind->name,
+              mode_kinds[i] ? mode_kinds[i]->name : "nothing");
+    CHECK(mode_kinds[rows] == NULL, "the description table is longer than the compute table");
+    if (rank == 0 && mkdtemp(dir))
+        for (int i = 0; mode_kind_ops[i]; i++)
+            check_row(mode_kind_ops[i], dir);
+    if (rank == 0)
+        rmdir(dir);
+    for (int i = 0; mode_kind_ops[i]; i++)
+        check_ranks(mode_kind_ops[i], world);
+    int all = failures;
+    comm_allreduce_max_int(world, &all);
+    if (rank == 0)
+        printf("%d kinds, %s\n", rows, all ? "FAILED" : "every check passed");
+    comm_finalize(&world);
+    return all ? 1 : 0;
+}
