@@ -213,7 +213,7 @@ static double fd_direction(fixture *f, size_t off, size_t n, const float *grad, 
     float *p = m->params + off, *p0 = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
     memcpy(p0, p, n * sizeof(float));
     capture now = { 0 };
-    double err = INFINITY, an = 0.0, gn = 0.0;
+    double err = HUGE_VAL, an = 0.0, gn = 0.0;
     for (size_t i = 0; i < n; i++)
         gn += (double)grad[i] * (double)grad[i];
     gn = sqrt(gn);
