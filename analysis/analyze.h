@@ -27,6 +27,8 @@ typedef struct an_args {
     const char *baseline;              /* --baseline GROUP, or NULL: "dense" when there is one */
     const char *key;                   /* --key section.key (sweep) */
     int fit_sizes;                     /* --fit-sizes N (isoflop): 0 the default (5), -1 all */
+    const char *ladder;                /* --ladder DIR: dense runs at several budgets, for the
+                                          dense-equivalent compute multiplier (ladder.h) */
 } an_args;
 
 int cmd_heatmap(const an_args *a);
@@ -37,6 +39,10 @@ int cmd_tokens(const an_args *a);
 int cmd_isoflop(const an_args *a);
 int cmd_sweep(const an_args *a);
 int cmd_report(const an_args *a);
+int cmd_routing(const an_args *a);
+int cmd_counterfactual(const an_args *a);
+int cmd_dial(const an_args *a);
+int cmd_lossdiff(const an_args *a);
 
 /* "mode-analyze CMD: " and the message on stderr; returns code. */
 int an_fail(const an_args *a, int code, const char *fmt, ...)

@@ -24,6 +24,20 @@ static void write_legend(FILE *f, const an_runset *rs)
                    "of it (unequal variances, Welch-Satterthwaite degrees of freedom; - with "
                    "fewer than two replicates on either side).",
                 rs->g.groups[rs->baseline].name);
+    int executed = 0;
+    for (int i = 0; i < rs->n; i++)
+        executed += rs->runs[i].executed;
+    fprintf(f, " Training FLOPs: %s, as %s.", executed == rs->n ? "executed (as routed)"
+               : executed ? "nominal or executed, as each run's run.flops_count says"
+                          : "nominal (MODEL.md)",
+            executed ? "the runs' budgets counted them" : "the budgets count them");
+    if (rs->ladder.n_points >= 2)
+        fprintf(f, " x dense FLOPs: the training FLOPs dense would need for the group's mean "
+                   "loss, over the group's own, from the line of log loss on log FLOPs through "
+                   "%s (dense loss %.4f to %.4f), with a 95%% bootstrap interval over the "
+                   "ladder's runs and the group's replicates; ~ where the loss lies outside the "
+                   "ladder's and the line is extrapolated.", rs->ladder.what, rs->ladder.l_lo,
+                rs->ladder.l_hi);
     fprintf(f, "\n\n");
 }
 
@@ -31,13 +45,15 @@ static void write_md(FILE *f, const an_runset *rs)
 {
     write_legend(f, rs);
     bool vs = rs->baseline >= 0;
-    fprintf(f, "| group | n | layers | capacity | params | FLOPs/fwd/seq | steps/s | "
-               "loss top-k | 95%% CI | SE |%s loss causal | 95%% CI | SE |%s precision | "
+    bool lad = rs->ladder.n_points >= 2;
+    fprintf(f, "| group | n | layers | capacity | params | FLOPs/fwd/seq | train FLOPs | steps/s | "
+               "loss top-k | 95%% CI | SE |%s%s loss causal | 95%% CI | SE |%s precision | "
                "recall | causal capacity |\n",
-            vs ? " Δ top-k | p |" : "", vs ? " Δ causal | p |" : "");
-    fprintf(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |%s ---: | "
-               "---: | ---: |%s ---: | ---: | ---: |\n",
-            vs ? " ---: | ---: |" : "", vs ? " ---: | ---: |" : "");
+            vs ? " Δ top-k | p |" : "", lad ? " x dense FLOPs |" : "",
+            vs ? " Δ causal | p |" : "");
+    fprintf(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |%s%s "
+               "---: | ---: | ---: |%s ---: | ---: | ---: |\n",
+            vs ? " ---: | ---: |" : "", lad ? " ---: |" : "", vs ? " ---: | ---: |" : "");
     for (int j = 0; j < rs->g.n_groups; j++) {
         const run_group *grp = &rs->g.groups[j];
         const an_group_stats *st = &rs->stats[j];
@@ -49,14 +65,22 @@ static void write_md(FILE *f, const an_runset *rs)
         fmt_interval(b[3], 64, &st->topk, 4);
         fmt_mean_sd(b[4], 64, &st->causal, 4);
         fmt_interval(b[5], 64, &st->causal, 4);
-        fprintf(f, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |", grp->name, st->used,
-                r->kinds, r->capacity, b[0], b[1], fmt_num(b[6], 64, st->steps_per_s, 2, false),
-                b[2], b[3], fmt_num(b[7], 64, st->se_topk, 4, false));
+        char fl[32];
+        number_label(fl, sizeof(fl), st->train_flops, 3);
+        fprintf(f, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |", grp->name,
+                st->used, r->kinds, r->capacity, b[0], b[1], fl,
+                fmt_num(b[6], 64, st->steps_per_s, 2, false), b[2], b[3],
+                fmt_num(b[7], 64, st->se_topk, 4, false));
         if (vs) {
             fmt_p(b[8], 64, st->vs_topk.p);
             fprintf(f, " %s | %s |",
                     j == rs->baseline ? "baseline" : fmt_num(b[9], 64, st->vs_topk.diff, 4, true),
                     j == rs->baseline ? "" : b[8]);
+        }
+        if (lad) {
+            char mb[64];
+            fmt_multiplier(mb, sizeof(mb), &st->mult);
+            fprintf(f, " %s |", mb);
         }
         fprintf(f, " %s | %s | %s |", b[4], b[5], fmt_num(b[15], 64, st->se_causal, 4, false));
         if (vs) {
@@ -165,7 +189,8 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
           "loss_topk_ci_lo,loss_topk_ci_hi,se_topk,loss_causal_mean,loss_causal_sd,"
           "loss_causal_ci_lo,loss_causal_ci_hi,se_causal,baseline,diff_topk,t_topk,df_topk,"
           "p_topk,diff_causal,t_causal,df_causal,p_causal,precision,recall,causal_capacity,"
-          "in_progress\n", f);
+          "in_progress,train_flops,flops_count,dense_multiplier,dense_multiplier_lo,"
+          "dense_multiplier_hi,dense_multiplier_extrapolated\n", f);
     for (int j = 0; j < rs->g.n_groups; j++) {
         const an_group_stats *st = &rs->stats[j];
         const an_run *r = &rs->runs[rs->g.groups[j].members[0]];
@@ -191,7 +216,13 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
         csv_welch(f, &st->vs_causal);
         for (int k = 0; k < RT_COUNT; k++)
             csv_num(f, st->rule[k]);
-        fprintf(f, ",%d\n", st->in_progress);
+        fprintf(f, ",%d", st->in_progress);
+        csv_num(f, st->train_flops);
+        fprintf(f, ",%s", r->executed ? "executed" : "nominal");
+        csv_num(f, st->mult.m);
+        csv_num(f, st->mult.lo);
+        csv_num(f, st->mult.hi);
+        fprintf(f, ",%d\n", st->mult.extrapolated);
     }
 }
 

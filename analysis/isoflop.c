@@ -307,6 +307,55 @@ static int fit_groups(const an_args *a, iso_data *d)
 
 /* ---- tables ---------------------------------------------------------------- */
 
+/* The dense frontier as a ladder (ladder.h): each seed's optimum of the
+ * dense kind at each budget; then every other kind's optimum (its seeds'
+ * optima the replicates) in dense compute: what the dense frontier would
+ * need for that loss, over the budget. */
+static void frontier_multipliers(iso_data *d)
+{
+    for (int b = 0; b < d->n_b; b++)
+        for (int k = 0; k < d->n_k; k++)
+            d->mult[b][k] = (multiplier){ (double)NAN, (double)NAN, (double)NAN, false };
+    if (d->dense_kind < 0)
+        return;
+    int cap = d->n_b * ISO_MAX_SEEDS + 1, n = 0, executed = 0;
+    double *c = malloc((size_t)cap * sizeof(double)), *l = malloc((size_t)cap * sizeof(double));
+    int *bud = malloc((size_t)cap * sizeof(int));
+    for (int i = 0; i < d->rs.n; i++)
+        executed += d->rs.runs[i].executed;
+    for (int b = 0; c && l && bud && b < d->n_b; b++) {
+        const iso_group *g = &d->groups[b][d->dense_kind];
+        for (int s = 0; s < g->n_seeds; s++, n++) {
+            c[n] = d->budgets[b];
+            l[n] = g->seed_loss[s];
+            bud[n] = b;
+        }
+        if (!g->n_seeds && g->n_points > 0 && isfinite(g->fit.y_opt)) {
+            c[n] = d->budgets[b];
+            l[n] = g->fit.y_opt;
+            bud[n++] = b;
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "the dense frontier's optima (each seed's) at the budgets");
+    if (c && l && bud && ladder_from_points(c, l, bud, n, executed > 0, what, &d->ladder))
+        for (int b = 0; b < d->n_b; b++)
+            for (int k = 0; k < d->n_k; k++) {
+                const iso_group *g = &d->groups[b][k];
+                if (k == d->dense_kind || !g->n_points)
+                    continue;
+                double one = g->fit.y_opt;
+                d->mult[b][k] = g->n_seeds
+                                    ? ladder_multiplier(&d->ladder, g->seed_loss, g->n_seeds,
+                                                        d->budgets[b], (uint64_t)(b * 64 + k + 1))
+                                    : ladder_multiplier(&d->ladder, &one, 1, d->budgets[b],
+                                                        (uint64_t)(b * 64 + k + 1));
+            }
+    free(c);
+    free(l);
+    free(bud);
+}
+
 /* v formatted into buf (an array), or "-" when it is not finite. */
 #define NUM(buf, f, v) (isfinite(v) ? (snprintf(buf, sizeof(buf), f, v), (const char *)buf) : "-")
 
@@ -352,10 +401,10 @@ static void seed_range(char *buf, int len, const iso_group *g)
 static void write_frontier_md(FILE *f, const iso_data *d)
 {
     fprintf(f, "| budget | kind | sizes | seeds | fit | N* | N* of the seeds | loss* | "
-               "loss* of the seeds | 95%% CI | loss* - dense | p | loss* / dense | best size | "
-               "its loss |\n");
+               "loss* of the seeds | 95%% CI | loss* - dense | p | loss* / dense | x dense FLOPs | "
+               "best size | its loss |\n");
     fprintf(f, "| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
-               "---: | ---: | --- | ---: |\n");
+               "---: | ---: | ---: | --- | ---: |\n");
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
@@ -375,11 +424,14 @@ static void write_frontier_md(FILE *f, const iso_data *d)
                          g->fit.n_used);
             else
                 snprintf(fit, sizeof(fit), "%s", isofit_status_text(g->fit.status));
+            char mb[64];
+            fmt_multiplier(mb, sizeof(mb), &d->mult[b][k]);
             fprintf(f, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
-                       "%s |\n",
+                       "%s | %s |\n",
                     bl, d->kinds[k], g->n_points, g->n_seeds, fit,
                     np, rng, NUM(y4, "%.4f", y), s[0], s[1], NUM(dy, "%+.4f", y - dn), s[2],
-                    NUM(ry, "%.4f", y / dn), point_name(d, g->best),
+                    NUM(ry, "%.4f", y / dn), k == d->dense_kind ? "1 (dense)" : mb,
+                    point_name(d, g->best),
                     g->best >= 0 ? NUM(s[3], "%.4f", d->points[g->best].loss.mean) : "-");
         }
 }
@@ -425,7 +477,11 @@ static void write_md(FILE *f, const iso_data *d)
                "seed's points alone (around that seed's best size); the table gives those "
                "optima's range of N*, their loss* as mean ± sd with a 95%% interval (Student's "
                "t over the seeds), and p, Welch's two-sided test of the seeds' loss* against "
-               "the dense kind's.\n\n",
+               "the dense kind's. x dense FLOPs: the training FLOPs the dense frontier would "
+               "need for a kind's loss*, over the budget, from the line of log loss* on log "
+               "FLOPs through the dense seeds' optima at every budget, with a 95%% bootstrap "
+               "interval over those optima and the kind's seeds (~: outside the dense "
+               "frontier's losses, extrapolated).\n\n",
             fit_sizes_text(d));
     write_frontier_md(f, d);
     fprintf(f, "\n## Sizes\n\nEach size's replicates: n of them usable (complete, evaluated "
@@ -454,7 +510,9 @@ static void write_csv(FILE *f, const iso_data *d)
     fprintf(f, "budget,kind,sizes,seeds,fit,n_opt,loss_opt,dense_loss_opt,loss_minus_dense,"
                "loss_over_dense,p_vs_dense,seed_n_opt_lo,seed_n_opt_hi,seed_log10_n_opt_mean,"
                "seed_log10_n_opt_sd,seed_loss_opt_mean,seed_loss_opt_sd,seed_loss_opt_ci_lo,"
-               "seed_loss_opt_ci_hi,best_size,best_params,best_loss,a,b,c,fit_sizes\n");
+               "seed_loss_opt_ci_hi,best_size,best_params,best_loss,a,b,c,fit_sizes,"
+               "dense_multiplier,dense_multiplier_lo,dense_multiplier_hi,"
+               "dense_multiplier_extrapolated\n");
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
@@ -493,7 +551,12 @@ static void write_csv(FILE *f, const iso_data *d)
             csv_num(f, g->fit.a);
             csv_num(f, g->fit.b);
             csv_num(f, g->fit.c);
-            fprintf(f, ",%d\n", g->fit.n_used);
+            fprintf(f, ",%d", g->fit.n_used);
+            const multiplier *mu = &d->mult[b][k];
+            csv_num(f, mu->m);
+            csv_num(f, mu->lo);
+            csv_num(f, mu->hi);
+            fprintf(f, ",%d\n", mu->extrapolated);
         }
 }
 
@@ -539,6 +602,7 @@ int cmd_isoflop(const an_args *a)
         goto done;
     if (collect_runs(a, d) || index_runs(a, d) || make_points(a, d) || fit_groups(a, d))
         goto done;
+    frontier_multipliers(d);
     /* the output folder: --out, else the sweep's folder */
     an_args o = *a;
     if (!o.out)
@@ -570,6 +634,7 @@ done:
     an_text_abort(&t);
     free_run_files(&paths, n_paths);
     an_free_runs(&d->rs);
+    free_ladder_fit(&d->ladder);
     free(d->runs);
     free(d->points);
     free(d);

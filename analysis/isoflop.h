@@ -58,6 +58,8 @@ typedef struct iso_data {
     bool ref_dense[ISO_MAX_BUDGETS];
     int width, height;
     int fit_sizes; /* the sizes around the best one each fit goes through; 0: all */
+    ladder_fit ladder; /* the dense frontier (each seed's optimum at each budget) as a ladder */
+    multiplier mult[ISO_MAX_BUDGETS][ISO_MAX_KINDS]; /* a kind's optimum in dense compute */
 } iso_data;
 
 

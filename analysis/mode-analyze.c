@@ -26,7 +26,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32 };
+enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32,
+       OPT_LADDER = 64 };
 enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
 
 typedef struct an_command {
@@ -74,9 +75,16 @@ static const an_command commands[] = {
       "routed layers). Groups with a complete replicate use their complete ones.\n"
       "  --baseline GROUP   the group differences are taken to (default: dense,\n"
       "                     when there is a group of that name)\n"
+      "  --ladder DIR       dense runs at several training budgets: the dense-equivalent\n"
+      "                     compute multiplier of every group (\"x dense FLOPs\": what\n"
+      "                     dense would need for its loss, over its FLOPs, with a 95%\n"
+      "                     bootstrap interval; ~ where the ladder is extrapolated);\n"
+      "                     default: the given runs' own dense ones, when they span\n"
+      "                     two budgets or more\n"
       "Prints it and writes compare.md, compare.csv (one row per run: group, the\n"
       "keys that vary, the seeds, the numbers) and compare_groups.csv.\n",
-      "RUN.h5|DIR ... [--baseline GROUP]", 1, MANY, OPT_BASELINE, cmd_compare },
+      "RUN.h5|DIR ... [--baseline GROUP] [--ladder DIR]", 1, MANY, OPT_BASELINE | OPT_LADDER,
+      cmd_compare },
     { "sweep", "final held-out loss against a swept key, with 95% intervals",
       "The final held-out loss (top-k) of every group of replicates against the\n"
       "value of one numeric config key that varies across the runs (e.g.\n"
@@ -117,6 +125,35 @@ static const an_command commands[] = {
       "  --fit-sizes N|all  how many sizes around the best one the parabola goes\n"
       "                     through (at least 3; default 5); all: every size\n",
       "SWEEP_DIR [--fit-sizes N|all]", 1, 1, OPT_FIT, cmd_isoflop },
+    { "routing", "routing analytics: expert load, specialisation, compute per token, margins",
+      "For a run file (or an eval --record file): per expert layer, the load over\n"
+      "training from the per-step statistics (MaxVio = max load / mean load - 1 over\n"
+      "the real experts, their coefficient of variation, the drop rate, experts\n"
+      "that took no token in the last 100 logged steps); from the routing records\n"
+      "of one step, the expert x token-class matrix of first choices with its mutual\n"
+      "information (specialisation), the histogram of routed layers each token\n"
+      "took (compute per token), and the router's margin at the top-k boundary\n"
+      "(score minus the sequence's boundary, in sds of the scores).\n"
+      "  --step N   a recorded step (default: the last)\n"
+      "Prints it and writes routing.md, routing.csv and routing.png.\n",
+      "RUN.h5 [--step N]", 1, 1, OPT_STEP, cmd_routing },
+    { "counterfactual", "paired loss differences of counterfactual routing, by token class",
+      "Draws the tables of mode-exp eval --routing ... --csv: each policy's paired\n"
+      "difference to the learned decisions with its 95% interval (1.96 standard\n"
+      "errors over windows), overall (all) and per class of the predicted token;\n"
+      "one panel per CSV. Writes counterfactual.png.\n",
+      "CF.csv ...", 1, 16, 0, cmd_counterfactual },
+    { "dial", "the compute dial: held-out loss against executed FLOPs per token",
+      "Draws the tables of mode-exp eval --dial KEY=V1,V2,... --csv: the loss with\n"
+      "its 95% interval against the executed forward FLOPs per token, one curve per\n"
+      "CSV (a checkpoint), each point labelled with its setting. Writes dial.png.\n",
+      "DIAL.csv ...", 1, 10, 0, cmd_dial },
+    { "lossdiff", "where one checkpoint wins or loses against another, by class and position",
+      "For two files of mode-exp eval --record on the same windows (A, then B): the\n"
+      "per-token loss difference B - A overall, by class of the predicted token and\n"
+      "by position bucket, each with its standard error over windows and a paired\n"
+      "t-test. Prints it and writes lossdiff.md, lossdiff.csv and lossdiff.png.\n",
+      "A.h5 B.h5", 2, 2, 0, cmd_lossdiff },
     { "report", "every analysis of a folder of runs on one HTML page",
       "Writes DIR/report.html (with --out, OUT/report.html), a self-contained page\n"
       "(images as data URIs) with the runs and their state, and grouped by\n"
@@ -125,8 +162,9 @@ static const an_command commands[] = {
       "group the heatmap and router weights of its first replicate and the token\n"
       "classes over all of them. The figures and tables themselves go beside it\n"
       "into report/.\n"
-      "  --baseline GROUP   as for compare\n",
-      "DIR [--baseline GROUP]", 1, 1, OPT_BASELINE, cmd_report },
+      "  --baseline GROUP   as for compare\n"
+      "  --ladder DIR       as for compare\n",
+      "DIR [--baseline GROUP] [--ladder DIR]", 1, 1, OPT_BASELINE | OPT_LADDER, cmd_report },
 };
 enum { N_COMMANDS = (int)(sizeof(commands) / sizeof(commands[0])) };
 
@@ -271,6 +309,9 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
             else
                 return an_fail(a, EXIT_USAGE, "--fit-sizes %s: expected a number of sizes "
                                "(3 or more) or all", v);
+        } else if ((c->options & OPT_LADDER) &&
+                   (v = opt_value(argc, argv, &i, "--ladder", &missing))) {
+            a->ladder = v;
         } else if (missing) {
             return an_fail(a, EXIT_USAGE, "%s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {

@@ -136,7 +136,7 @@ static void sub_command(report *rp, const an_args *a, int (*cmd)(const an_args *
                         const char *key)
 {
     an_args s = { .cmd = name, .files = files, .n_files = n, .out = out, .step = -1,
-                  .baseline = a->baseline, .key = key };
+                  .baseline = a->baseline, .key = key, .ladder = a->ladder };
     int saved = quiet_begin();
     int rc = cmd(&s);
     quiet_end(saved);
@@ -251,6 +251,15 @@ static void write_group(FILE *f, const report *rp, int j)
         asset(path, sizeof(path), rp, rp->folders[j], "tokens.png");
         if (r->labels && !html_image(f, path, "take rate per token class"))
             html_note(f, "tokens failed (see its message)");
+        asset(path, sizeof(path), rp, rp->folders[j], "routing.png");
+        if (!html_image(f, path, "routing analytics"))
+            html_note(f, "routing analytics failed (see its message)");
+        asset(path, sizeof(path), rp, rp->folders[j], "routing.md");
+        if (access(path, R_OK) == 0) {
+            fputs("<details><summary>routing analytics (tables)</summary>\n", f);
+            html_markdown(f, path);
+            fputs("</details>\n", f);
+        }
         asset(path, sizeof(path), rp, rp->folders[j], "tokens.md");
         if (r->labels && access(path, R_OK) == 0) {
             fputs("<details><summary>token classes and positions (tables)</summary>\n", f);
@@ -336,6 +345,7 @@ static void group_figures(report *rp, const an_args *a, int j, const char **file
     sub_command(rp, a, cmd_heatmap, "heatmap", files, 1, sub, NULL);
     if (r->scores)
         sub_command(rp, a, cmd_weights, "weights", files, 1, sub, NULL);
+    sub_command(rp, a, cmd_routing, "routing", files, 1, sub, NULL);
     if (!r->labels)
         return;
     /* the replicates compare's statistics are over (the complete ones when

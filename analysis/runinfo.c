@@ -145,7 +145,8 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
     }
     if (open_run_reader(&ri->rd, path, err, err_len))
         goto fail;
-    if (!run_reader_has(ri->rd, "metrics/step")) {
+    /* a run file, or an eval --record file: routing records without training */
+    if (!run_reader_has(ri->rd, "metrics/step") && !run_reader_has(ri->rd, "routing/loss")) {
         snprintf(err, (size_t)err_len, "%s: %s", path,
                  run_reader_has(ri->rd, "tok_emb")
                      ? "a checkpoint, not a run file (give the run.h5 beside it)"

@@ -1,6 +1,6 @@
 #include "analysis/runset.h"
 
-#include "core/train/trainer.h"
+#include "analysis/rundir.h"
 #include "moe/kinds.h"
 
 #include <math.h>
@@ -97,7 +97,25 @@ static int read_one(const an_args *a, const char *path, an_run *r)
     double done = run_last_value(ri, "metrics/step", NULL);
     r->done = isfinite(done) ? (long)done : 0;
     r->planned = config_planned_steps(&ri->cfg, r->size.train_flops_per_step);
-    r->complete = r->done >= r->planned;
+    /* the training FLOPs spent, both counts: nominal from the step count,
+     * executed summed over the steps' records */
+    r->executed = !strcmp(ri->cfg.flops_count, "executed");
+    r->flops_nominal = r->size.train_flops_per_step * (double)r->done;
+    double *ex = NULL;
+    long n_ex = 0;
+    r->flops_executed = 0.0;
+    if (!run_read_column(ri, "metrics/train_flops_executed", &ex, &n_ex))
+        for (long i = 0; i < n_ex; i++)
+            r->flops_executed += isfinite(ex[i]) ? ex[i] : 0.0;
+    free(ex);
+    r->train_flops = r->executed ? r->flops_executed : r->flops_nominal;
+    if (r->executed && ri->cfg.flops_budget > 0.0 && r->done > 0)
+        /* re-planned as it ran (docs/instruments.md): complete once within
+         * half a step's spending of the budget */
+        r->complete = ri->cfg.flops_budget - r->flops_executed <=
+                      0.5 * r->flops_executed / (double)r->done * (1.0 + 1e-9);
+    else
+        r->complete = r->done >= r->planned;
     r->wall_s = run_last_value(ri, "metrics/wall_s", NULL);
     r->steps_per_s = r->wall_s > 0 ? (double)r->done / r->wall_s : (double)NAN;
     read_eval(ri, r);
@@ -136,6 +154,7 @@ static void group_stats(an_runset *rs, int gi)
     for (int m = 0; m < grp->n; m++)
         st->in_progress &= !(rs->runs[grp->members[m]].complete &&
                              isfinite(rs->runs[grp->members[m]].loss_topk));
+    double flops = 0.0;
     double *topk = malloc((size_t)grp->n * sizeof(double));
     double *causal = malloc((size_t)grp->n * sizeof(double));
     double se[2] = { 0, 0 }, sps = 0.0, rule[RT_COUNT] = { 0 };
@@ -149,6 +168,7 @@ static void group_stats(an_runset *rs, int gi)
             continue;
         topk[st->used] = r->loss_topk;
         causal[st->used++] = r->loss_causal;
+        flops += r->train_flops;
         if (st->eval_lo < 0 || r->eval_step < st->eval_lo)
             st->eval_lo = r->eval_step;
         if (r->eval_step > st->eval_hi)
@@ -171,6 +191,11 @@ static void group_stats(an_runset *rs, int gi)
     }
     summarize(topk, st->used, &st->topk);
     summarize(causal, st->used, &st->causal);
+    st->train_flops = st->used ? flops / st->used : (double)NAN;
+    st->mult = (multiplier){ (double)NAN, (double)NAN, (double)NAN, false };
+    if (rs->ladder.n_points >= 2 && topk)
+        st->mult = ladder_multiplier(&rs->ladder, topk, st->used, st->train_flops,
+                                     (uint64_t)gi + 1);
     st->se_topk = n_se[0] ? se[0] / n_se[0] : (double)NAN;
     st->se_causal = n_se[1] ? se[1] / n_se[1] : (double)NAN;
     st->steps_per_s = n_sps ? sps / n_sps : (double)NAN;
@@ -204,6 +229,30 @@ static int choose_baseline(const an_args *a, an_runset *rs)
         welch_test(&st->topk, &b->topk, &st->vs_topk);
         welch_test(&st->causal, &b->causal, &st->vs_causal);
     }
+    return 0;
+}
+
+/* --ladder DIR: the dense ladder from the runs of another folder. */
+static int read_ladder(const an_args *a, ladder_fit *f)
+{
+    char **paths = NULL, err[RUN_PATH_LEN + 256];
+    int n = 0;
+    if (list_run_files(a->ladder, &paths, &n, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "--ladder %s", err);
+    an_args b = *a;
+    b.ladder = NULL;
+    b.baseline = NULL;
+    an_runset lr;
+    int rc = an_read_run_paths(&b, (const char *const *)paths, n, &lr);
+    free_run_files(&paths, n);
+    if (rc)
+        return rc;
+    bool ok = ladder_from_runs(&lr, f);
+    an_free_runs(&lr);
+    if (!ok)
+        return an_fail(a, EXIT_BAD_INPUT, "--ladder %s: no dense ladder there (complete runs of "
+                       "dense layers only, at two training budgets or more, whose loss falls "
+                       "with the FLOPs)", a->ladder);
     return 0;
 }
 
@@ -243,6 +292,15 @@ int an_read_run_paths(const an_args *a, const char *const *paths, int n, an_runs
     }
     for (int j = 0; j < rs->g.n_groups; j++)
         group_stats(rs, j);
+    /* the dense ladder: --ladder's runs, else these runs' own dense ones */
+    if (a->ladder && read_ladder(a, &rs->ladder)) {
+        an_free_runs(rs);
+        return EXIT_BAD_INPUT;
+    }
+    if (!a->ladder)
+        ladder_from_runs(rs, &rs->ladder);
+    for (int j = 0; rs->ladder.n_points >= 2 && j < rs->g.n_groups; j++)
+        group_stats(rs, j);
     if (choose_baseline(a, rs)) {
         an_free_runs(rs);
         return EXIT_BAD_INPUT;
@@ -263,6 +321,7 @@ void an_free_runs(an_runset *rs)
     }
     free(rs->runs);
     free(rs->stats);
+    free_ladder_fit(&rs->ladder);
     free_run_grouping(&rs->g);
     memset(rs, 0, sizeof(*rs));
     rs->baseline = -1;

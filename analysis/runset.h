@@ -8,6 +8,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/groups.h"
+#include "analysis/ladder.h"
 #include "analysis/modelsize.h"
 #include "analysis/stats.h"
 
@@ -26,7 +27,11 @@ typedef struct an_run {
     char kinds[256];         /* "dense x2, mod x2" */
     char capacity[96];       /* the routed layers' capacities, "-" without */
     model_size size;
-    long done, planned;      /* steps done, steps the run will make */
+    long done, planned;      /* steps done, steps the run will make (nominal plan: under
+                                run.flops_count = executed a lower bound) */
+    bool executed;           /* run.flops_count = executed */
+    double train_flops;      /* training FLOPs spent, as its flops_count counts them */
+    double flops_nominal, flops_executed; /* both counts */
     bool complete;
     double wall_s, steps_per_s;
     long eval_step;          /* the last evaluation's step, -1 without */
@@ -46,6 +51,8 @@ typedef struct an_group_stats {
     double se_topk, se_causal; /* mean standard error over windows (within-run precision) */
     double steps_per_s, rule[RT_COUNT];  /* means */
     welch_result vs_topk, vs_causal;     /* against the baseline (diff NaN without one) */
+    double train_flops;       /* mean over the replicates used */
+    multiplier mult;          /* dense-equivalent compute (ladder.h), NaN without a ladder */
 } an_group_stats;
 
 typedef struct an_runset {
@@ -54,6 +61,7 @@ typedef struct an_runset {
     run_grouping g;
     an_group_stats *stats;    /* [g.n_groups] */
     int baseline;             /* group index, -1 without */
+    ladder_fit ladder;        /* the dense ladder the multipliers read (n_points 0: none) */
 } an_runset;
 
 /* Read the run files of a (a->files); on error prints the message and

@@ -7,6 +7,8 @@
 #ifndef MODE_ANALYSIS_STATS_H
 #define MODE_ANALYSIS_STATS_H
 
+#include "core/util/student.h"
+
 #include <stdint.h>
 
 /* Bin of v among nbins equal bins over [lo, hi]; values outside are clamped
@@ -61,15 +63,6 @@ double tail_mean(const double *v, long n, double share);
 
 /* ---- replicates ------------------------------------------------------------ */
 
-/* The regularized incomplete beta function I_x(a, b) (a, b > 0, x in
- * [0, 1]), from its continued fraction; NaN outside the domain. */
-double beta_inc_reg(double a, double b, double x);
-/* P(T <= t) for Student's t with df > 0 degrees of freedom (any real df,
- * as Welch's test needs): I_{df/(df+t^2)}(df/2, 1/2) / 2 in each tail. */
-double student_t_cdf(double t, double df);
-/* The p-quantile (0 < p < 1) of Student's t with df degrees of freedom,
- * by bisection on student_t_cdf to about 1e-12 relative. */
-double student_t_quantile(double p, double df);
 
 /* The level of every interval of mode-analyze. */
 #define STATS_LEVEL 0.95

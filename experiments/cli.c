@@ -47,6 +47,11 @@ static const opt options[] = {
     { "--data", OPT_STRING, OFF(data), 0 },
     { "--mode", OPT_STRING, OFF(mode), 0 },
     { "--prompt", OPT_STRING, OFF(prompt), 0 },
+    { "--routing", OPT_STRING, OFF(routing), 0 },
+    { "--routing-layers", OPT_STRING, OFF(routing_layers), 0 },
+    { "--record", OPT_STRING, OFF(record), 0 },
+    { "--csv", OPT_STRING, OFF(csv), 0 },
+    { "--dial", OPT_STRING, OFF(dial), 0 },
 };
 
 static int set_option(cli *c, const opt *o, const char *v)
@@ -166,16 +171,85 @@ int choose_threads(const cli *c, mode_ctx *ctx)
  * sharded, each rank holds its share of the experts (eval runs the forward
  * with expert parallelism); without, every rank holds all of them (sampling
  * decodes one token at a time, every expert local).  Collective. */
+/* Whether an override's section is a kind's: [layer.N], or a group that a
+ * kind of the schema reads. */
+static bool kind_section(const char *over)
+{
+    const char *dot = strchr(over, '.');
+    size_t len = dot ? (size_t)(dot - over) : strlen(over);
+    if (len > 6 && !strncmp(over, "layer.", 6))
+        return true;
+    for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
+        for (const kind_group *g = (*k)->groups; g && g->group; g++)
+            if (strlen(g->group->section) == len && !strncmp(over, g->group->section, len))
+                return true;
+    return false;
+}
+
+/* The overrides must keep every layer's tensors: a checkpoint's are fixed. */
+static int same_tensors(const run_config *a, const run_config *b, const char *over, char *err,
+                        int err_len)
+{
+    model_dims da = config_dims(a), db = config_dims(b);
+    for (int l = 0; l < a->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_schema.kinds, a->layers[l].kind);
+        tensor_desc ta[MODE_MAX_LAYER_TENSORS], tb[MODE_MAX_LAYER_TENSORS];
+        int na = k->tensors(&a->layers[l], &da, ta, MODE_MAX_LAYER_TENSORS);
+        int nb = k->tensors(&b->layers[l], &db, tb, MODE_MAX_LAYER_TENSORS);
+        bool same = na == nb;
+        for (int t = 0; same && t < na; t++) {
+            same = !strcmp(ta[t].name, tb[t].name) && ta[t].ndim == tb[t].ndim;
+            for (int i = 0; same && i < ta[t].ndim; i++)
+                same = ta[t].shape[i] == tb[t].shape[i];
+        }
+        if (!same) {
+            snprintf(err, (size_t)err_len, "%s: changes the tensors of layer %d (%s), and a "
+                     "checkpoint's tensors are fixed: only keys that keep them (capacities, "
+                     "top_k, capacity factors, the causal rule's settings) change at evaluation",
+                     over, l, k->name);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
-                          bool sharded, char *err, int err_len)
+                          bool sharded, int n_over, char *const *over, char *err, int err_len)
 {
     ckpt_meta meta;
     int rc = checkpoint_read_meta(path, &meta, ctx->comm, err, err_len);
-    if (!rc) {
-        char label[MODE_PATH_MAX + 128];
-        snprintf(label, sizeof(label), "%s (config attribute)", path);
-        rc = config_load_string(cfg, meta.config, label, 0, NULL, &mode_schema,
-                                0, err, err_len);
+    char label[MODE_PATH_MAX + 128];
+    snprintf(label, sizeof(label), "%s (config attribute)", path);
+    if (!rc)
+        rc = config_load_string(cfg, meta.config, label, 0, NULL, &mode_schema, 0, err,
+                                err_len);
+    for (int i = 0; !rc && i < n_over; i++)
+        if (!kind_section(over[i])) {
+            snprintf(err, (size_t)err_len, "%s: eval and sample change only the kinds' keys "
+                     "(mode-exp --help-keys: the sections a kind reads, or [layer.N]); the "
+                     "run's own keys are the checkpoint's", over[i]);
+            rc = -EINVAL;
+        }
+    if (!rc && n_over > 0) {
+        run_config *dialled = malloc(sizeof(*dialled));
+        rc = dialled ? config_load_string(dialled, meta.config, label, n_over, over,
+                                          &mode_schema, 0, err, err_len)
+                     : -ENOMEM;
+        for (int i = 0; !rc && i < n_over; i++) {
+            /* each override alone, so that the message names the one that changes them */
+            run_config *one = malloc(sizeof(*one));
+            rc = one ? config_load_string(one, meta.config, label, 1, over + i, &mode_schema, 0,
+                                          err, err_len)
+                     : -ENOMEM;
+            if (!rc)
+                rc = same_tensors(cfg, one, over[i], err, err_len);
+            free(one);
+        }
+        if (!rc)
+            rc = same_tensors(cfg, dialled, "the overrides together", err, err_len);
+        if (!rc)
+            *cfg = *dialled;
+        free(dialled);
     }
     ckpt_meta_clear(&meta);
     if (rc)
@@ -189,6 +263,83 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
     if ((rc = comm_agree(ctx->comm, rc, err, err_len)))
         return rc;
     return checkpoint_load(path, *m, false, ctx->comm, err, err_len);
+}
+
+int parse_routing(const cli *c, int n_layers, routing_cli *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->replay_step = -1;
+    const char *s = c->routing ? c->routing : "";
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[MODE_PATH_MAX + 32];
+        if (len >= sizeof(item)) {
+            fprintf(stderr, "mode-exp: --routing: an item of %zu bytes is too long\n", len);
+            return -EINVAL;
+        }
+        memcpy(item, s, len);
+        item[len] = '\0';
+        int p = -1;
+        if (!strncmp(item, "replay:", 7) && item[7]) {
+            p = ROUTE_REPLAY;
+            char *at = strrchr(item + 7, '@'), *end = NULL;
+            if (at) {
+                errno = 0;
+                r->replay_step = strtol(at + 1, &end, 10);
+                if (!at[1] || *end || errno || r->replay_step < 0) {
+                    fprintf(stderr, "mode-exp: --routing %s: expected replay:FILE or "
+                                    "replay:FILE@STEP (a step >= 0)\n", item);
+                    return -EINVAL;
+                }
+                *at = '\0';
+            }
+            if (strlen(item + 7) >= sizeof(r->replay)) {
+                fprintf(stderr, "mode-exp: --routing: a replay file's path is too long\n");
+                return -EINVAL;
+            }
+            memcpy(r->replay, item + 7, strlen(item + 7) + 1);
+        } else {
+            p = route_policy_lookup(item);
+        }
+        if (p < 0 || (p == ROUTE_REPLAY && strncmp(item, "replay:", 7))) {
+            fprintf(stderr, "mode-exp: --routing %s: expected a list of learned, random, bottom, "
+                            "shuffle, replay:FILE, noop-none, noop-all\n", item);
+            return -EINVAL;
+        }
+        bool seen = false;
+        for (int i = 0; i < r->n; i++)
+            seen |= r->policies[i] == p;
+        if (seen) {
+            fprintf(stderr, "mode-exp: --routing: %s given twice\n", route_policy_names[p]);
+            return -EINVAL;
+        }
+        if (p != ROUTE_LEARNED) /* learned is always the first arm */
+            r->policies[r->n++] = p;
+        s += len + (e ? 1 : 0);
+    }
+    if (c->routing_layers) {
+        r->has_layers = true;
+        const char *q = c->routing_layers;
+        do {
+            char *end = NULL;
+            errno = 0;
+            long l = strtol(q, &end, 10);
+            if (end == q || errno || l < 0 || l >= n_layers || (*end && *end != ',')) {
+                fprintf(stderr, "mode-exp: --routing-layers %s: expected layer indices in "
+                                "0..%d separated by commas\n", c->routing_layers, n_layers - 1);
+                return -EINVAL;
+            }
+            r->layers[l] = 1;
+            q = *end ? end + 1 : end;
+        } while (*q);
+        if (!c->routing) {
+            fprintf(stderr, "mode-exp: --routing-layers says where --routing applies: give "
+                            "--routing too\n");
+            return -EINVAL;
+        }
+    }
+    return 0;
 }
 
 void cli_fatal_stop(mode_ctx *ctx, const char *msg)

@@ -4,6 +4,8 @@
 #define MODE_EXPERIMENTS_CLI_H
 
 #include "core/config/config.h"
+#include "core/model/route.h"
+#include "core/util/file.h"
 #include "core/model/model.h"
 #include "core/util/ctx.h"
 
@@ -21,6 +23,7 @@ typedef struct cli {
     long ranks;
     long max_steps;
     const char *data, *mode, *prompt, *prompt_ids, *init_from;
+    const char *routing, *routing_layers, *record, *csv, *dial;
     long windows, tokens, top_k, seed, steps;
     double temperature;
 } cli;
@@ -36,15 +39,32 @@ int parse_cli(cli *c, int argc, char **argv, const char *usage);
 int choose_threads(const cli *c, mode_ctx *ctx);
 /* A checkpoint's config and parameters in a model for nseq sequences; with
  * sharded each rank holds its share of the experts, else all of them.
- * Collective. */
+ * over[0..n_over): "section.key=value" overrides of the kinds' keys (the
+ * compute dial: capacities, top_k, capacity factors, routers), checked as
+ * a config's are; a key of [run], [data], [model] or [optim], or one that
+ * changes a layer's tensors, is refused.  Collective. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
-                          bool sharded, char *err, int err_len);
+                          bool sharded, int n_over, char *const *over, char *err, int err_len);
+
+/* --routing LIST (policy names, "replay:FILE" or "replay:FILE@STEP") and
+ * --routing-layers "1,3" of a model of n_layers layers. */
+typedef struct routing_cli {
+    int policies[ROUTE_COUNT];  /* besides learned, each once, in the order given */
+    int n;
+    char replay[MODE_PATH_MAX]; /* ROUTE_REPLAY's file */
+    long replay_step;           /* its step, or -1: the last recorded */
+    unsigned char layers[MODE_MAX_LAYERS];
+    bool has_layers;            /* --routing-layers given: layers[] says where */
+} routing_cli;
+/* 0, or -EINVAL after a message naming the bad part. */
+int parse_routing(const cli *c, int n_layers, routing_cli *r);
 
 /* A failure where other ranks may wait in a collective this rank will not
  * reach (docs/robustness.md): one line "mode-exp: MSG" on stderr, then
  * every rank ends (MPI_Abort). */
 void cli_fatal_stop(mode_ctx *ctx, const char *msg);
 
+int cmd_eval(mode_ctx *ctx, int argc, char **argv);
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
 int cmd_plan(int argc, char **argv);

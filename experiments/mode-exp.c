@@ -55,20 +55,6 @@ static const char usage_main[] =
     "Run under MPI with `mpirun -n P mode-exp ...`; without mpirun it is one rank.\n"
     "Config keys and the layer-spec table are in the README.\n";
 
-static const char usage_eval[] =
-    "usage: mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]\n"
-    "  Mean next-token loss of the checkpoint over evaluation windows of S+1 tokens\n"
-    "  (window w = tokens [w*S, w*S+S]).\n"
-    "  --data PATH    a .txt, .bin or .u32 file: its windows, from the start of the file;\n"
-    "                 brown or synthetic: the held-out split (default: the run's\n"
-    "                 data.val_source, else the held-out split of its data.source)\n"
-    "  --mode M       topk (routing over the whole sequence, as in training) or causal\n"
-    "                 (the causal rule of MODEL.md; default)\n"
-    "  --windows N    use N windows spread evenly over the data (default: all)\n"
-    "  --json         print one JSON object {\"loss\", \"se\", \"windows\", \"mode\"}\n"
-    "  The loss is the mean over windows of each window's mean loss, with its standard\n"
-    "  error over windows.\n";
-
 static const char usage_flops[] =
     "usage: mode-exp flops CONFIG.ini [section.key=value ...]\n"
     "  Forward FLOPs per sequence for every layer, the LM head, and per training step\n"
@@ -181,84 +167,6 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     free(c.over);
     /* stopped by a signal, checkpoint written: 128 + the signal, as shells do */
     return rc == -EINTR ? 128 + train_stop_signal() : rc ? 1 : 0;
-}
-
-static int cmd_eval(mode_ctx *ctx, int argc, char **argv)
-{
-    cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_eval))
-        return 2;
-    fwd_mode mode = FWD_EVAL_CAUSAL;
-    if (c.mode && !strcmp(c.mode, "topk"))
-        mode = FWD_EVAL_TOPK;
-    else if (c.mode && strcmp(c.mode, "causal")) {
-        fprintf(stderr, "mode-exp eval: --mode %s: expected topk or causal\n", c.mode);
-        return 2;
-    }
-    choose_threads(&c, ctx);
-    char err[1024] = "";
-    model *m = NULL;
-    dataset *d = NULL;
-    run_config cfg;
-    int rc = load_checkpoint_model(c.config, &cfg, &m, 16, ctx, true, err, sizeof(err));
-    if (!rc && !strcmp(cfg.precision, "bf16")) { /* evaluated as it was trained */
-        matmul_bf16_prepare();
-        m->bf16 = true;
-    }
-    if (!rc) {
-        /* a file given to eval, or the run's data.val_source, is all evaluation
-         * data: its windows from the start */
-        bool held = !c.data && strcmp(cfg.val_source, "none") != 0;
-        const char *src = held ? cfg.val_source : c.data ? c.data : cfg.source;
-        size_t sl = strlen(src);
-        bool tokens = sl > 4 && (!strcmp(src + sl - 4, ".bin") || !strcmp(src + sl - 4, ".u32"));
-        if (cfg.vocab != 256 && !tokens) {
-            snprintf(err, sizeof(err), "%s: text is read as bytes (tokens of a 256-token "
-                     "vocabulary), and this checkpoint's vocabulary is %d: give a token file "
-                     "(.bin, .u32) of its tokens", src, cfg.vocab);
-            rc = -EINVAL;
-        }
-    }
-    if (!rc) {
-        bool held = !c.data && strcmp(cfg.val_source, "none") != 0;
-        bool file = held || (c.data && strcmp(c.data, "brown") && strcmp(c.data, "synthetic"));
-        const char *src = held ? cfg.val_source : c.data ? c.data : cfg.source;
-        rc = file ? load_eval_file(&d, src, cfg.vocab, cfg.seq_len, err, sizeof(err))
-                  : load_dataset(&d, src, NULL, cfg.vocab, cfg.val_fraction, cfg.seq_len, NULL,
-                                 err, sizeof(err));
-    }
-    eval_result ev = { 0 };
-    if (!rc) {
-        ctx->seed = cfg.init_seed; /* a random router draws as in training */
-        rc = evaluate(m, ctx, d, c.windows, mode, &ev, err, sizeof(err));
-        if (rc && !err[0])
-            snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
-        if (rc && ev.local_failure && ctx->size > 1) { /* the others may wait in a forward */
-            char msg[1200];
-            snprintf(msg, sizeof(msg), "eval: rank %d: %.1000s; stopping every rank", ctx->rank,
-                     err);
-            cli_fatal_stop(ctx, msg);
-        }
-    }
-    if (rc && ctx->rank == 0)
-        fprintf(stderr, "mode-exp eval: %s\n", err);
-    if (!rc && ctx->rank == 0) {
-        const char *mn = mode == FWD_EVAL_TOPK ? "topk" : "causal";
-        if (c.json) {
-            json_line j = json_begin(stdout, ", ");
-            json_num(&j, "loss", 9, ev.loss);
-            json_num(&j, "se", 6, ev.se); /* null for one window */
-            json_int(&j, "windows", ev.windows);
-            json_str(&j, "mode", mn);
-            json_end(&j);
-        } else
-            printf("%s: loss %.6f +- %.6f (standard error over windows) over %ld windows of %d "
-                   "tokens (%s)\n", c.config, ev.loss, ev.se, ev.windows, cfg.seq_len, mn);
-    }
-    free_model(&m);
-    free_dataset(&d);
-    free(c.over);
-    return rc ? 1 : 0;
 }
 
 static int cmd_flops(int argc, char **argv)

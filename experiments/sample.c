@@ -1,5 +1,6 @@
 /* mode-exp sample: generation with a KV cache per layer. */
 #include "experiments/cli.h"
+#include "core/train/counterfactual.h"
 #include "moe/kinds.h"
 
 #include "core/rng/pcg32.h"
@@ -13,8 +14,9 @@
 #include <string.h>
 
 static const char usage_sample[] =
-    "usage: mode-exp sample CKPT (--prompt TEXT | --prompt-ids I,J,...) --tokens N\n"
-    "                       [--temperature T] [--top-k K] [--seed S] [--ids]\n"
+    "usage: mode-exp sample CKPT [section.key=value ...] (--prompt TEXT | --prompt-ids I,J,...)\n"
+    "                       --tokens N [--temperature T] [--top-k K] [--seed S] [--ids]\n"
+    "                       [--routing POLICY [--routing-layers L]]\n"
     "  Generate N tokens after the prompt with a KV cache per layer.  Routed layers\n"
     "  decide per token by the causal rule (MODEL.md); a token that skips a layer costs\n"
     "  nothing there and adds no K/V to its cache.  Prints the text, then per routed\n"
@@ -26,6 +28,12 @@ static const char usage_sample[] =
     "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
     "                   only output of models whose vocabulary is not bytes\n"
+    "  section.key=value  a kind's key changed for sampling (mod.capacity=0.25, ...), as\n"
+    "                   for eval (docs/instruments.md, the compute dial)\n"
+    "  --routing P      counterfactual decisions while decoding: random (depth routing:\n"
+    "                   each token takes the block with probability capacity; experts: a\n"
+    "                   random real expert), noop-none, noop-all (integrated); --seed keys\n"
+    "                   the draws; --routing-layers L only in layers L\n"
     "  Generation stops at the model's sequence length.\n";
 
 /* Next token from logits[V]: greedy at temperature 0, else softmax(l / T)
@@ -115,7 +123,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     char err[1024] = "";
     run_config cfg;
     model *m = NULL;
-    int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, err, sizeof(err));
+    int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, c.n_over, c.over, err,
+                                   sizeof(err));
     int S = cfg.seq_len, V = cfg.vocab, L = cfg.n_layers;
     bool ids = c.ids || V != 256; /* text only from a byte-level model */
     if (!rc && c.prompt && V != 256) {
@@ -133,6 +142,25 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     if (!rc && plen >= S) {
         snprintf(err, sizeof(err), "prompt of %ld tokens: the model's context is %d", plen, S);
         rc = -EINVAL;
+    }
+    routing_cli rt;
+    route_plan plan = { .seed = (uint64_t)c.seed };
+    if (!rc && c.routing) {
+        if (parse_routing(&c, L, &rt)) {
+            free_model(&m);
+            free(prompt);
+            free(c.over);
+            return 2;
+        }
+        if (rt.n != 1) {
+            snprintf(err, sizeof(err), "--routing %s: sampling takes one policy", c.routing);
+            rc = -EINVAL;
+        } else {
+            plan.policy = rt.policies[0];
+            plan.layers = rt.has_layers ? rt.layers : NULL;
+            rc = route_check(m, plan.policy, plan.layers, true, err, sizeof(err));
+            m->route = &plan;
+        }
     }
     if (!rc && (rc = model_decode_begin(m, S)))
         snprintf(err, sizeof(err), "cannot start decoding: %s", strerror(-rc));
@@ -174,6 +202,10 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     if (!rc) {
         printf("\n# %ld tokens generated%s\n", generated,
                generated < c.tokens ? " (stopped at the model's context length)" : "");
+        if (c.routing)
+            printf("# routing decisions: %s%s%s (seed %ld), not the learned ones\n",
+                   route_policy_names[plan.policy], c.routing_layers ? " in layers " : "",
+                   c.routing_layers ? c.routing_layers : "", c.seed);
         /* the first generated token is sampled from the prompt's last
          * position, so the counts cover generated - 1 tokens run through */
         long ran = generated > 0 ? generated - 1 : 0;

@@ -52,8 +52,10 @@ static int mod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
-    mod_router_forward(rt, l->w, l->index, a, x);
-    int rc = routed_rows_ensure(&s->rows, dm, dm->d_ff, rt->n_sel);
+    int rc = mod_router_forward(rt, l->w, l->index, a, x);
+    if (rc)
+        return rc;
+    rc = routed_rows_ensure(&s->rows, dm, dm->d_ff, rt->n_sel);
     if (rc)
         return rc;
     mod_router_gather(rt, s->rows.xs, x, d);
@@ -186,5 +188,7 @@ const kind_ops mod_ops = {
     .stat_count = mod_stat_count,
     .stat_name = mod_stat_name,
     .stat_sums = mod_stat_sums,
+    .routes = MOD_ROUTES,
+    .decode_routes = MOD_DECODE_ROUTES,
     .stat_columns = mod_stat_columns,
 };

@@ -18,12 +18,6 @@
 static const char *const stat_names[] = { "accuracy", "precision", "recall", "causal_capacity",
                                           "topk_capacity" };
 
-
-
-
-
-
-
 void free_mod_router(mod_router *rt)
 {
     free(rt->block);
@@ -175,11 +169,60 @@ static float gate_of(const mod_router_cfg *c, float r)
 
 static float causal_threshold(const mod_router_cfg *c)
 {
-    return c->router == ROUTER_RANDOM ? (float)mod_normal_quantile(1.0 - c->capacity) : 0.0f;
+    return c->router == ROUTER_RANDOM ? (float)mod_normal_quantile(1.0 - c->capacity)
+                                      : (float)c->threshold;
 }
 
-void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
-                        const float *x)
+/* A counterfactual policy (route.h) in place of the learned decisions
+ * take[S] of sequence b (window win): as many tokens as take holds, at
+ * random or of the lowest router scores r; or the book's decisions. */
+static int counterfactual(mod_router *rt, const fwd_args *a, int layer_index, int b,
+                          unsigned char *take, const float *r)
+{
+    const route_plan *p = a->route;
+    int S = a->seq_len, m = 0;
+    long win = a->window ? a->window[b] : a->seq0 + b;
+    for (int i = 0; i < S; i++)
+        m += take[i];
+    if (p->policy == ROUTE_RANDOM) {
+        /* the first m of a seeded Fisher-Yates shuffle of the positions */
+        int *perm = rt->scratch;
+        pcg32 g;
+        pcg32_keyed(&g, p->seed, PCG_KEY_COUNTERFACTUAL + (uint64_t)layer_index, (uint64_t)win, 0);
+        for (int i = 0; i < S; i++) {
+            perm[i] = i;
+            take[i] = 0;
+        }
+        for (int i = 0; i < m; i++) {
+            int j = i + (int)pcg32_bounded(&g, (uint32_t)(S - i));
+            int t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+            take[perm[i]] = 1;
+        }
+        return 0;
+    }
+    if (p->policy == ROUTE_BOTTOM) {
+        float *neg = rt->dr; /* backward's buffer: free in evaluation */
+        for (int i = 0; i < S; i++)
+            neg[i] = -r[i];
+        mod_topk(take, neg, S, m, rt->scratch);
+        return 0;
+    }
+    if (p->policy == ROUTE_SHUFFLE || p->policy == ROUTE_REPLAY) {
+        const char *name = a->mode == FWD_EVAL_CAUSAL ? "causal" : "selected";
+        const float *src = route_source(p, layer_index, name, win, S);
+        if (!src)
+            return -ENOENT;
+        for (int i = 0; i < S; i++)
+            take[i] = src[i] != 0.0f;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
+                       const float *x)
 {
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
@@ -187,9 +230,9 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
         /* NULL exec: the router stays in fp32 under precision = bf16 */
         linear_forward(NULL, rt->r, x, w[c->t_router], n, d, 1, 0.0f);
     else
-        for (int b = 0; b < a->nseq; b++)
+        for (int b = 0; b < a->nseq; b++) /* keyed by the window in evaluation: any ranks */
             random_scores(rt->r + (size_t)b * S, a->ctx ? a->ctx->seed : 0, layer_index, a->step,
-                          a->seq0 + b, S);
+                          a->window ? a->window[b] : a->seq0 + b, S);
     if (c->t_pred >= 0)
         predictor_forward(rt->pa, rt->ph, rt->pl, x, w + c->t_pred, n, d);
     for (int b = 0; b < a->nseq; b++)
@@ -201,7 +244,14 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
     for (int i = 0; i < n; i++)
         rt->c[i] = sc[i] > thr;
 
-    const unsigned char *take = a->mode == FWD_EVAL_CAUSAL ? rt->c : rt->z;
+    unsigned char *take = a->mode == FWD_EVAL_CAUSAL ? rt->c : rt->z;
+    if (a->mode != FWD_TRAIN && route_applies(a->route, layer_index))
+        for (int b = 0; b < a->nseq; b++) {
+            int rc = counterfactual(rt, a, layer_index, b, take + (size_t)b * S,
+                                    rt->r + (size_t)b * S);
+            if (rc)
+                return rc;
+        }
     rt->n_sel = 0;
     rt->nseq = a->nseq;
     rt->sum_sq = 0;
@@ -223,7 +273,7 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
     if (a->flops_executed)
         *a->flops_executed += a->nseq * mod_router_flops(c, a->dims);
     if (a->mode != FWD_TRAIN)
-        return;
+        return 0;
     double aux = 0.0, side = 0.0;
     memset(rt->sums, 0, sizeof(rt->sums));
     for (int i = 0; i < n; i++) {
@@ -239,6 +289,7 @@ void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const 
         *a->aux_loss += c->aux_weight * aux / S * (double)a->seq_scale;
     if (a->side_loss)
         *a->side_loss += side / S * (double)a->seq_scale;
+    return 0;
 }
 
 void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
@@ -281,7 +332,8 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
         float *buf = malloc(((size_t)pos + 1) * sizeof(float));
         if (!buf)
             return -ENOMEM;
-        random_scores(buf, a->ctx ? a->ctx->seed : 0, layer_index, a->step, a->seq0, pos + 1);
+        random_scores(buf, a->ctx ? a->ctx->seed : 0, layer_index, a->step,
+                      a->window ? a->window[0] : a->seq0, pos + 1);
         r = buf[pos];
         free(buf);
     }
@@ -291,6 +343,17 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
         predictor_forward(pa, ph, &score, x, w + c->t_pred, 1, d);
     }
     *gate = gate_of(c, r);
+    if (route_applies(a->route, layer_index) && a->route->policy == ROUTE_RANDOM) {
+        /* decoding cannot count the sequence's decisions ahead: each token
+         * takes the block with probability capacity, keyed by its position */
+        pcg32 g;
+        long win = a->window ? a->window[0] : a->seq0;
+        pcg32_keyed(&g, a->route->seed, PCG_KEY_COUNTERFACTUAL + (uint64_t)layer_index,
+                    (uint64_t)win, (uint64_t)pos + 1);
+        return pcg32_uniform(&g) < (float)c->capacity;
+    }
+    if (route_applies(a->route, layer_index))
+        return -EINVAL; /* the driver refuses other policies in decoding */
     return score > causal_threshold(c);
 }
 

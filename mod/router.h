@@ -17,6 +17,13 @@ enum { ROUTER_LEARNED, ROUTER_RANDOM, ROUTER_COUNT };
 enum { GATE_RAW, GATE_SIGMOID, GATE_COUNT };
 enum { CAUSAL_AUX, CAUSAL_PREDICTOR, CAUSAL_NONE, CAUSAL_COUNT };
 
+/* The counterfactual policies depth routing takes (kind_ops.routes). */
+#define MOD_ROUTES                                                                              \
+    (1u << ROUTE_LEARNED | 1u << ROUTE_RANDOM | 1u << ROUTE_BOTTOM | 1u << ROUTE_SHUFFLE |     \
+     1u << ROUTE_REPLAY)
+/* ... and in decoding (no count of the sequence's decisions ahead). */
+#define MOD_DECODE_ROUTES (1u << ROUTE_LEARNED | 1u << ROUTE_RANDOM)
+
 /* Hidden width of the causal predictor (MODEL.md: d -> 64 -> 1). */
 #define MOD_PRED_HIDDEN 64
 
@@ -28,12 +35,13 @@ typedef struct mod_router_params {
     int gate;          /* GATE_* */
     int causal;        /* CAUSAL_* */
     double aux_weight;
+    double causal_threshold; /* the causal rule's threshold on the score (learned router) */
 } mod_router_params;
 extern const key_group mod_router_group; /* [mod] */
 
 typedef struct mod_router_cfg {
     int router, gate, causal;
-    double capacity, aux_weight;
+    double capacity, aux_weight, threshold;
     int k;
     int t_router, t_pred; /* tensor index within the router's tensors, -1 if absent */
     int n_tensors;        /* router (learned) + the predictor's four */
@@ -85,15 +93,18 @@ void free_mod_router(mod_router *rt);
  * the selected set is top-k (FWD_TRAIN, FWD_EVAL_TOPK) or the causal rule
  * (FWD_EVAL_CAUSAL), with the gate value of each selected row.  In
  * FWD_TRAIN also the aux and predictor losses and the statistics.  w: the
- * router's tensors.  Adds the router's FLOPs to a->flops_executed. */
-void mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
-                        const float *x);
+ * router's tensors.  Adds the router's FLOPs to a->flops_executed.  In
+ * evaluation, a counterfactual plan (a->route) replaces the decisions of
+ * the mode (top-k or causal) in place; -ENOENT when its book lacks them. */
+int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
+                       const float *x);
 /* Given dgate[j] = d loss / d g of selected row j: the router's and the
  * predictor's gradients, and dx += the router's input gradient. */
 void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
                          float *dx, const float *x, const float *dgate);
 /* Decoding: does the row x[d] at position pos take the block?  1 yes (its
- * gate value in *gate), 0 no, negative on error. */
+ * gate value in *gate), 0 no, negative on error.  Under ROUTE_RANDOM each
+ * token takes it with probability capacity (keyed by window and position). */
 int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
                       const float *x, int32_t pos, float *gate);
 

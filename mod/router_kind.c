@@ -33,6 +33,10 @@ static const kind_key mod_keys[] = {
       "the causal rule of evaluation and sampling: aux (BCE of sigmoid(r) against top-k "
       "membership, threshold r > 0), predictor (a separate MLP d -> 64 -> 1 on stop-gradient(x)), "
       "none (threshold r > 0)", 0 },
+    { "causal_threshold", KEY_REAL, P(causal_threshold), "0", -1e6, 1e6, 0, NULL,
+      "the causal rule takes token i when its score (r_i, or the predictor's logit) is above "
+      "it (MODEL.md: 0); a dial of evaluation and sampling: higher, fewer tokens take the "
+      "block (router = random: Phi^-1(1 - capacity) instead)", 0 },
     { "aux_weight", KEY_REAL, P(aux_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
       "weight of the aux BCE in the training loss (causal = aux)", 0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
@@ -54,7 +58,7 @@ mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *di
 {
     mod_router_cfg c = {
         .router = p->router, .gate = p->gate, .causal = p->causal,
-        .capacity = p->capacity, .aux_weight = p->aux_weight,
+        .capacity = p->capacity, .aux_weight = p->aux_weight, .threshold = p->causal_threshold,
         .k = mod_k(p->capacity, dims->seq_len),
     };
     int t = 0;

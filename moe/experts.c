@@ -13,6 +13,8 @@
 
 #include "core/comm/comm.h"
 #include "core/kernels/matmul.h"
+#include "core/rng/pcg32.h"
+#include "core/rng/streams.h"
 #include "core/util/ctx.h"
 
 #include <errno.h>
@@ -84,12 +86,13 @@ void free_experts(experts **px)
     *px = NULL;
 }
 
-int build_experts(experts **out, const experts_cfg *c, const model_dims *dims)
+int build_experts(experts **out, const experts_cfg *c, const model_dims *dims, int layer_index)
 {
     experts *ex = calloc(1, sizeof(*ex));
     if (!ex)
         return -ENOMEM;
     experts_init(ex, c, dims);
+    ex->layer = layer_index;
     buf_plan p = buf_counting(BUF_ALIGN);
     experts_fixed_layout(&p, ex);
     if (buf_alloc(&p, &ex->fixed_block) || build_ffn_cache(&ex->dec_cache, 1, c->d_ff)) {
@@ -163,6 +166,11 @@ static int owner(const experts_cfg *c, int P, int rank, int e)
     return (rank / c->experts) * c->experts + e; /* the expert's replica in our group */
 }
 
+static bool c_learned(const experts *ex)
+{
+    return ex->c.router == MOE_ROUTER_LEARNED;
+}
+
 /* One token's gate (MODEL.md): p = softmax(l) over the N columns in place
  * of the logits l[N], its log-sum-exp, and the top_k columns by probability
  * (ties to the lower index) with their weights p_e; used[N] is scratch.
@@ -191,18 +199,141 @@ static void gate_row(float *p, float *lse, int N, int K, int32_t *col, float *we
     }
 }
 
+/* The global index of sequence b: its evaluation window, else its place in
+ * the step's batch. */
+static long seq_id(const fwd_args *a, int b)
+{
+    return a->window ? a->window[b] : a->seq0 + b;
+}
+
+/* Hash routing (Hash Layers, Roller et al. 2021): the first K columns of a
+ * permutation of the N drawn from the token id, the same for a token
+ * everywhere in the run; weights 1/K, probabilities the same at those
+ * columns (what the statistics read). */
+static void hash_row(const experts *ex, uint64_t seed, token_t tok, float *p, float *lse,
+                     int32_t *col, float *weight, int *perm)
+{
+    int N = ex->N, K = ex->c.top_k;
+    pcg32 g;
+    pcg32_keyed(&g, seed, PCG_KEY_HASH + (uint64_t)ex->layer, (uint64_t)tok, 0);
+    for (int e = 0; e < N; e++) {
+        perm[e] = e;
+        p[e] = 0.0f;
+    }
+    for (int j = 0; j < K; j++) {
+        int r = j + (int)pcg32_bounded(&g, (uint32_t)(N - j)), t = perm[j];
+        perm[j] = perm[r];
+        perm[r] = t;
+        col[j] = perm[j];
+        weight[j] = 1.0f / (float)K;
+        p[perm[j]] = weight[j];
+    }
+    *lse = 0.0f;
+}
+
+/* The logits of row i (sequence b, position pos): the learned gate's, or
+ * the random router's N(0, 1) draws keyed by seed, step, layer and token. */
+static void random_logits(const experts *ex, const fwd_args *a, float *l, long seq, int pos)
+{
+    pcg32 g;
+    pcg32_keyed(&g, a->ctx ? a->ctx->seed : 0, PCG_KEY_MOE_RANDOM + (uint64_t)ex->layer,
+                (uint64_t)a->step, (uint64_t)seq * (uint64_t)a->seq_len + (uint64_t)pos);
+    for (int e = 0; e < ex->N; e++)
+        l[e] = pcg32_normal(&g);
+}
+
+/* A counterfactual policy (route.h) on row i's K choices before admission:
+ * random real experts in place of each real one (the no-op's choices
+ * stay), the no-op never or always; shuffle and replay set the choices
+ * after admission (replayed). */
+static void counterfactual_row(experts *ex, const route_plan *p, long win, int pos, int i)
+{
+    const experts_cfg *c = &ex->c;
+    int N = ex->N, K = c->top_k, E = c->experts;
+    int32_t *col = ex->col + (size_t)i * K;
+    float *weight = ex->weight + (size_t)i * K, *pr = ex->probs + (size_t)i * N;
+    unsigned char *used = ex->used;
+    if (p->policy == ROUTE_NOOP_ALL) {
+        for (int j = 0; j < K; j++)
+            col[j] = E, weight[j] = pr[E];
+        return;
+    }
+    memset(used, 0, (size_t)N);
+    if (p->policy == ROUTE_NOOP_NONE) {
+        used[E] = 1; /* the best K real columns */
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!used[e] && (best < 0 || pr[e] > pr[best]))
+                    best = e;
+            used[best] = 1;
+            col[j] = best;
+            weight[j] = pr[best];
+        }
+        return;
+    }
+    /* ROUTE_RANDOM: distinct real experts, drawn in choice order */
+    pcg32 g;
+    pcg32_keyed(&g, p->seed, PCG_KEY_COUNTERFACTUAL + (uint64_t)ex->layer, (uint64_t)win,
+                (uint64_t)pos + 1);
+    int real = 0;
+    for (int j = 0; j < K; j++)
+        real += col[j] != E;
+    int *perm = ex->perm_scratch;
+    for (int e = 0; e < E; e++)
+        perm[e] = e;
+    for (int j = 0, r = 0; j < K; j++) {
+        if (col[j] == E)
+            continue;
+        int q = r + (int)pcg32_bounded(&g, (uint32_t)(E - r)), t = perm[r];
+        perm[r] = perm[q];
+        perm[q] = t;
+        col[j] = perm[r++];
+        weight[j] = pr[col[j]];
+    }
+    (void)real;
+}
+
+/* The policies counterfactual_row applies (bottom is depth routing's). */
+static bool per_row(const route_plan *p)
+{
+    return p->policy == ROUTE_RANDOM || p->policy == ROUTE_NOOP_NONE ||
+           p->policy == ROUTE_NOOP_ALL;
+}
+
 /* Gate, top-k and capacity for one row set; fills probs, lse, col, choice,
  * weight; statistics and auxiliary losses in training. */
-static void gate(experts *ex, const fwd_args *a, const float *m, const row_set *rs,
-                 const float *wg, int capacity)
+static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *rs,
+                const float *wg, int capacity)
 {
     const experts_cfg *c = &ex->c;
     int n = rs->n, N = ex->N, K = c->top_k, E = c->experts;
-    /* NULL exec: the gate stays in fp32 under precision = bf16 */
-    linear_forward(NULL, ex->probs, m, wg, n, ex->d, N, 0.0f);
-    for (int i = 0; i < n; i++)
-        gate_row(ex->probs + (size_t)i * N, &ex->lse[i], N, K, ex->col + (size_t)i * K,
-                 ex->weight + (size_t)i * K, ex->used);
+    if (c->router == MOE_ROUTER_LEARNED)
+        /* NULL exec: the gate stays in fp32 under precision = bf16 */
+        linear_forward(NULL, ex->probs, m, wg, n, ex->d, N, 0.0f);
+    for (int b = 0; b < rs->nseq; b++)
+        for (int i = rs->seq_start[b]; i < rs->seq_start[b + 1]; i++) {
+            float *pi = ex->probs + (size_t)i * N;
+            int32_t *ci = ex->col + (size_t)i * K;
+            float *wi = ex->weight + (size_t)i * K;
+            if (c->router == MOE_ROUTER_HASH) {
+                token_t tok = a->tokens ? a->tokens[(size_t)b * a->seq_len + rs->pos[i]] : 0;
+                hash_row(ex, a->ctx ? a->ctx->seed : 0, tok, pi, &ex->lse[i], ci, wi,
+                         ex->perm_scratch);
+                continue;
+            }
+            if (c->router == MOE_ROUTER_RANDOM)
+                random_logits(ex, a, pi, seq_id(a, b), rs->pos[i]);
+            gate_row(pi, &ex->lse[i], N, K, ci, wi, ex->used);
+        }
+    const route_plan *rp = a->mode != FWD_TRAIN && route_applies(a->route, ex->layer)
+                               ? a->route
+                               : NULL;
+    bool replayed = rp && (rp->policy == ROUTE_SHUFFLE || rp->policy == ROUTE_REPLAY);
+    if (rp && per_row(rp))
+        for (int b = 0; b < rs->nseq; b++)
+            for (int i = rs->seq_start[b]; i < rs->seq_start[b + 1]; i++)
+                counterfactual_row(ex, rp, seq_id(a, b), rs->pos[i], i);
     bool train = a->mode == FWD_TRAIN;
     if (train)
         memset(ex->sums, 0, (size_t)experts_stat_sums_count(c) * sizeof(double));
@@ -210,6 +341,22 @@ static void gate(experts *ex, const fwd_args *a, const float *m, const row_set *
     for (int b = 0; b < rs->nseq; b++) {
         int r0 = rs->seq_start[b], r1 = rs->seq_start[b + 1], nb = r1 - r0;
         memset(count, 0, (size_t)N * sizeof(int));
+        if (replayed) { /* the book's choices as they were admitted (-1 dropped) */
+            const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b),
+                                            (long)a->seq_len * K);
+            if (!src)
+                return -ENOENT;
+            for (int i = r0; i < r1; i++)
+                for (int j = 0; j < K; j++) {
+                    int e = (int)src[(size_t)rs->pos[i] * K + j];
+                    e = e >= 0 && e < N ? e : -1;
+                    ex->choice[(size_t)i * K + j] = e;
+                    ex->col[(size_t)i * K + j] = e >= 0 ? e : ex->col[(size_t)i * K + j];
+                    ex->weight[(size_t)i * K + j] = e >= 0 ? ex->probs[(size_t)i * N + e]
+                                                           : 0.0f;
+                }
+            continue;
+        }
         /* admission in position order, first choice before second: a token's
          * fate never depends on later tokens */
         for (int i = r0; i < r1; i++) {
@@ -248,9 +395,10 @@ static void gate(experts *ex, const fwd_args *a, const float *m, const row_set *
         ex->sums[N + 3] += ent;
         ex->sums[N + 4] += nb;
         ex->sums[N + 5] += 1.0;
-        if (a->aux_loss)
+        if (a->aux_loss && c->router == MOE_ROUTER_LEARNED) /* no gate: nothing to balance */
             *a->aux_loss += (c->balance_weight * bl + c->z_weight * z / nb) * (double)a->seq_scale;
     }
+    return 0;
 }
 
 /* The three matrices of local expert l (expert first + l): the tensors
@@ -258,7 +406,8 @@ static void gate(experts *ex, const fwd_args *a, const float *m, const row_set *
 static ffn_weights expert_w(const experts *ex, float *const *w, int l)
 {
     size_t df = (size_t)ex->d * ex->c.d_ff;
-    ffn_weights fw = { .w1 = w[1] + l * df, .w3 = w[2] + l * df, .w2 = w[3] + l * df };
+    int g = ex->c.router == MOE_ROUTER_LEARNED; /* after the gate, when there is one */
+    ffn_weights fw = { .w1 = w[g] + l * df, .w3 = w[g + 1] + l * df, .w2 = w[g + 2] + l * df };
     return fw;
 }
 
@@ -413,14 +562,15 @@ int experts_forward(experts *ex, const fwd_args *a, float *y, const float *m, co
         return -EINVAL;
     if ((rc = ensure_rows(ex, n)) || (rc = ensure_ranks(ex, P)))
         return rc;
-    gate(ex, a, m, rs, w[0], capacity);
+    if ((rc = gate(ex, a, m, rs, c_learned(ex) ? w[0] : NULL, capacity)))
+        return rc;
     if ((rc = dispatch(ex, a, m, n)) || (rc = compute(ex, a, w)) || (rc = combine(ex, a, y)))
         return rc;
     /* the gate on every row; each kept assignment's SwiGLU (counted on the
      * rank of its token: summed over the ranks, every expert's work) */
     if (a->flops_executed)
-        *a->flops_executed +=
-            2.0 * n * ex->d * ex->N + (double)ex->n_assign * 6.0 * ex->d * ex->c.d_ff;
+        *a->flops_executed += (c_learned(ex) ? 2.0 * n * ex->d * ex->N : 0.0) +
+                              (double)ex->n_assign * 6.0 * ex->d * ex->c.d_ff;
     return 0;
 }
 
@@ -502,6 +652,10 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
         for (int e = 0; e < d; e++)
             o[e] += g[e];
     }
+    if (!c_learned(ex)) { /* random and hash: no gate to train */
+        mode_time_add(a->ctx, PHASE_ROUTING, t0);
+        return 0;
+    }
     /* gate: balance loss through meanP, z-loss through lse, softmax backward */
     for (int b = 0; b < rs->nseq; b++) {
         int r0 = rs->seq_start[b], r1 = rs->seq_start[b + 1], nb = r1 - r0;
@@ -538,15 +692,36 @@ void experts_decode_reset(experts *ex)
 }
 
 int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, float *const *w,
-                   int capacity)
+                   int capacity, int32_t pos)
 {
     const experts_cfg *c = &ex->c;
     int d = ex->d, N = ex->N, K = c->top_k, E = c->experts;
     if (ex->local != E) /* decoding computes every expert here */
         return -EINVAL;
     float *p = ex->dec, lse;
-    linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
-    gate_row(p, &lse, N, K, ex->dec_col, ex->dec_weight, ex->used);
+    long seq = a->window ? a->window[0] : a->seq0;
+    if (c->router == MOE_ROUTER_HASH) {
+        hash_row(ex, a->ctx ? a->ctx->seed : 0, a->tokens ? a->tokens[0] : 0, p, &lse,
+                 ex->dec_col, ex->dec_weight, ex->perm_scratch);
+    } else {
+        if (c->router == MOE_ROUTER_LEARNED)
+            linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
+        else
+            random_logits(ex, a, p, seq, pos);
+        gate_row(p, &lse, N, K, ex->dec_col, ex->dec_weight, ex->used);
+    }
+    if (route_applies(a->route, ex->layer) && per_row(a->route)) {
+        /* the same row rules as the forward's, on a one-row copy */
+        int32_t *col = ex->col;
+        float *weight = ex->weight, *probs = ex->probs;
+        ex->col = ex->dec_col;
+        ex->weight = ex->dec_weight;
+        ex->probs = p;
+        counterfactual_row(ex, a->route, seq, pos, 0);
+        ex->col = col;
+        ex->weight = weight;
+        ex->probs = probs;
+    }
     for (int j = 0; j < K; j++) {
         int best = ex->dec_col[j];
         /* the same admission as the forward: position order, capacity; the
@@ -560,6 +735,5 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
         for (int e = 0; e < d; e++)
             y[e] += ex->dec_weight[j] * out[e];
     }
-    (void)a;
     return ex->dec_col[0];
 }

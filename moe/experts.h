@@ -22,7 +22,8 @@
 #include <stdint.h>
 
 
-int build_experts(experts **out, const experts_cfg *c, const model_dims *dims);
+/* The experts of layer (its index in the stack keys their random streams). */
+int build_experts(experts **out, const experts_cfg *c, const model_dims *dims, int layer_index);
 void free_experts(experts **ex);
 
 
@@ -43,7 +44,7 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
  * whose experts are spread over ranks. */
 void experts_decode_reset(experts *ex);
 int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, float *const *w,
-                   int capacity);
+                   int capacity, int32_t pos);
 
 /* Statistics of the last FWD_TRAIN forward (their counts: experts_kind.h):
  * sums (add over ranks) and their columns. */

@@ -20,6 +20,12 @@ static int experts_check(const void *values, key_problem *p)
     return -EINVAL;
 }
 
+static const char *const router_names[] = { [MOE_ROUTER_LEARNED] = "learned",
+                                            [MOE_ROUTER_RANDOM] = "random",
+                                            [MOE_ROUTER_HASH] = "hash", NULL };
+_Static_assert(sizeof(router_names) / sizeof(router_names[0]) == MOE_ROUTER_COUNT + 1,
+               "a name each");
+
 #define P(f) offsetof(experts_params, f)
 static const kind_key moe_keys[] = {
     { "experts", KEY_INT, P(experts), "8", 1, KEY_NO_MAX, 0, NULL,
@@ -36,6 +42,11 @@ static const kind_key moe_keys[] = {
       "weight of the Switch balance loss N sum_e frac_e meanP_e (per sequence)", 0 },
     { "z_weight", KEY_REAL, P(z_weight), "0.001", 0, KEY_NO_MAX, 0, NULL,
       "weight of the z-loss mean(logsumexp(l)^2)", 0 },
+    { "router", KEY_CHOICE, P(router), "learned", 0, 0, 0, router_names,
+      "learned: the gate l = m W_g; random: N(0,1) logits keyed by seed, step, layer and "
+      "token, softmax, top_k (the control); hash: top_k columns a fixed random function of "
+      "the token id (Hash Layers), weights 1/top_k; random and hash have no gate tensor and "
+      "no balance or z-loss", 0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
 };
 #undef P
@@ -50,7 +61,7 @@ experts_cfg experts_cfg_of(const experts_params *p, const model_dims *dims, bool
         .experts = p->experts, .noop = noop, .top_k = p->top_k,
         .capacity_factor = p->capacity_factor,
         .d_ff = p->d_ff > 0 ? p->d_ff : dims->d_ff,
-        .balance_weight = p->balance_weight, .z_weight = p->z_weight,
+        .balance_weight = p->balance_weight, .z_weight = p->z_weight, .router = p->router,
     };
     return c;
 }
@@ -92,23 +103,25 @@ int experts_capacity(const experts_cfg *c, int rows_per_seq)
 double experts_flops(const experts_cfg *c, const model_dims *dims, long rows)
 {
     double d = dims->d_model;
-    return 2.0 * rows * d * experts_columns(c) +
-           (double)rows * c->top_k * 6.0 * d * c->d_ff;
+    double gate = c->router == MOE_ROUTER_LEARNED ? 2.0 * rows * d * experts_columns(c) : 0.0;
+    return gate + (double)rows * c->top_k * 6.0 * d * c->d_ff;
 }
 
 int experts_tensors(tensor_desc *out, const experts_cfg *c, const model_dims *dims)
 {
+    int g = c->router == MOE_ROUTER_LEARNED ? 1 : 0;
     if (!out)
-        return EXPERTS_TENSORS;
+        return g + 3;
     int d = dims->d_model, f = c->d_ff, E = c->experts;
     float out_std = 0.02f / sqrtf(2.0f * (float)dims->n_layers);
-    out[0] = make_tensor_desc("gate", 2, d, experts_columns(c), 0, INIT_NORMAL, 0.02f);
-    out[1] = make_tensor_desc("experts_w1", 3, E, d, f, INIT_NORMAL, 0.02f);
-    out[2] = make_tensor_desc("experts_w3", 3, E, d, f, INIT_NORMAL, 0.02f);
-    out[3] = make_tensor_desc("experts_w2", 3, E, f, d, INIT_NORMAL, out_std);
-    for (int i = 1; i <= 3; i++)
+    if (g)
+        out[0] = make_tensor_desc("gate", 2, d, experts_columns(c), 0, INIT_NORMAL, 0.02f);
+    out[g + 0] = make_tensor_desc("experts_w1", 3, E, d, f, INIT_NORMAL, 0.02f);
+    out[g + 1] = make_tensor_desc("experts_w3", 3, E, d, f, INIT_NORMAL, 0.02f);
+    out[g + 2] = make_tensor_desc("experts_w2", 3, E, f, d, INIT_NORMAL, out_std);
+    for (int i = g; i < g + 3; i++)
         out[i].expert_dim = true;
-    return EXPERTS_TENSORS;
+    return g + 3;
 }
 
 void experts_init(experts *ex, const experts_cfg *c, const model_dims *dims)
@@ -136,6 +149,7 @@ void experts_fixed_layout(buf_plan *p, experts *ex)
     ex->dec_col = BUF_I32(p, K);
     ex->dec_weight = BUF_FLOATS(p, K);
     ex->used = BUF_BYTES(p, N);
+    ex->perm_scratch = BUF_INTS(p, N);
 }
 
 void experts_rows_layout(buf_plan *p, experts *ex, int rows)

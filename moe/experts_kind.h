@@ -14,6 +14,18 @@
  * per expert. */
 #define MOE_MAX_EXPERTS 4096
 
+/* [moe] router: how a token's columns are chosen (experts_kind.c names
+ * them in this order). */
+enum { MOE_ROUTER_LEARNED, MOE_ROUTER_RANDOM, MOE_ROUTER_HASH, MOE_ROUTER_COUNT };
+
+/* The counterfactual policies token-choice experts take (kind_ops.routes),
+ * with the no-op's two for integrated; in decoding no shuffle nor replay
+ * (no book of the sequence being generated). */
+#define EXPERTS_ROUTES                                                                          \
+    (1u << ROUTE_LEARNED | 1u << ROUTE_RANDOM | 1u << ROUTE_SHUFFLE | 1u << ROUTE_REPLAY)
+#define EXPERTS_NOOP_ROUTES (1u << ROUTE_NOOP_NONE | 1u << ROUTE_NOOP_ALL)
+#define EXPERTS_DECODE_ROUTES (1u << ROUTE_LEARNED | 1u << ROUTE_RANDOM)
+
 /* The [moe] keys' values (experts_kind.c declares them: experts_group),
  * read by moe, integrated and staged. */
 typedef struct experts_params {
@@ -22,6 +34,7 @@ typedef struct experts_params {
     double capacity_factor; /* 0: no dropping */
     int d_ff;               /* per expert; 0: the model's d_ff */
     double balance_weight, z_weight;
+    int router;             /* MOE_ROUTER_* */
 } experts_params;
 extern const key_group experts_group; /* [moe] */
 
@@ -32,6 +45,7 @@ typedef struct experts_cfg {
     double capacity_factor; /* 0: no dropping */
     int d_ff;         /* per expert */
     double balance_weight, z_weight;
+    int router;       /* MOE_ROUTER_*: the gate tensor exists for learned only */
 } experts_cfg;
 
 /* Gate columns: E, or E+1 with the no-op. */
@@ -57,18 +71,19 @@ typedef struct experts experts; /* activations and buffers (experts_state.h) */
  * SwiGLU caches and backward work space for this rank's experts. */
 double experts_bytes(const experts_cfg *c, const model_dims *dims, long rows);
 
-/* Tensor descriptors: gate [d][N], experts_w1 [E][d][f], experts_w3 [E][d][f],
- * experts_w2 [E][f][d].  Returns the count (4); out may be NULL. */
+/* Tensor descriptors: gate [d][N] (router learned only), experts_w1
+ * [E][d][f], experts_w3 [E][d][f], experts_w2 [E][f][d].  Returns the count
+ * (4, or 3 without the gate); out may be NULL. */
 int experts_tensors(tensor_desc *out, const experts_cfg *c, const model_dims *dims);
-enum { EXPERTS_TENSORS = 4 };
 
 /* Statistics' counts: sums (tokens kept per column (N), dropped
  * assignments, balance loss, z-loss, router entropy, ...) and columns. */
 int experts_stat_sums_count(const experts_cfg *c);
 int experts_stat_cols_count(const experts_cfg *c);
 
-/* Nominal forward FLOPs for rows_per_seq rows of one sequence: the gate and
- * every assignment at a real expert (MODEL.md: no-op charged as real). */
+/* Nominal forward FLOPs for rows_per_seq rows of one sequence: the gate
+ * (learned router only) and every assignment at a real expert (MODEL.md:
+ * no-op charged as real). */
 double experts_flops(const experts_cfg *c, const model_dims *dims, long rows_per_seq);
 
 #endif

@@ -11,6 +11,7 @@
 struct experts {
     experts_cfg c;
     int d, N;
+    int layer;          /* the layer's index: random, hash and counterfactual streams */
     /* expert parallelism (model_dims ranks, rank): this rank holds and
      * computes experts [first, first + local) */
     int ranks, rank, first, local;
@@ -55,6 +56,7 @@ struct experts {
     int32_t *dec_col;   /* [top_k] */
     float *dec_weight;  /* [top_k] */
     unsigned char *used; /* [N] top-k's chosen columns */
+    int *perm_scratch;   /* [N] hash and counterfactual draws */
     ffn_cache dec_cache;
 };
 

@@ -37,7 +37,7 @@ static int moe_build(layer *l, const model_dims *dims, int max_seq)
     s->ec = experts_cfg_of(&moe_params_of(&l->spec)->experts, dims, is_integrated(l));
     buf_plan p = buf_counting(BUF_ALIGN);
     moe_layout(&p, s, dims, max_seq);
-    if (buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims)) {
+    if (buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims, l->index)) {
         moe_free(l);
         return -ENOMEM;
     }
@@ -108,7 +108,7 @@ static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int
         return rc;
     rmsnorm_forward(m, &rstd, h, l->w[T_MLP_NORM], 1, d);
     memcpy(y, h, (size_t)d * sizeof(float));
-    int first = experts_decode(s->ex, a, y, m, l->w + T_GATE, experts_capacity(&s->ec, a->seq_len));
+    int first = experts_decode(s->ex, a, y, m, l->w + T_GATE, experts_capacity(&s->ec, a->seq_len), pos);
     if (first < 0)
         return first;
     /* "took the block": the first choice is a real expert (always, for moe) */
@@ -151,13 +151,15 @@ static void moe_stat_columns(const layer *l, const double *sums, double *cols)
     experts_stat_columns(&s->ec, sums, cols);
 }
 
-#define MOE_OPS(KIND)                                                                              \
+#define MOE_OPS(KIND, ROUTES, DECODE_ROUTES)                                                       \
     {                                                                                              \
         .kind = &KIND, .build = moe_build, .free = moe_free, .forward = moe_forward,              \
         .backward = moe_backward, .decode_begin = moe_decode_begin, .decode = moe_decode,         \
         .record = moe_record, .stat_count = moe_stat_count, .stat_name = moe_stat_name,           \
-        .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns,                             \
+        .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns, .routes = ROUTES,           \
+        .decode_routes = DECODE_ROUTES,                                                           \
     }
 
-const kind_ops moe_ops = MOE_OPS(moe_kind);
-const kind_ops integrated_ops = MOE_OPS(integrated_kind);
+const kind_ops moe_ops = MOE_OPS(moe_kind, EXPERTS_ROUTES, EXPERTS_DECODE_ROUTES);
+const kind_ops integrated_ops = MOE_OPS(integrated_kind, EXPERTS_ROUTES | EXPERTS_NOOP_ROUTES,
+                                        EXPERTS_DECODE_ROUTES | EXPERTS_NOOP_ROUTES);

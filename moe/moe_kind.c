@@ -51,8 +51,10 @@ static int integrated_validate(const layer_spec *s, const model_dims *dims, char
 static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,
                       bool noop)
 {
-    /* attn_norm wq wk wv wo, mlp_norm, then the gate and the experts */
-    int n = BLOCK_ATTN_TENSORS + 1 + EXPERTS_TENSORS;
+    /* attn_norm wq wk wv wo, mlp_norm, then the gate (learned router) and
+     * the experts */
+    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, noop);
+    int n = BLOCK_ATTN_TENSORS + 1 + experts_tensors(NULL, &c, dims);
     if (!out)
         return n;
     if (max < n)
@@ -60,7 +62,6 @@ static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *
     tensor_desc block[BLOCK_TENSORS];
     block_tensors(block, dims, true);
     memcpy(out, block, (BLOCK_ATTN_TENSORS + 1) * sizeof(tensor_desc));
-    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, noop);
     experts_tensors(out + BLOCK_ATTN_TENSORS + 1, &c, dims);
     return n;
 }

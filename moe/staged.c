@@ -49,7 +49,7 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     int k = s->rt.cfg.k;
     buf_plan p = buf_counting(BUF_ALIGN);
     staged_layout(&p, s, dims, max_seq);
-    if (rc || buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims) ||
+    if (rc || buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims, l->index) ||
         routed_rows_ensure(&s->rows, dims, 0, max_seq * k)) {
         staged_free(l);
         return -ENOMEM;
@@ -70,8 +70,10 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     const model_dims *dm = a->dims;
     int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
-    mod_router_forward(rt, l->w, l->index, a, x);
-    int rc = routed_rows_ensure(&s->rows, dm, 0, rt->n_sel);
+    int rc = mod_router_forward(rt, l->w, l->index, a, x);
+    if (rc)
+        return rc;
+    rc = routed_rows_ensure(&s->rows, dm, 0, rt->n_sel);
     if (rc)
         return rc;
     mod_router_gather(rt, s->rows.xs, x, d);
@@ -209,7 +211,7 @@ static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, 
         return rc;
     rmsnorm_forward(m, &rstd, h, l->w[s->t_norm], 1, d);
     memcpy(ys, h, (size_t)d * sizeof(float));
-    if ((rc = experts_decode(s->ex, a, ys, m, l->w + s->t_gate, nominal_capacity(s))) < 0)
+    if ((rc = experts_decode(s->ex, a, ys, m, l->w + s->t_gate, nominal_capacity(s), pos)) < 0)
         return rc;
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
@@ -229,4 +231,6 @@ const kind_ops staged_ops = {
     .stat_name = staged_stat_name,
     .stat_sums = staged_stat_sums,
     .stat_columns = staged_stat_columns,
+    .routes = MOD_ROUTES | EXPERTS_ROUTES,
+    .decode_routes = MOD_DECODE_ROUTES | EXPERTS_DECODE_ROUTES,
 };

@@ -31,7 +31,8 @@ static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_de
 {
     const staged_params *sp = staged_params_of(s);
     mod_router_cfg rc = mod_router_parse(&sp->router, dims);
-    int n = rc.n_tensors + BLOCK_ATTN_TENSORS + 1 + EXPERTS_TENSORS;
+    experts_cfg ec = experts_cfg_of(&sp->experts, dims, false);
+    int n = rc.n_tensors + BLOCK_ATTN_TENSORS + 1 + experts_tensors(NULL, &ec, dims);
     if (!out)
         return n;
     if (max < n)
@@ -40,7 +41,6 @@ static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_de
     tensor_desc block[BLOCK_TENSORS];
     block_tensors(block, dims, true);
     memcpy(out + rc.n_tensors, block, (BLOCK_ATTN_TENSORS + 1) * sizeof(tensor_desc));
-    experts_cfg ec = experts_cfg_of(&sp->experts, dims, false);
     experts_tensors(out + rc.n_tensors + BLOCK_ATTN_TENSORS + 1, &ec, dims);
     return n;
 }

@@ -66,7 +66,7 @@ static void test_checkpoint_round_trip(void **state)
     char path[128], tmp[140], err[256];
     snprintf(path, sizeof(path), "%s/ckpt.h5", dir);
     model *a = make(12, 1), *b = make(12, 2);
-    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "[run]\nname = x\n", 17, 99, NULL }, NULL, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "[run]\nname = x\n", 17, 99, NULL, 0.0 }, NULL, err, sizeof(err)), 0);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     assert_int_equal(access(tmp, F_OK), -1); /* the temporary is renamed away */
     ckpt_meta meta;
@@ -88,7 +88,7 @@ static void test_checkpoint_shape_mismatch(void **state)
     char path[128], err[256] = "";
     snprintf(path, sizeof(path), "%s/small.h5", dir);
     model *a = make(12, 1), *b = make(16, 1);
-    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 1, 1, NULL }, NULL, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 1, 1, NULL, 0.0 }, NULL, err, sizeof(err)), 0);
     assert_int_not_equal(checkpoint_load(path, b, false, NULL, err, sizeof(err)), 0);
     print_message("%s\n", err);
     assert_non_null(strstr(err, "dataset 'layers/0/w1' has extent 12 in dimension 1, expected 16"));
@@ -312,14 +312,14 @@ static void test_full_disk(void **state)
     snprintf(runp, sizeof(runp), "%s/run.h5", mnt);
     snprintf(fill, sizeof(fill), "%s/filler", mnt);
     model *a = make_layers(64, 1, 4), *b = make_layers(64, 2, 4);
-    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 5, 1, NULL }, NULL, err, sizeof(err)), 0);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 5, 1, NULL, 0.0 }, NULL, err, sizeof(err)), 0);
     run_record *r = NULL;
     assert_int_equal(build_run_record(&r, "[run]\n"), 0);
     assert_int_equal(run_record_write_header(r, runp, err, sizeof(err)), 0);
     /* fill the disk, leaving less than another checkpoint needs */
     snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=4k 2>/dev/null; true", fill);
     assert_int_equal(system(cmd), 0);
-    int rc = checkpoint_save(path, b, &(ckpt_header){ "", 6, 1, NULL }, NULL, err, sizeof(err));
+    int rc = checkpoint_save(path, b, &(ckpt_header){ "", 6, 1, NULL, 0.0 }, NULL, err, sizeof(err));
     print_message("%s\n", err);
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(err, "ckpt.h5"));

@@ -37,6 +37,11 @@
 
 static int failures, rank;
 
+/* The row under test: a kind at its keys' defaults, or with one choice key
+ * set to another of its choices (variant_key = variant_value). */
+static char row_name[128];
+static const char *variant_key, *variant_value;
+
 #define S_LEN 16
 #define NSEQ 4
 
@@ -98,8 +103,13 @@ static int make(fixture *f, const kind_ops *ops, int P, int r, int nseq, uint64_
     layer_spec_init(&specs[1], ops->kind);
     layer_spec_init(&specs[2], &dense_kind);
     char err[512];
+    if (variant_key &&
+        layer_spec_set(&specs[1], ops->kind, variant_key, variant_value, err, sizeof(err))) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, row_name, err);
+        return -1;
+    }
     if (build_model(&f->m, &dims, specs, mode_kind_ops, nseq, err, sizeof(err))) {
-        fprintf(stderr, "rank %d: %s: build_model: %s\n", rank, ops->kind->name, err);
+        fprintf(stderr, "rank %d: %s: build_model: %s\n", rank, row_name, err);
         return -1;
     }
     model_init(f->m, seed);
@@ -277,7 +287,7 @@ static double fd_direction(fixture *f, size_t off, size_t n, const float *grad, 
 static bool check_gradients(fixture *f, pcg32 *r)
 {
     model *m = f->m;
-    const char *name = f->kind->name;
+    const char *name = row_name;
     fwd_result res;
     model_zero_grad(m);
     train_J(f, false, &res);
@@ -361,8 +371,8 @@ static void check_input_gradient(fixture *f, pcg32 *r)
     double e = fabs(fd - an) / fmax(fabs(an), 1e-30);
     if (same)
         CHECK(e < 1e-3, "%s: input gradient off by %.2e relative (fd %.6e, <dx,u> %.6e)",
-              f->kind->name, e, fd, an);
-    printf("[%s] input gradient against finite differences: %.2e%s\n", f->kind->name, e,
+              row_name, e, fd, an);
+    printf("[%s] input gradient against finite differences: %.2e%s\n", row_name, e,
            same ? "" : " (routing moved: not judged)");
     capture_free(&base);
     capture_free(&now);
@@ -415,9 +425,9 @@ static void check_decode(fixture *f)
     /* TL_CAUSAL_TOL's reasoning (tests/testlib.h): a row count changes sums
      * by a few ulp carried through the layers; 1e-4 leaves a hundred times
      * the largest seen */
-    CHECK(worst < 1e-4, "%s: decoding differs from the causal forward by %.2e", f->kind->name,
+    CHECK(worst < 1e-4, "%s: decoding differs from the causal forward by %.2e", row_name,
           worst);
-    printf("[%s] decoding with the KV cache against the causal forward: %.2e\n", f->kind->name,
+    printf("[%s] decoding with the KV cache against the causal forward: %.2e\n", row_name,
            worst);
     free(ref);
     free(logits);
@@ -450,11 +460,11 @@ static void check_causal(fixture *f, uint64_t seed)
         memcpy(f->tokens, keep, sizeof(keep));
     }
     CHECK(worst < 1e-4, "%s: later tokens moved earlier logits by %.2e (causal mode)",
-          f->kind->name, worst);
+          row_name, worst);
     CHECK(moved > 1e-3, "%s: later tokens never moved their own logits (%.2e): the check "
-          "would not tell", f->kind->name, moved);
+          "would not tell", row_name, moved);
     printf("[%s] causality: earlier logits moved by at most %.2e, later ones by %.2e\n",
-           f->kind->name, worst, moved);
+           row_name, worst, moved);
     free(ref);
 }
 
@@ -463,7 +473,7 @@ static void check_causal(fixture *f, uint64_t seed)
 static void check_flops(fixture *f)
 {
     model *m = f->m;
-    const char *name = f->kind->name;
+    const char *name = row_name;
     double nominal = model_flops_per_seq(m, NULL) * f->b.nseq;
     static const char *const modes[] = { "train", "topk", "causal" };
     for (int mode = 0; mode < FWD_MODE_COUNT; mode++) {
@@ -489,7 +499,7 @@ static void check_stats_and_records(fixture *f)
 {
     model *m = f->m;
     layer *ly = &m->layers[1];
-    const char *name = f->kind->name;
+    const char *name = row_name;
     fwd_result res;
     CHECK(model_forward(m, &f->ctx, &f->b, FWD_TRAIN, &res) == 0, "forward");
     if (ly->ops->stat_count) {
@@ -534,7 +544,7 @@ static void check_buffers(fixture *f)
 {
     model *m = f->m;
     const layer *ly = &m->layers[1];
-    const char *name = f->kind->name;
+    const char *name = row_name;
     /* the description's sizes, from the layouts the build allocated with */
     double bytes = ly->kind->state_bytes(&ly->spec, &m->dims, m->max_seq);
     long ws = ly->kind->ws_floats(&ly->spec, &m->dims, m->max_seq);
@@ -565,7 +575,7 @@ static void check_buffers(fixture *f)
 static void check_checkpoint(fixture *f, const char *dir)
 {
     model *m = f->m;
-    const char *name = f->kind->name;
+    const char *name = row_name;
     char path[512], err[1024] = "";
     snprintf(path, sizeof(path), "%s/%s.h5", dir, name);
     for (size_t i = 0; i < m->n_params; i++) { /* moments that show */
@@ -575,7 +585,7 @@ static void check_checkpoint(fixture *f, const char *dir)
     ckpt_header h = { .config = "[run]\n", .step = 3, .seed = 9, .data = NULL };
     CHECK(checkpoint_save(path, m, &h, NULL, err, sizeof(err)) == 0, "%s: save: %s", name, err);
     fixture g;
-    if (make(&g, kind_ops_lookup(mode_kind_ops, name), 1, 0, NSEQ, 99, NULL))
+    if (make(&g, kind_ops_lookup(mode_kind_ops, f->kind->name), 1, 0, NSEQ, 99, NULL))
         return;
     ckpt_meta meta;
     CHECK(checkpoint_read_meta(path, &meta, NULL, err, sizeof(err)) == 0 && meta.step == 3,
@@ -583,11 +593,21 @@ static void check_checkpoint(fixture *f, const char *dir)
     ckpt_meta_clear(&meta);
     CHECK(checkpoint_load(path, g.m, true, NULL, err, sizeof(err)) == 0, "%s: load: %s", name,
           err);
-    CHECK(g.m->n_params == m->n_params &&
-              !memcmp(g.m->params, m->params, m->n_params * sizeof(float)) &&
-              !memcmp(g.m->adam_m, m->adam_m, m->n_params * sizeof(float)) &&
-              !memcmp(g.m->adam_v, m->adam_v, m->n_params * sizeof(float)),
-          "%s: the checkpoint does not read back bit for bit", name);
+    /* tensor by tensor: the buffers' alignment gaps between tensors are
+     * nobody's (the moments above filled them too) */
+    CHECK(g.m->n_params == m->n_params && g.m->n_tensors == m->n_tensors,
+          "%s: the model read back has %zu parameters in %d tensors, not %zu in %d", name,
+          g.m->n_params, g.m->n_tensors, m->n_params, m->n_tensors);
+    for (int t = 0; g.m->n_tensors == m->n_tensors && t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        bool same = !memcmp(g.m->params + mt->offset, m->params + mt->offset,
+                            (size_t)mt->numel * sizeof(float)) &&
+                    !memcmp(g.m->adam_m + mt->offset, m->adam_m + mt->offset,
+                            (size_t)mt->numel * sizeof(float)) &&
+                    !memcmp(g.m->adam_v + mt->offset, m->adam_v + mt->offset,
+                            (size_t)mt->numel * sizeof(float));
+        CHECK(same, "%s: the checkpoint does not read %s back bit for bit", name, mt->path);
+    }
     free_model(&g.m);
     unlink(path);
     printf("[%s] checkpoint round trip bit for bit\n", name);
@@ -644,10 +664,10 @@ static void check_ranks(const kind_ops *ops, comm *world)
          * another order: float rounding, far below 1e-5 relative */
         for (int i = 0; i < 3; i++)
             CHECK(fabs(many[i] - one[i]) <= 1e-5 * fmax(fabs(one[i]), 1e-6),
-                  "%s: %d ranks give %s %.9g, one rank %.9g", ops->kind->name, P,
+                  "%s: %d ranks give %s %.9g, one rank %.9g", row_name, P,
                   i == 0 ? "CE" : i == 1 ? "aux loss" : "gradient norm", many[i], one[i]);
         printf("[%s] %d ranks against one: CE %.9g / %.9g, aux %.6g / %.6g, |g| %.9g / %.9g\n",
-               ops->kind->name, P, many[0], one[0], many[1], one[1], many[2], one[2]);
+               row_name, P, many[0], one[0], many[1], one[1], many[2], one[2]);
     }
 }
 
@@ -676,7 +696,7 @@ static void check_row(const kind_ops *ops, const char *dir)
         if (!(held = check_gradients(&f, &r)))
             free_model(&f.m);
     }
-    CHECK(held, "%s: no model of 8 seeds where the routing held for a gradient check", k->name);
+    CHECK(held, "%s: no model of 8 seeds where the routing held for a gradient check", row_name);
     if (!held && make(&f, ops, 1, 0, NSEQ, 1, NULL))
         return;
     check_input_gradient(&f, &r);
@@ -704,17 +724,44 @@ int main(int argc, char **argv)
               "the description table has %s", i, mode_kind_ops[i]->kind->name,
               mode_kinds[i] ? mode_kinds[i]->name : "nothing");
     CHECK(mode_kinds[rows] == NULL, "the description table is longer than the compute table");
-    if (rank == 0 && mkdtemp(dir))
-        for (int i = 0; mode_kind_ops[i]; i++)
+    bool made = rank == 0 && mkdtemp(dir);
+    int variants = 0;
+    /* every row at its defaults, then with each choice key at each of its
+     * other choices (the routers, gates, causal rules: every way a kind can
+     * compute), so that an option is tested by being declared */
+    for (int i = 0; mode_kind_ops[i]; i++) {
+        const layer_kind *k = mode_kind_ops[i]->kind;
+        variant_key = variant_value = NULL;
+        snprintf(row_name, sizeof(row_name), "%s", k->name);
+        if (made)
             check_row(mode_kind_ops[i], dir);
-    if (rank == 0)
-        rmdir(dir);
-    for (int i = 0; mode_kind_ops[i]; i++)
         check_ranks(mode_kind_ops[i], world);
+        for (const kind_group *g = k->groups; g && g->group; g++)
+            for (const kind_key *key = g->group->keys; key->name; key++) {
+                if (key->type != KEY_CHOICE)
+                    continue;
+                for (const char *const *c = key->choices; *c; c++) {
+                    if (!strcmp(*c, key->def))
+                        continue;
+                    static char qualified[96];
+                    layer_key_name(k, g, key, qualified, sizeof(qualified));
+                    variant_key = qualified;
+                    variant_value = *c;
+                    snprintf(row_name, sizeof(row_name), "%s, %s = %s", k->name, qualified, *c);
+                    if (made)
+                        check_row(mode_kind_ops[i], dir);
+                    check_ranks(mode_kind_ops[i], world);
+                    variants++;
+                }
+            }
+    }
+    if (made)
+        rmdir(dir);
     int all = failures;
     comm_allreduce_max_int(world, &all);
     if (rank == 0)
-        printf("%d kinds, %s\n", rows, all ? "FAILED" : "every check passed");
+        printf("%d kinds and %d variants of their choice keys, %s\n", rows, variants,
+               all ? "FAILED" : "every check passed");
     comm_finalize(&world);
     return all ? 1 : 0;
 }

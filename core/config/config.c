@@ -83,6 +83,7 @@ typedef struct cfg_key {
 
 static const char *const nonfinite_policies[] = { "stop", "skip", NULL };
 static const char *const precisions[] = { "fp32", "bf16", NULL };
+static const char *const flops_counts[] = { "nominal", "executed", NULL };
 
 #define FIELD_SIZE(T, f) sizeof(((T *)0)->f)
 #define RC(f) offsetof(run_config, f), FIELD_SIZE(run_config, f)
@@ -95,6 +96,7 @@ static const cfg_key config_keys[] = {
     { SEC_RUN, "data_seed", K_U64, RC(data_seed), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "steps", K_LONG, RC(steps), 0, (double)MODE_MAX_STEPS, 0, NULL },
     { SEC_RUN, "flops_budget", K_DOUBLE, RC(flops_budget), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "flops_count", K_ENUM, RC(flops_count), 0, 0, 0, flops_counts },
     { SEC_RUN, "out", K_STR, RC(out), 0, 0, 0, NULL },
     { SEC_RUN, "log_every", K_LONG, RC(log_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "eval_every", K_LONG, RC(eval_every), 0, NO_MAX, 0, NULL },
@@ -864,7 +866,10 @@ static cfg_ref layer_key_ref(const loader *L, int li, int gi, const kind_key *ke
 {
     for (int i = L->n_entries - 1; li >= 0 && i >= 0; i--) {
         const layer_entry *e = &L->entries[i];
-        if (e->layer == li && strcmp(e->key, key->name) == 0) {
+        const kind_group *eg = NULL;
+        const layer_kind *kind = layer_kind_lookup(L->kinds, L->c->layers[li].kind);
+        if (e->layer == li && layer_key(kind, e->key, &eg) == key &&
+            !strcmp(eg->group->section, L->c->groups[gi]->section)) {
             snprintf(sec, sec_len, "layer.%d", li);
             return (cfg_ref){ sec, e->key, e->value, e->origin };
         }
@@ -906,8 +911,11 @@ static void kind_key_names(const layer_kind *kind, char *out, size_t n)
 {
     out[0] = '\0';
     for (const kind_group *g = kind->groups; g && g->group; g++)
-        for (const kind_key *k = g->group->keys; k->name; k++)
-            snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "", k->name);
+        for (const kind_key *k = g->group->keys; k->name; k++) {
+            char name[96];
+            layer_key_name(kind, g, k, name, sizeof(name));
+            snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "", name);
+        }
     if (!out[0])
         snprintf(out, n, "none");
 }
@@ -1071,6 +1079,7 @@ void config_defaults(run_config *c, const config_schema *schema)
     c->routing_every = 100;
     snprintf(c->nonfinite, sizeof(c->nonfinite), "stop");
     snprintf(c->precision, sizeof(c->precision), "fp32");
+    snprintf(c->flops_count, sizeof(c->flops_count), "nominal");
     snprintf(c->source, sizeof(c->source), "synthetic");
     c->seq_len = 128;
     c->batch = 8;
@@ -1170,7 +1179,9 @@ static void write_layer(FILE *f, const run_config *c, int l)
             if (!header)
                 fprintf(f, "\n[layer.%d]\n", l);
             header = true;
-            fprintf(f, "%s = %s\n", k->name, mine);
+            char name[96];
+            layer_key_name(kind, g, k, name, sizeof(name));
+            fprintf(f, "%s = %s\n", name, mine);
         }
     }
 }

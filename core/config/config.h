@@ -48,6 +48,7 @@ typedef struct run_config {
     long routing_windows;    /* held-out windows in the routing records */
     char nonfinite[16];   /* stop | skip: what a non-finite loss or gradient does */
     char precision[8];    /* fp32 | bf16: the model's matrix products (kernels/bf16.h) */
+    char flops_count[12]; /* nominal | executed: what run.flops_budget counts */
     /* [data] */
     char source[CFG_PATH_LEN]; /* brown | synthetic | path to .txt, .bin or .u32 */
     int seq_len;

@@ -27,11 +27,12 @@ static int write_layer_attrs(hid_t f, const model *m)
         for (const kind_group *kg = ly->kind->groups; !rc && kg && kg->group; kg++) {
             const void *values = layer_group_cvalues(&ly->spec, kg);
             for (const kind_key *k = kg->group->keys; !rc && k->name; k++) {
-                char text[64];
+                char text[64], an[96];
                 key_format(k, values, text, sizeof(text));
+                layer_key_name(ly->kind, kg, k, an, sizeof(an));
                 rc = k->type == KEY_CHOICE || k->type == KEY_BOOL
-                         ? h5_attr_string(g, k->name, text)
-                         : h5_attr_double(g, k->name, key_number(k, values));
+                         ? h5_attr_string(g, an, text)
+                         : h5_attr_double(g, an, key_number(k, values));
             }
         }
         H5Gclose(g);
@@ -55,6 +56,7 @@ static int write_root_attrs(hid_t f, const model *m, const ckpt_header *h)
     rc |= h5_attr_long(f, "seq_len", d->seq_len);
     rc |= h5_attr_long(f, "n_layers", d->n_layers);
     rc |= h5_attr_long(f, "step", h->step);
+    rc |= h5_attr_double(f, "train_flops_executed", h->train_flops_executed);
     rc |= h5_attr_string(f, "rng", "pcg32 keyed by (seed, step, ...): seed and step are the state");
     char seed_s[32];
     snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)h->seed);
@@ -379,6 +381,8 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
     } else {
         meta->seed = strtoull(seed, NULL, 10);
         meta->data = H5Aexists(f, "data") > 0 ? h5_attr_read_string(f, "data") : NULL;
+        if (H5Aexists(f, "train_flops_executed") > 0)
+            h5_attr_read_double(f, "train_flops_executed", &meta->train_flops_executed);
     }
     free(seed);
     if (f >= 0)

@@ -21,6 +21,7 @@ typedef struct ckpt_meta {
     char *config;   /* malloc'd resolved INI text */
     char *data;     /* malloc'd fingerprint of the data the run read, or NULL
                        (files written before it was kept) */
+    double train_flops_executed; /* spent by the step (0 in files written before) */
 } ckpt_meta;
 
 /* What a checkpoint says about itself beside the tensors. */
@@ -29,6 +30,7 @@ typedef struct ckpt_header {
     long step;
     uint64_t seed;
     const char *data;   /* dataset_fingerprint of what the run reads, or NULL */
+    double train_flops_executed; /* the executed training FLOPs spent so far (every rank's) */
 } ckpt_header;
 
 /* Write the checkpoint, collectively over cm (NULL: one process): one file,

@@ -168,6 +168,11 @@ int h5_attr_read_long(hid_t loc, const char *name, long *value)
     return attr_read(loc, name, H5T_NATIVE_LONG, value);
 }
 
+int h5_attr_read_double(hid_t loc, const char *name, double *value)
+{
+    return attr_read(loc, name, H5T_NATIVE_DOUBLE, value);
+}
+
 /* A new file with the user block and checksummed metadata (HDF5 1.8
  * formats and later). */
 static hid_t h5_create(const char *path)

@@ -28,6 +28,7 @@ int h5_attr_long(hid_t loc, const char *name, long value);
 /* malloc'd copy of a string attribute, or NULL. */
 char *h5_attr_read_string(hid_t loc, const char *name);
 int h5_attr_read_long(hid_t loc, const char *name, long *value);
+int h5_attr_read_double(hid_t loc, const char *name, double *value);
 
 /* Every file mode writes starts with a 512-byte HDF5 user block holding a
  * magic string, the file's length and the CRC-32 of everything after the

@@ -16,9 +16,11 @@
 #ifndef MODE_CORE_MODEL_KIND_H
 #define MODE_CORE_MODEL_KIND_H
 
+#include "core/data/token.h"
 #include "core/kernels/matmul.h"
 #include "core/model/buf.h"
 #include "core/model/keys.h"
+#include "core/model/route.h"
 #include "core/model/spec.h"
 
 #include <stdint.h>
@@ -48,6 +50,10 @@ typedef struct fwd_args {
     int seq_len;       /* rows per sequence */
     long step;         /* training step (keys per-step random streams) */
     long seq0;         /* global index of the first local sequence */
+    const long *window; /* [nseq] evaluation: each sequence's global window index (the
+                         * counterfactual draws and the book's rows); NULL in training */
+    const token_t *tokens; /* [nseq*S] the input tokens (hash routing reads them) */
+    const route_plan *route; /* evaluation: decisions to replace (route.h); NULL: as trained */
     float seq_scale;   /* 1 / global sequences: auxiliary losses average over these */
     float *ws;         /* work space, kind->ws_floats() floats: backward's, and attention's
                         * scratch in forward (block.h attn_forward) */
@@ -127,6 +133,11 @@ typedef struct kind_ops {
     void (*stat_name)(const layer *l, int col, char *buf, int len);
     void (*stat_sums)(const layer *l, double *sums);
     void (*stat_columns)(const layer *l, const double *sums, double *cols);
+    /* The counterfactual policies the kind's decisions take (bits 1u <<
+     * ROUTE_*, route.h), applied in forward (FWD_EVAL_*) and decode when
+     * fwd_args.route says so; 0 for kinds that do not route. */
+    unsigned routes;
+    unsigned decode_routes; /* the same in decode() */
 } kind_ops;
 
 /* Where record() puts its arrays: put() copies them under name (e.g.
@@ -146,9 +157,15 @@ const kind_ops *kind_ops_lookup(const kind_ops *const *table, const char *name);
 
 /* spec = kind name, every key of the kind at its default. */
 void layer_spec_init(layer_spec *spec, const layer_kind *k);
-/* The key of k called name (in any of its groups), and its group's values
- * within spec (NULL when k has no such key). */
+/* The key of k called name, and its group (NULL when k has no such key):
+ * "key", the first of its groups that has one, or "section.key", that
+ * group's.  A key whose name an earlier group of the kind also has (staged's
+ * [mod] router and [moe] router) is known by its section-qualified name
+ * (layer_key_name) in [layer.N] sections, checkpoint attributes and
+ * messages. */
 const kind_key *layer_key(const layer_kind *k, const char *name, const kind_group **group);
+void layer_key_name(const layer_kind *k, const kind_group *g, const kind_key *key, char *out,
+                    size_t n);
 /* Set key name of spec from text (keys.h key_parse); -ENOENT when the kind
  * has no such key, -EINVAL with why on a bad value. */
 int layer_spec_set(layer_spec *spec, const layer_kind *k, const char *name, const char *text,

@@ -258,7 +258,8 @@ static fwd_args make_args(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode
     fwd_args a = {
         .ctx = ctx, .mm = { .pool = ctx ? ctx->pool : NULL, .bf16 = m->bf16 },
         .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
-        .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0,
+        .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0, .window = b->window,
+        .tokens = m->inputs, .route = b->route,
         .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
         .aux_loss = r ? &r->aux_loss : NULL, .side_loss = r ? &r->side_loss : NULL,
         .flops_executed = r ? &r->flops_executed : NULL,
@@ -306,7 +307,19 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
         r->ce_sum = 0.0;
         for (int s = 0; s < counted / S; s++) {
             size_t o = (size_t)s * S;
-            b->seq_ce[s] = cross_entropy(NULL, m->logits + o * V, m->targets + o, S, V, scale);
+            if (b->tok_ce) { /* the same terms summed in the same order: the same bits */
+                double sum = 0.0;
+                for (int j = 0; j < S; j++) {
+                    double v = cross_entropy(NULL, m->logits + (o + j) * V, m->targets + o + j,
+                                             1, V, scale);
+                    b->tok_ce[o + j] = (float)v;
+                    sum += v;
+                }
+                b->seq_ce[s] = sum;
+            } else {
+                b->seq_ce[s] = cross_entropy(NULL, m->logits + o * V, m->targets + o, S, V,
+                                             scale);
+            }
             r->ce_sum += b->seq_ce[s];
         }
     } else {
@@ -396,8 +409,9 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
     int d = dm->d_model;
     if (token >= (token_t)dm->vocab || pos < 0 || pos >= dm->seq_len)
         return -ERANGE;
-    batch b = { .nseq = 1, .global_seqs = 1 };
+    batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
     fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
+    a.tokens = &token;
     embedding_forward(m->dec_x[0], m->tok_emb, &token, 1, d);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];

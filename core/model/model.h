@@ -51,6 +51,7 @@ typedef struct model {
     rope_table *rope;
     float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
     float *dec_u;            /* [d] */
+    const route_plan *route; /* decoding's counterfactual routing (sample --routing), or NULL */
     bool bf16;               /* [run] precision bf16: the passes' products in bf16
                               * (matmul.h matmul_exec); decoding stays fp32 */
 } model;
@@ -66,6 +67,9 @@ typedef struct batch {
                          (the rest pad a rank's batch so every rank runs the same
                          forwards, as expert parallelism needs) */
     double *seq_ce;   /* not NULL (evaluation): the CE sum of each counted sequence */
+    float *tok_ce;    /* not NULL (with seq_ce): each counted position's CE [nseq*S] */
+    const long *window;      /* [nseq] evaluation: the windows' global indices, or NULL */
+    const route_plan *route; /* evaluation: counterfactual routing, or NULL */
 } batch;
 
 typedef struct fwd_result {

@@ -49,6 +49,22 @@ void layer_spec_init(layer_spec *spec, const layer_kind *k)
 
 const kind_key *layer_key(const layer_kind *k, const char *name, const kind_group **group)
 {
+    const char *dot = strchr(name, '.');
+    if (dot) { /* "section.key": the key of that group */
+        for (const kind_group *g = k ? k->groups : NULL; g && g->group; g++) {
+            size_t len = (size_t)(dot - name);
+            const kind_key *key = strlen(g->group->section) == len &&
+                                          !strncmp(g->group->section, name, len)
+                                      ? key_group_find(g->group, dot + 1)
+                                      : NULL;
+            if (key) {
+                if (group)
+                    *group = g;
+                return key;
+            }
+        }
+        return NULL;
+    }
     for (const kind_group *g = k ? k->groups : NULL; g && g->group; g++) {
         const kind_key *key = key_group_find(g->group, name);
         if (key) {
@@ -58,6 +74,17 @@ const kind_key *layer_key(const layer_kind *k, const char *name, const kind_grou
         }
     }
     return NULL;
+}
+
+void layer_key_name(const layer_kind *k, const kind_group *g, const kind_key *key, char *out,
+                    size_t n)
+{
+    for (const kind_group *e = k->groups; e && e->group && e != g; e++)
+        if (key_group_find(e->group, key->name)) {
+            snprintf(out, n, "%s.%s", g->group->section, key->name);
+            return;
+        }
+    snprintf(out, n, "%s", key->name);
 }
 
 int layer_spec_set(layer_spec *spec, const layer_kind *k, const char *name, const char *text,

@@ -23,12 +23,13 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     out->local_failure = false;
     token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
     double *seq_ce = malloc((size_t)m->max_seq * sizeof(double));
-    int rc = tok && seq_ce ? 0 : -ENOMEM;
+    long *win = malloc((size_t)m->max_seq * sizeof(long));
+    int rc = tok && seq_ce && win ? 0 : -ENOMEM;
     if (rc)
         snprintf(err, (size_t)err_len, "evaluation: out of memory");
     /* sums over windows of the mean loss and of its square: the mean and
      * the spread of the per-window losses */
-    double sums[2] = { 0.0, 0.0 };
+    double sums[3] = { 0.0, 0.0, 0.0 }; /* and the executed forward FLOPs */
     /* rank r takes the list's entries r, r+P, ...; in chunks of the model's
      * batch.  Every rank runs the same number of forwards of the same size
      * (layers may talk to other ranks), padding with window 0 that does not
@@ -39,8 +40,8 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
         for (int i = 0; i < cnt && !rc; i++) {
             long k = rank + (i0 + i) * P;
             real += k < n;
-            rc = dataset_eval_window(d, tok + (size_t)i * (S + 1), S,
-                                     k < n ? eval_window_index(k, n, avail) : 0, err, err_len);
+            win[i] = k < n ? eval_window_index(k, n, avail) : 0;
+            rc = dataset_eval_window(d, tok + (size_t)i * (S + 1), S, win[i], err, err_len);
         }
         /* a stop signal (training: core/util/signals.h) ends the evaluation
          * between chunks, so that a run stops within a chunk's time */
@@ -57,7 +58,7 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
             break;
         batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
                     .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
-                    .seq_ce = seq_ce };
+                    .seq_ce = seq_ce, .window = win };
         fwd_result r;
         if ((rc = model_forward(m, ctx, &b, mode, &r))) {
             snprintf(err, (size_t)err_len, "evaluation: forward failed (%s)", strerror(-rc));
@@ -69,14 +70,16 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
             sums[0] += l;
             sums[1] += l * l;
         }
+        sums[2] += r.flops_executed * real / cnt; /* the padding's share left out */
     }
     free(tok);
     free(seq_ce);
+    free(win);
     if (rc)
         return rc;
     rc = comm_fault(ctx ? ctx->comm : NULL, "eval");
     if (!rc)
-        rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 2);
+        rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 3);
     if (rc) {
         snprintf(err, (size_t)err_len, "evaluation: its all-reduce failed (%s)", strerror(-rc));
         out->local_failure = true;
@@ -87,5 +90,6 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     out->loss = mean;
     out->se = n > 1 ? sqrt(var > 0.0 ? var : 0.0) / sqrt((double)n) : (double)NAN;
     out->windows = n;
+    out->flops_per_token = n > 0 ? sums[2] / ((double)n * S) : (double)NAN;
     return 0;
 }

@@ -183,13 +183,13 @@ int record_routing(trainer *t, long done)
     for (int i0 = 0; !rc && i0 < t->rw.n; i0 += t->m->max_seq) {
         int cnt = t->rw.n - i0 < t->m->max_seq ? t->rw.n - i0 : t->m->max_seq;
         /* keyed by the step, so records of random routing change over
-         * training; by the window's place in the list, not the rank */
+         * training; by the window (its index in the held-out split), as evaluation is */
         batch b = { .tokens = tok + (size_t)i0 * (S + 1), .nseq = cnt, .step = done,
-                    .seq0 = i0, .global_seqs = t->rw.n };
+                    .seq0 = i0, .global_seqs = t->rw.n, .window = t->rw.index + i0 };
         fwd_result r;
         rc = model_forward(t->m, t->ctx, &b, FWD_EVAL_TOPK, &r);
         fwd_args a = { .ctx = t->ctx, .dims = &t->m->dims, .nseq = cnt, .seq_len = S,
-                       .mode = FWD_EVAL_TOPK };
+                       .mode = FWD_EVAL_TOPK, .window = t->rw.index + i0 };
         for (int l = 0; !rc && l < L; l++) {
             const layer *ly = &t->m->layers[l];
             if (!ly->ops->record)

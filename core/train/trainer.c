@@ -46,12 +46,30 @@ static int save_all(trainer *t, long step, bool last, char *err, int err_len)
         return rc;
     /* every rank writes its share: its experts, some shared tensors */
     ckpt_header h = { .config = t->ini, .step = step, .seed = t->cfg->seed,
-                      .data = ctx->rank == 0 ? t->data : NULL };
+                      .data = ctx->rank == 0 ? t->data : NULL,
+                      .train_flops_executed = t->flops_spent };
     if ((rc = checkpoint_save(t->ckpt_h5, t->m, &h, ctx->comm, err, err_len)))
         return rc;
     if (last && ctx->rank == 0)
         rc = run_record_finish(t->run_h5, err, err_len);
     return agree_msg(ctx, rc, err, err_len);
+}
+
+/* run.flops_count = executed: the steps re-planned after step done from
+ * the executed training FLOPs spent so far, so that the run ends when its
+ * spending reaches run.flops_budget (docs/instruments.md): with e the mean
+ * executed FLOPs of a step so far, total = done + round((budget - spent) /
+ * e), at least done.  The same on every rank (spent is a global sum). */
+static void replan(trainer *t, long done)
+{
+    const run_config *c = t->cfg;
+    if (strcmp(c->flops_count, "executed") || c->flops_budget <= 0.0 || done <= 0 ||
+        !(t->flops_spent > 0.0))
+        return;
+    double e = t->flops_spent / (double)done, left = c->flops_budget - t->flops_spent;
+    double more = left > 0.0 ? floor(left / e + 0.5) : 0.0;
+    double total = (double)done + more;
+    t->total = total > (double)MODE_MAX_STEPS ? MODE_MAX_STEPS : (long)total;
 }
 
 static int resume_from(trainer *t, char *err, int err_len)
@@ -80,7 +98,9 @@ static int resume_from(trainer *t, char *err, int err_len)
         return -EINVAL;
     }
     t->start = meta.step;
+    t->flops_spent = meta.train_flops_executed;
     ckpt_meta_clear(&meta);
+    replan(t, t->start);
     /* the experts this rank holds now, whatever rank count wrote the file */
     if ((rc = checkpoint_load(t->ckpt_h5, t->m, true, t->ctx->comm, err, err_len)))
         return rc;
@@ -373,6 +393,9 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
         double sums[4] = { so.ce_sum, so.aux, so.side, so.flops_executed };
         double comm_s = so.comm_s, compute = so.compute_s;
         t->reached = done;
+        t->flops_spent += MODE_TRAIN_FLOPS_PER_FORWARD * so.flops_executed;
+        replan(t, done);
+        oc.total_steps = t->total; /* the schedule ends at the plan's last step */
         double dt = mode_now() - t0, wall = mode_now() - t->wall0;
         train_log lg = {
             .step = done, .total = t->total, .loss = loss, .ce = ce, .aux = sums[1],

@@ -53,6 +53,7 @@ typedef struct trainer_opts {
 typedef struct eval_result {
     double loss, se;
     long windows;
+    double flops_per_token; /* executed forward FLOPs per position, as routed */
     /* on failure: true when it was this rank's alone, inside a forward
      * whose collectives the other ranks may be waiting in (the caller must
      * end the job: docs/robustness.md); false when every rank agreed on it */

@@ -43,6 +43,8 @@ typedef struct trainer {
     char dir[MODE_PATH_MAX], run_h5[MODE_PATH_MAX], ckpt_h5[MODE_PATH_MAX];
     long total, start;
     double flops_per_seq;
+    double flops_spent;    /* executed training FLOPs so far, every rank's (MODE_TRAIN_FLOPS_PER_FORWARD
+                            * x the forwards' executed count) */
     layer_stats st;
     routing_windows rw;
     double wall0, skipped; /* the run's clock (continued over resumes) and skipped steps */

@@ -357,3 +357,53 @@ int write_iso_runs(const char *dir, char *err, int err_len)
     free(c);
     return rc;
 }
+
+int write_ladder_runs(const char *dir, char *err, int err_len)
+{
+    static const double budgets[3] = { 1e9, 2e9, 4e9 };
+    char out[1024], base[1100];
+    int rc;
+    run_config *c = begin_runs(dir, "ladder", out, sizeof(out), &rc, err, err_len);
+    if (!c)
+        return rc;
+    for (int k = 0; !rc && k < 2; k++) {
+        snprintf(base, sizeof(base), "%s/%s", out, k ? "mod" : "dense");
+        if (make_dir(base, err, err_len)) {
+            rc = -1;
+            break;
+        }
+        for (int b = 0; !rc && b < 3; b++)
+            for (int seed = 1; !rc && seed <= 2; seed++) {
+                if (k && b != 1)
+                    continue; /* mod at the middle budget only */
+                char name[96], settings[512], *ini = NULL;
+                snprintf(name, sizeof(name), "%s-%.0e-s%d", k ? "mod" : "dense", budgets[b], seed);
+                snprintf(settings, sizeof(settings),
+                         "[run]\nseed = %d\nflops_budget = %g\n[model]\nd_model = 16\n"
+                         "n_heads = 2\nd_ff = 32\nlayers = %s\n[mod]\ncapacity = 0.25\n",
+                         seed, budgets[b], k ? "dense, mod" : "dense x 2");
+                if ((rc = resolve(name, base, "[data]\nseq_len = 8\nbatch = 4\n", settings, c, &ini,
+                                  err, err_len)))
+                    break;
+                double step_flops = 0.0;
+                run_record *r = NULL;
+                rc = build_run_record(&r, ini);
+                free(ini);
+                if (!rc)
+                    rc = add_model_records(r, true, c, &step_flops);
+                long planned = (long)(c->flops_budget / step_flops);
+                /* dense on the line L = 3 (C / 1e9)^-0.1 of its training FLOPs C;
+                 * mod at the loss dense reaches with twice mod's FLOPs */
+                double C = step_flops * (double)planned * (k ? 2.0 : 1.0);
+                double loss = 3.0 * pow(C / 1e9, -0.1);
+                const long steps[] = { planned / 2, planned };
+                if (!rc)
+                    rc = add_rows(r, steps, 2, 10.0, step_flops, loss, loss);
+                if (!rc)
+                    rc = write_record(r, base, name, planned, err, err_len);
+                free_run_record(&r);
+            }
+    }
+    free(c);
+    return rc;
+}

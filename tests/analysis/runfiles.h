@@ -38,5 +38,11 @@ int write_huge_runs(const char *dir, char *err, int err_len);
  * sizes' ln N + 0.1 (s - 2) and L*_{dense,s} = 1.50 + 0.01 s, L*_{mod,s} =
  * that + 0.02: each seed's own fit recovers its optimum exactly. */
 int write_iso_runs(const char *dir, char *err, int err_len);
+/* Under DIR/ladder/dense/: dense x 2 (d_model 16, S 8, batch 4) at budgets
+ * 1e9, 2e9, 4e9, seeds 1 and 2, each with the final loss 3 (C / 1e9)^-0.1
+ * of its training FLOPs C (a ladder on an exact line in log-log); under
+ * DIR/ladder/mod/: "dense, mod" at 2e9, seeds 1 and 2, with the loss that
+ * line gives at twice its FLOPs: a dense-equivalent multiplier of 2. */
+int write_ladder_runs(const char *dir, char *err, int err_len);
 
 #endif

@@ -4,7 +4,7 @@
 # (write_runs, tests/analysis/runfiles.h).
 #   test_analysis.sh TEST MODE_EXP MODE_ANALYZE CONFIG WRITE_RUNS
 # TEST: heatmap | weights | curves | compare | tokens | errors | groups |
-#       sweep | isoflop | huge
+#       sweep | isoflop | huge | ladder | routing | counterfactual
 # Figures are checked as PNGs of the size the layout defines (IHDR read with
 # od); tables against the run files themselves (h5dump, h5ls), against
 # `mode-exp flops`, and against numbers worked out by hand.
@@ -282,12 +282,13 @@ groups)
 	[ $? -eq 2 ] || fail "tokens of two configs"
 	grep -q "not replicates of one config (mod.capacity: 0.25 against 0.5)" err.txt || fail "$(cat err.txt)"
 	# the report: groups, the sweep figure of mod.capacity, curves; per routed group
-	# (a, b, c) heatmap, weights and tokens: 11 images
+	# (a, b, c) heatmap, weights, routing analytics and tokens: 14 images
 	"$an" report known --out rep >rep.txt || fail "report: $(cat rep.txt)"
 	grep -q "9 runs in 4 groups" rep.txt || fail "report summary: $(cat rep.txt)"
 	n=$(grep -o 'src="data:image/png;base64,' rep/report.html | wc -l)
-	[ "$n" -eq 11 ] || fail "$n inline images, expected 11"
-	for f in compare_groups.csv sweep_mod.capacity.png a/tokens.png a/heatmap_step20_seq0.png; do
+	[ "$n" -eq 14 ] || fail "$n inline images, expected 14"
+	for f in compare_groups.csv sweep_mod.capacity.png a/tokens.png a/heatmap_step20_seq0.png \
+		a/routing.png; do
 		[ -s rep/report/$f ] || fail "report/$f missing"
 	done
 	grep -q 'id="group-a"' rep/report.html || fail "no section of group a"
@@ -445,6 +446,62 @@ errors)
 	# nothing was written by the refused commands
 	[ "$(ls m/tiny | sort | tr '\n' ' ')" = "ckpt.h5 run.h5 " ] || fail "output left behind: $(ls m/tiny)"
 	[ "$(ls d/tiny | sort | tr '\n' ' ')" = "ckpt.h5 run.h5 " ] || fail "output left behind: $(ls d/tiny)"
+	;;
+ladder)
+	# The dense-equivalent multiplier from run files with known numbers
+	# (runfiles.h): dense on an exact line in log loss against log FLOPs at
+	# three budgets, mod at the loss dense reaches with twice its FLOPs
+	"$write_runs" . ladder || fail "write_runs ladder"
+	"$an" compare ladder/dense ladder/mod --out both >both.txt || fail "compare with its ladder"
+	grep -q "through 6 dense runs at 3 budgets" both/compare.md || fail "the ladder's legend"
+	grep -q "^| mod-2e+09 | 2 | .* | 2.00 \[2.00, 2.00\] |" both/compare.md ||
+		fail "mod's multiplier: $(grep '^| mod' both/compare.md)"
+	grep -q "^| dense-4e+09 | 2 | .* | 1.00 \[1.00, 1.00\] |" both/compare.md ||
+		fail "dense's own multiplier: $(grep '^| dense-4' both/compare.md)"
+	r=$(grep -n '^mod-2e+09,' both/compare_groups.csv | cut -d: -f1)
+	close "$(field both/compare_groups.csv $((r - 1)) dense_multiplier)" 2 1e-9 || fail "the CSV's multiplier"
+	# --ladder: the ladder from another folder; without one, no column
+	"$an" compare ladder/mod --ladder ladder/dense --out sep >/dev/null || fail "compare --ladder"
+	grep -q "^| mod-2e+09 | 2 | .* | 2.00 \[2.00, 2.00\] |" sep/compare.md || fail "--ladder's multiplier"
+	"$an" compare ladder/mod --out none >/dev/null || fail "compare without a ladder"
+	grep -q "x dense FLOPs" none/compare.md && fail "a multiplier column without a ladder"
+	"$an" compare ladder/mod --ladder ladder/mod >out.txt 2>err.txt && fail "a ladder of no dense run"
+	grep -q "no dense ladder there" err.txt || fail "$(cat err.txt)"
+	;;
+routing)
+	# The routing analytics of an expert and a depth-routed run: the tables
+	# and the figure; the expert x class matrix holds every first choice
+	train_moe
+	"$an" routing e/tiny/run.h5 --out r >r.txt || fail "routing: $(cat r.txt)"
+	grep -q "^| 1 | staged | 4 | " r/routing.md || fail "staged's load row"
+	grep -q "^| 3 | integrated | 4 | " r/routing.md || fail "integrated's load row"
+	grep -q "Compute per token: how many of the 2 routed layers" r/routing.md || fail "blocks taken"
+	grep -q "^maxvio,1," r/routing.csv || fail "MaxVio over training"
+	blocks=$(awk -F, '$1 == "blocks_taken" { s += $5 } END { print s }' r/routing.csv)
+	[ "$blocks" -eq $((32 * 32)) ] || fail "blocks taken cover $blocks tokens, not 1024"
+	png r/routing.png 920 644 644
+	;;
+counterfactual)
+	# eval --routing's and --dial's tables drawn; two checkpoints' records
+	# compared token by token (a run against itself: no difference at all)
+	train_mod
+	"$exe" eval m/tiny/ckpt.h5 --mode topk --windows 24 --routing random,bottom,shuffle \
+		--csv cf.csv --record a.h5 >cf.txt || fail "eval --routing: $(cat cf.txt)"
+	"$an" counterfactual cf.csv --out f >/dev/null || fail "counterfactual"
+	png f/counterfactual.png 760 350 350
+	"$exe" eval m/tiny/ckpt.h5 --windows 24 --dial mod.causal_threshold=-1,0,1 --csv dial.csv \
+		>/dev/null || fail "eval --dial"
+	[ "$(wc -l <dial.csv)" -eq 4 ] || fail "dial.csv: $(cat dial.csv)"
+	"$an" dial dial.csv --out f >/dev/null || fail "dial"
+	png f/dial.png 740 500 500
+	"$exe" eval m/tiny/ckpt.h5 --mode topk --windows 24 --record b.h5 >/dev/null || fail "record b"
+	"$an" lossdiff a.h5 b.h5 --out f >ld.txt || fail "lossdiff: $(cat ld.txt)"
+	grep -q "^| all | 768 | .* | +0.0000 | 0.0000 |" f/lossdiff.md || fail "a run against itself"
+	png f/lossdiff.png 780 640 640
+	"$an" routing a.h5 --out f >/dev/null || fail "routing analytics of an eval record"
+	"$exe" eval m/tiny/ckpt.h5 --mode topk --windows 12 --record c.h5 >/dev/null || fail "record c"
+	"$an" lossdiff a.h5 c.h5 >out.txt 2>err.txt && fail "lossdiff of other windows"
+	grep -q "hold other windows" err.txt || fail "$(cat err.txt)"
 	;;
 *)
 	fail "unknown test $test_name"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # End-to-end tests of mode-exp on the tiny config.
 #   test_cli.sh TEST MODE_EXP COMPARE_RUNS CONFIG
-# TEST: ranks | resume | eval | flops | layout | errors
+# TEST: ranks | resume | eval | flops | layout | errors | ... | routing | executed
 set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
@@ -321,6 +321,96 @@ keys)
 	"$exe" --help-keys --markdown >got.md || fail "--help-keys --markdown"
 	diff want.md got.md || fail "README's key table differs from mode-exp --help-keys --markdown"
 	"$exe" --help-keys | grep -q "^\[moe\] (read by moe, integrated, staged)" || fail "--help-keys"
+	;;
+routing)
+	# Counterfactual routing (docs/instruments.md) on a trained MoD model:
+	# its own decisions replayed, from an eval --record file and from the
+	# run's routing records, give its loss bit for bit on every window; the
+	# other policies give paired differences; two ranks give the numbers of
+	# one (the draws are keyed by window); bad requests are refused
+	run m 1 'model.layers=(dense, mod) x 2' mod.capacity=0.25
+	ck=m/tiny/ckpt.h5
+	"$exe" eval $ck --mode topk --windows 32 --routing random,bottom,shuffle --record rec.h5 \
+		--json >cf.txt || fail "eval --routing"
+	cat cf.txt
+	[ "$(grep -c '"policy"' cf.txt)" -eq 4 ] || fail "four arms"
+	grep '"policy": "random"' cf.txt | grep -q '"identical_windows": 0,' ||
+		fail "random left every window as it was"
+	for src in rec.h5 m/tiny/run.h5; do
+		"$exe" eval $ck --mode topk --windows 32 --routing replay:$src --json >rp.txt ||
+			fail "replay:$src"
+		grep '"policy": "replay"' rp.txt | grep -q '"diff": 0, .*"identical_windows": 32,' ||
+			fail "replay:$src is not the learned loss bit for bit: $(cat rp.txt)"
+	done
+	"$exe" eval $ck --mode topk --windows 8 --routing replay:m/tiny/run.h5@12 >/dev/null ||
+		fail "replay of step 12's records"
+	a=$(grep '"policy": "random"' cf.txt | sed 's/.*"loss": \([^,]*\),.*/\1/')
+	b=$(mpirun -n 2 "$exe" eval $ck --mode topk --windows 32 --routing random --json |
+		grep '"policy": "random"' | sed 's/.*"loss": \([^,]*\),.*/\1/')
+	awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * a) }' ||
+		fail "random on 2 ranks $b, on 1 $a"
+	refused() { # code message args...
+		code=$1 msg=$2
+		shift 2
+		"$exe" "$@" >out.txt 2>err.txt
+		rc=$?
+		[ $rc -eq "$code" ] || fail "$* exited $rc, expected $code: $(cat err.txt)"
+		grep -q -- "$msg" err.txt || fail "$*: $(cat err.txt); expected: $msg"
+	}
+	refused 2 "layer 0 (dense) does not take it" eval $ck --routing random --routing-layers 0
+	refused 2 "no layer of this model (dense, mod) takes it" eval $ck --routing noop-all
+	refused 2 "expected a list of learned, random" eval $ck --routing sideways
+	refused 2 "give --mode topk" eval $ck --routing bottom
+	refused 1 "not window" eval $ck --mode topk --windows 100 --routing replay:rec.h5
+	refused 1 "changes the tensors of layer 1 (mod)" eval $ck mod.router=random
+	refused 1 "change only the kinds' keys" eval $ck bogus.key=1
+	refused 1 "change only the kinds' keys" eval $ck data.batch=4
+	refused 1 "in decoding" sample $ck --prompt "The " --tokens 4 --routing bottom
+	# the dial: a kind's key changed for evaluation, checked like a config's
+	refused 1 "expected a number in (0, 1]" eval $ck mod.capacity=2
+	lo=$("$exe" eval $ck --mode topk --windows 16 mod.capacity=0.125 --json)
+	hi=$("$exe" eval $ck --mode topk --windows 16 mod.capacity=1 --json)
+	fl() { echo "$1" | sed 's/.*"flops_per_token": \([^,}]*\).*/\1/'; }
+	awk -v a="$(fl "$lo")" -v b="$(fl "$hi")" 'BEGIN { exit !(a < b) }' ||
+		fail "capacity 1 does not cost more than 0.125: $lo / $hi"
+	"$exe" sample $ck --prompt "The " --tokens 8 --routing random >s.txt || fail "sample --routing"
+	grep -q "routing decisions: random" s.txt || fail "sample does not say its routing"
+	"$exe" sample $ck --prompt "The " --tokens 8 mod.causal_threshold=1000 >s.txt ||
+		fail "sample with a dial"
+	grep -q "layer 1 (mod): 0 of 7 generated tokens took the block" s.txt ||
+		fail "a threshold no score passes still takes tokens: $(cat s.txt)"
+	# the expert kinds' controls: no gate tensor, trains on one and two ranks alike
+	for r in random hash; do
+		run "h$r" 1 'model.layers=dense, integrated' moe.router=$r moe.experts=2
+		run "h${r}2" 2 'model.layers=dense, integrated' moe.router=$r moe.experts=2
+		"$compare" "h$r/tiny/run.h5" "h${r}2/tiny/run.h5" 1e-4 >/dev/null ||
+			fail "moe.router=$r: 2 ranks differ from 1"
+		h5ls -r "h$r/tiny/ckpt.h5" | grep -q "layers/1/gate" && fail "$r keeps a gate tensor"
+		h5dump -a layers/1/router "h$r/tiny/ckpt.h5" | grep -q "\"$r\"" || fail "router attribute"
+	done
+	;;
+executed)
+	# run.flops_count = executed: the steps re-planned from the FLOPs the
+	# routing ran, so that integrated MoDE's no-op tokens buy steps; the
+	# spending ends within half a step of the budget (0.6% at these 90
+	# steps); resumed, the same run bit for bit; two ranks, the same steps
+	cfg='model.layers=dense, integrated'
+	run x 1 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed
+	run n 1 "$cfg" run.steps=0 run.flops_budget=4e9
+	spent=$(h5dump -a train_flops_executed x/tiny/ckpt.h5 | sed -n 's/.*(0): \(.*\)/\1/p')
+	awk -v s="$spent" 'BEGIN { d = s / 4e9 - 1; if (d < 0) d = -d; exit !(d < 0.01) }' ||
+		fail "spent $spent of a budget of 4e9"
+	steps() { h5dump -d metrics/step "$1" | grep -o '[0-9]*' | tail -n 1; }
+	[ "$(steps x/tiny/run.h5)" -gt "$(steps n/tiny/run.h5)" ] ||
+		fail "executed counting bought no steps: $(steps x/tiny/run.h5) vs $(steps n/tiny/run.h5)"
+	run y 1 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed --max-steps 30
+	run y 1 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed --resume
+	"$compare" x/tiny/run.h5 y/tiny/run.h5 0 >/dev/null || fail "resumed differs"
+	run z 2 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed
+	[ "$(steps z/tiny/run.h5)" = "$(steps x/tiny/run.h5)" ] || fail "two ranks plan other steps"
+	# the schedule ends at the run's last step: its floor
+	last=$(h5dump -d metrics/lr -m '%.9g' x/tiny/run.h5 | grep -o '[0-9.e-]*' | tail -n 1)
+	awk -v l="$last" 'BEGIN { exit !(l < 3.1e-4) }' || fail "the last lr is $last, not the floor"
 	;;
 *)
 	fail "unknown test $test_name"

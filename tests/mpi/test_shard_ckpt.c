@@ -119,7 +119,7 @@ int main(int argc, char **argv)
     same_as_whole(a, whole, "initialisation");
 
     /* 2. written by all ranks into one file */
-    int rc = checkpoint_save(path, a, &(ckpt_header){ "[run]\n", 7, 11, NULL }, c, err, sizeof(err));
+    int rc = checkpoint_save(path, a, &(ckpt_header){ "[run]\n", 7, 11, NULL, 0.0 }, c, err, sizeof(err));
     CHECK(rc == 0, "save: %s", err);
     /* 3. read back by the same ranks */
     model *b = make(P, rank);
