@@ -110,7 +110,10 @@ esac
 echo "== release tests under OpenBLAS's $second kernels (this machine's own: ${own:-unknown})"
 # Not again: valgrind (it sets its own kernels) and the robust suite, whose
 # tests check files, signals and faults, not numbers.
-test_args="--no-suite valgrind --no-suite robust"
+# Nor the analysis and sweep suites: they check tables, figures and runs
+# against the run files the same build wrote, equal by construction on any
+# kernel set; the numbers are the unit, cli and mpi suites'.
+test_args="--no-suite valgrind --no-suite robust --no-suite analysis --no-suite sweep"
 OPENBLAS_CORETYPE=$second run_tests build-ci build-ci.$second.test.log
 test_args=""
 # Leaks are checked by one test of this build (tests/sanitize/leaks.sh: every
@@ -121,12 +124,15 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The fault injections end every rank with MPI_Abort; the release build runs
 # them.  The signal-during-evaluation test trains and evaluates 3124 windows
 # ten times (40 s in release, 3 min under the sanitizers): release only too.
+# The longest tests train fewer steps there (MODE_TEST_SANITIZED,
+# tests/common.sh).
 test_args="--no-suite faults --no-suite robust-eval"
+export MODE_TEST_SANITIZED=1
 run_suite sanitize build-asan -Dwerror=true -Dbuildtype=debugoptimized \
 	-Db_sanitize=address,undefined -Db_lundef=false
 
 # libFuzzer targets: clang, sanitizers, bounded runs from fixed seeds.
-unset ASAN_OPTIONS
+unset ASAN_OPTIONS MODE_TEST_SANITIZED
 export CC=clang
 test_args="--suite fuzz"
 run_suite fuzz build-fuzz -Dwerror=true -Dbuildtype=debugoptimized -Dfuzz=true \

@@ -5,6 +5,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 export OPENBLAS_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }
+# Under the sanitizers (scripts/test.sh sets MODE_TEST_SANITIZED) the longest
+# tests train fewer steps: every code path they reach is reached in those,
+# and memory errors do not need more; what they assert holds either way.
+sanitized=${MODE_TEST_SANITIZED:-}
 # enter_workdir: cd into a new temporary folder, removed when the script exits
 enter_workdir() {
 	work=$(mktemp -d)

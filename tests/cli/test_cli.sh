@@ -31,6 +31,7 @@ threads)
 	# OpenBLAS kernel set.  Wide enough that the products are cut; every
 	# kind once.
 	wide='model.d_model=64 model.d_ff=256 data.batch=16'
+	[ -n "$sanitized" ] && wide="$wide run.steps=12 run.eval_every=6"
 	for p in fp32 bf16; do
 		for t in 1 2 3; do
 			run "$p$t" 1 $wide 'model.layers=dense, mod, moe, integrated, staged' \
@@ -56,6 +57,7 @@ bf16)
 	# losses within 2%, gradient norms not compared.  An fp32 product where
 	# a bf16 one was meant would move nothing at all.
 	wide='model.d_model=64 model.d_ff=256 data.batch=16'
+	[ -n "$sanitized" ] && wide="$wide run.steps=12 run.eval_every=6"
 	run bd 1 $wide run.precision=bf16
 	run fd 1 $wide
 	"$compare" fd/tiny/run.h5 bd/tiny/run.h5 1e-3 0.05 || fail "dense bf16 far from fp32"
@@ -393,24 +395,37 @@ executed)
 	# run.flops_count = executed: the steps re-planned from the FLOPs the
 	# routing ran, so that integrated MoDE's no-op tokens buy steps; the
 	# spending ends within half a step of the budget (0.6% at these 90
-	# steps); resumed, the same run bit for bit; two ranks, the same steps
+	# steps: within 1%); resumed, the same run bit for bit; two ranks, the
+	# same steps.  Under the sanitizers half the budget (the same checks
+	# but the 1%, which 45 steps cannot reach)
 	cfg='model.layers=dense, integrated'
-	run x 1 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed
-	run n 1 "$cfg" run.steps=0 run.flops_budget=4e9
+	budget=4e9
+	[ -n "$sanitized" ] && budget=2e9
+	run x 1 "$cfg" run.steps=0 run.flops_budget=$budget run.flops_count=executed
+	run n 1 "$cfg" run.steps=0 run.flops_budget=$budget
 	spent=$(h5dump -a train_flops_executed x/tiny/ckpt.h5 | sed -n 's/.*(0): \(.*\)/\1/p')
-	awk -v s="$spent" 'BEGIN { d = s / 4e9 - 1; if (d < 0) d = -d; exit !(d < 0.01) }' ||
+	nsteps=$(h5dump -d metrics/step x/tiny/run.h5 | grep -o '[0-9]*' | tail -n 1)
+	awk -v s="$spent" -v b="$budget" -v n="$nsteps" 'BEGIN { d = s - b; if (d < 0) d = -d;
+		exit !(d <= 0.5 * s / n * 1.05) }' || fail "spent $spent of $budget: more than half a step off"
+	[ -n "$sanitized" ] ||
+		awk -v s="$spent" 'BEGIN { d = s / 4e9 - 1; if (d < 0) d = -d; exit !(d < 0.01) }' ||
 		fail "spent $spent of a budget of 4e9"
 	steps() { h5dump -d metrics/step "$1" | grep -o '[0-9]*' | tail -n 1; }
 	[ "$(steps x/tiny/run.h5)" -gt "$(steps n/tiny/run.h5)" ] ||
 		fail "executed counting bought no steps: $(steps x/tiny/run.h5) vs $(steps n/tiny/run.h5)"
-	run y 1 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed --max-steps 30
-	run y 1 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed --resume
+	run y 1 "$cfg" run.steps=0 run.flops_budget=$budget run.flops_count=executed --max-steps 30
+	run y 1 "$cfg" run.steps=0 run.flops_budget=$budget run.flops_count=executed --resume
 	"$compare" x/tiny/run.h5 y/tiny/run.h5 0 >/dev/null || fail "resumed differs"
-	run z 2 "$cfg" run.steps=0 run.flops_budget=4e9 run.flops_count=executed
+	run z 2 "$cfg" run.steps=0 run.flops_budget=$budget run.flops_count=executed
 	[ "$(steps z/tiny/run.h5)" = "$(steps x/tiny/run.h5)" ] || fail "two ranks plan other steps"
-	# the schedule ends at the run's last step: its floor
-	last=$(h5dump -d metrics/lr -m '%.9g' x/tiny/run.h5 | grep -o '[0-9.e-]*' | tail -n 1)
-	awk -v l="$last" 'BEGIN { exit !(l < 3.1e-4) }' || fail "the last lr is $last, not the floor"
+	# the schedule ends at the run's last step: near its floor (3e-4) there
+	# and still falling five steps before; one planned on the nominal steps
+	# (fewer) would sit at the floor for the run's last tenth
+	lrs=$(h5dump -d metrics/lr -m '%.9g' x/tiny/run.h5 | sed -n '/DATA {/,/}/p' | tr -s ' ,' '\n' |
+		grep -E '^[0-9.]+(e-?[0-9]+)?$')
+	last=$(echo "$lrs" | tail -n 1) before=$(echo "$lrs" | tail -n 6 | head -n 1)
+	awk -v l="$last" -v b="$before" 'BEGIN { exit !(l < 3.3e-4 && b > 3.06e-4 && b > l) }' ||
+		fail "the lr ends at $last (five steps before: $before): the schedule does not end at the last step"
 	;;
 *)
 	fail "unknown test $test_name"

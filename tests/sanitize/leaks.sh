@@ -58,7 +58,12 @@ check 0 "$exe" "$config" run.out=c "$kinds" moe.experts=4 run.precision=bf16 --m
 check 0 "$exe" "$config" run.out=c "$kinds" moe.experts=4 run.precision=bf16 --resume --quiet
 check 0 "$exe" "$config" run.out=r 'model.layers=dense, mod' mod.router=random --quiet
 check 0 "$exe" eval a/tiny/ckpt.h5 --windows 2
+check 0 "$exe" eval a/tiny/ckpt.h5 --windows 4 --mode topk --routing random,bottom,shuffle \
+	--record rec.h5 --csv cf.csv
+check 0 mpirun -n 2 "$exe" eval a/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:rec.h5
+check 0 "$exe" eval a/tiny/ckpt.h5 --windows 2 --dial mod.capacity=0.25,0.5 --csv dial.csv
 check 0 "$exe" sample a/tiny/ckpt.h5 --prompt "ab" --tokens 4
+check 0 "$exe" sample a/tiny/ckpt.h5 --prompt "ab" --tokens 4 --routing random
 check 0 "$exe" flops "$config" "$kinds"
 check 0 "$exe" plan "$config" "$kinds" moe.experts=4 --ranks 4
 check 0 "$exe" bench "$config" --steps 2
@@ -68,9 +73,12 @@ printf '[sweep]\nbase = %s\nout = sw\nseeds = 1, 2\n[all]\nmodel.layers = dense,
 check 0 "$exe" sweep grid.ini --dry-run
 export MODE_ANALYZE="$an"
 check 0 "$exe" sweep grid.ini
-for cmd in heatmap weights curves compare tokens; do
+for cmd in heatmap weights curves compare tokens routing; do
 	check 0 "$an" "$cmd" a/tiny/run.h5 --out fig
 done
+check 0 "$an" counterfactual cf.csv --out fig
+check 0 "$an" dial dial.csv --out fig
+check 0 "$an" lossdiff rec.h5 rec.h5 --out fig
 check 0 "$an" report sw --out rep --baseline capacity-0.5
 # error paths
 check 2 "$exe" "$config" run.out=e model.bogus=1
