@@ -295,6 +295,13 @@ int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const f
 void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
                          float *dx, const float *x, const float *dgate)
 {
+    mod_router_backward_extra(rt, w, dw, a, dx, x, dgate, NULL);
+}
+
+void mod_router_backward_extra(mod_router *rt, float *const *w, float *const *dw,
+                               const fwd_args *a, float *dx, const float *x, const float *dgate,
+                               const float *dr_extra)
+{
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
     float *dr = rt->dr;
@@ -308,6 +315,8 @@ void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, cons
         if (c->causal == CAUSAL_AUX)
             for (int i = 0; i < n; i++)
                 dr[i] += (float)c->aux_weight * bscale * (sigmoidf(rt->r[i]) - (float)rt->z[i]);
+        for (int i = 0; dr_extra && i < n; i++)
+            dr[i] += dr_extra[i];
         /* r = x w_r: dw_r += x^T dr, dx += dr w_r^T */
         matmul(dw[c->t_router], 1, x, d, true, dr, 1, false, d, 1, n, 1.0f);
         matmul(dx, d, dr, 1, false, w[c->t_router], d, false, n, d, 1, 1.0f);

@@ -102,6 +102,11 @@ int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const f
  * predictor's gradients, and dx += the router's input gradient. */
 void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
                          float *dx, const float *x, const float *dgate);
+/* The same with dr_extra[rows] (a kind's own loss on the scores; NULL:
+ * none) added to the scores' gradient before the router's products. */
+void mod_router_backward_extra(mod_router *rt, float *const *w, float *const *dw,
+                               const fwd_args *a, float *dx, const float *x, const float *dgate,
+                               const float *dr_extra);
 /* Decoding: does the row x[d] at position pos take the block?  1 yes (its
  * gate value in *gate), 0 no, negative on error.  Under ROUTE_RANDOM each
  * token takes it with probability capacity (keyed by window and position). */

@@ -3,6 +3,7 @@
 #include "moe/kind_order.h"
 
 #include "mod/mod.h"
+#include "mod/tcmod.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
 
@@ -15,6 +16,7 @@ const kind_ops *const mode_kind_ops[] = {
     [KIND_MOE] = &moe_ops,
     [KIND_INTEGRATED] = &integrated_ops,
     [KIND_STAGED] = &staged_ops,
+    [KIND_TCMOD] = &tcmod_ops,
     [KIND_COUNT] = NULL,
 };
 

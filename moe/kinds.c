@@ -5,6 +5,7 @@
 
 #include "core/train/optim.h"
 #include "mod/mod.h"
+#include "mod/tcmod.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
 
@@ -17,6 +18,7 @@ const layer_kind *const mode_kinds[] = {
     [KIND_MOE] = &moe_kind,
     [KIND_INTEGRATED] = &integrated_kind,
     [KIND_STAGED] = &staged_kind,
+    [KIND_TCMOD] = &tcmod_kind,
     [KIND_COUNT] = NULL,
 };
 
