@@ -1,5 +1,6 @@
 /* mode-exp sample: generation with a KV cache per layer. */
 #include "experiments/cli.h"
+#include "core/kernels/matmul.h"
 #include "core/train/counterfactual.h"
 #include "moe/kinds.h"
 
@@ -179,8 +180,15 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             putchar((int)prompt[i]);
     }
     token_t tok = prompt[0];
+    double flops = 0.0, gen_flops = 0.0;
     for (int32_t pos = 0; !rc && pos < S - 1 && generated < c.tokens; pos++) {
+        /* the products decoding really runs, counted (matmul.h) */
+        flops = 0.0;
+        flops_count(&flops);
         rc = model_decode_step(m, ctx, tok, pos, logits, taken);
+        flops_count(NULL);
+        if (pos >= plen)
+            gen_flops += flops;
         if (rc) {
             snprintf(err, sizeof(err), "decoding position %d failed: %s", pos, strerror(-rc));
             break;
@@ -200,7 +208,12 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         generated++;
     }
     if (!rc) {
-        printf("\n# %ld tokens generated%s\n", generated,
+        long ran_tokens = generated > 0 ? generated - 1 : 0;
+        double nominal = model_flops_per_seq(m, NULL) / S;
+        printf("\n# decoding ran %.4g FLOPs a generated token (counted at its products; the "
+               "model's nominal forward: %.4g a token)\n",
+               ran_tokens ? gen_flops / (double)ran_tokens : 0.0, nominal);
+        printf("# %ld tokens generated%s\n", generated,
                generated < c.tokens ? " (stopped at the model's context length)" : "");
         if (c.routing)
             printf("# routing decisions: %s%s%s (seed %ld), not the learned ones\n",
@@ -211,9 +224,12 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         long ran = generated > 0 ? generated - 1 : 0;
         for (int l = 0; l < L; l++) {
             const char *k = cfg.layers[l].kind;
+            const layer_kind *kd = layer_kind_lookup(mode_kinds, k);
             double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity;
-            if (!layer_spec_number(&cfg.layers[l], layer_kind_lookup(mode_kinds, k), "capacity",
-                                   &capacity))
+            if (kd && kd->exit_point)
+                printf("# layer %d (%s): %ld of %ld generated tokens left the stack here "
+                       "(%.1f%%)\n", l, k, took[l], ran, share);
+            else if (!layer_spec_number(&cfg.layers[l], kd, "capacity", &capacity))
                 printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
                        "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
             else if (strcmp(k, "dense")) /* moe, integrated: a real expert as first choice */

@@ -176,6 +176,19 @@ static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     return 1;
 }
 
+/* A frozen token (it left at an exit point): its keys and values where the
+ * router would take it. */
+static int mod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
+{
+    mod_state *s = l->state;
+    float g;
+    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
+    if (take <= 0)
+        return take;
+    attn_weights aw = attn_weights_at(l->w + s->t_block);
+    return attn_decode_kv(&s->kv, x, pos, &aw, a);
+}
+
 const kind_ops mod_ops = {
     .kind = &mod_kind,
     .build = mod_build,
@@ -184,6 +197,7 @@ const kind_ops mod_ops = {
     .backward = mod_backward,
     .decode_begin = mod_decode_begin,
     .decode = mod_decode,
+    .decode_kv = mod_decode_kv,
     .record = mod_record,
     .stat_count = mod_stat_count,
     .stat_name = mod_stat_name,

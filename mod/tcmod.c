@@ -213,6 +213,17 @@ static int tcmod_decode(layer *l, const fwd_args *a, float *y, const float *x, i
     return 1;
 }
 
+static int tcmod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
+{
+    tcmod_state *s = l->state;
+    float g;
+    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
+    if (take <= 0)
+        return take;
+    attn_weights aw = attn_weights_at(l->w + s->t_block);
+    return attn_decode_kv(&s->kv, x, pos, &aw, a);
+}
+
 const kind_ops tcmod_ops = {
     .kind = &tcmod_kind,
     .build = tcmod_build,
@@ -221,6 +232,7 @@ const kind_ops tcmod_ops = {
     .backward = tcmod_backward,
     .decode_begin = tcmod_decode_begin,
     .decode = tcmod_decode,
+    .decode_kv = tcmod_decode_kv,
     .record = tcmod_record,
     .stat_count = tcmod_stat_count,
     .stat_name = tcmod_stat_name,

@@ -16,6 +16,7 @@
 #include "core/rng/pcg32.h"
 #include "core/rng/streams.h"
 #include "core/util/ctx.h"
+#include "mod/router.h"
 
 #include <errno.h>
 #include <math.h>
@@ -294,6 +295,73 @@ static void counterfactual_row(experts *ex, const route_plan *p, long win, int p
     (void)real;
 }
 
+/* Expert-choice (Zhou et al. 2022; docs/kinds/ec.md): p = softmax(l) per
+ * token; in training and top-k evaluation expert e takes the `capacity`
+ * tokens of each sequence of the highest p_ie (ties to the lower position),
+ * in causal evaluation token i goes to the experts with l_ie > 0.  Slot e of
+ * token i is expert e's: choice e or -1, weight p_ie.  The causal rule's
+ * BCE of sigmoid(l_ie) against the pick is the auxiliary loss. */
+static int ec_gate(experts *ex, const fwd_args *a, const float *m, const row_set *rs,
+                   const float *wg, int capacity)
+{
+    const experts_cfg *c = &ex->c;
+    int n = rs->n, E = c->experts;
+    bool train = a->mode == FWD_TRAIN, causal = a->mode == FWD_EVAL_CAUSAL;
+    linear_forward(NULL, ex->probs, m, wg, n, ex->d, E, 0.0f);
+    for (int i = 0; i < n; i++) {
+        float *p = ex->probs + (size_t)i * E;
+        float mx = p[0];
+        for (int e = 1; e < E; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < E; e++)
+            sum += exp((double)(p[e] - mx));
+        ex->lse[i] = (float)((double)mx + log(sum));
+        for (int e = 0; e < E; e++) {
+            ex->col[(size_t)i * E + e] = e;
+            ex->choice[(size_t)i * E + e] = causal && p[e] > 0.0f ? e : -1;
+            p[e] = (float)exp((double)(p[e] - ex->lse[i]));
+            ex->weight[(size_t)i * E + e] = p[e];
+        }
+    }
+    if (train)
+        memset(ex->sums, 0, (size_t)experts_stat_sums_count(c) * sizeof(double));
+    for (int b = 0; b < rs->nseq; b++) {
+        int r0 = rs->seq_start[b], nb = rs->seq_start[b + 1] - r0;
+        if (!causal)
+            for (int e = 0; e < E && nb > 0; e++) {
+                for (int j = 0; j < nb; j++)
+                    ex->ec_scores[j] = ex->probs[(size_t)(r0 + j) * E + e];
+                mod_topk(ex->ec_z, ex->ec_scores, nb, capacity < nb ? capacity : nb,
+                         ex->ec_heap);
+                for (int j = 0; j < nb; j++)
+                    ex->choice[(size_t)(r0 + j) * E + e] = ex->ec_z[j] ? e : -1;
+            }
+        if (!train || nb == 0)
+            continue;
+        double bce = 0.0, ent = 0.0;
+        for (int i = r0; i < r0 + nb; i++) {
+            int any = 0;
+            for (int e = 0; e < E; e++) {
+                double pv = (double)ex->probs[(size_t)i * E + e];
+                double l = log(pv > 0.0 ? pv : 1e-45) + (double)ex->lse[i];
+                bool z = ex->choice[(size_t)i * E + e] >= 0;
+                bce += fmax(l, 0.0) + log1p(exp(-fabs(l))) - (z ? l : 0.0);
+                ent -= pv > 0.0 ? pv * log(pv) : 0.0;
+                ex->sums[e] += z;
+                any |= z;
+            }
+            ex->sums[E] += !any; /* tokens no expert took */
+        }
+        ex->sums[E + 3] += ent;
+        ex->sums[E + 4] += nb;
+        ex->sums[E + 5] += 1.0;
+        if (a->aux_loss)
+            *a->aux_loss += c->aux_weight * bce / nb * (double)a->seq_scale;
+    }
+    return 0;
+}
+
 /* The policies counterfactual_row applies (bottom is depth routing's). */
 static bool per_row(const route_plan *p)
 {
@@ -562,7 +630,8 @@ int experts_forward(experts *ex, const fwd_args *a, float *y, const float *m, co
         return -EINVAL;
     if ((rc = ensure_rows(ex, n)) || (rc = ensure_ranks(ex, P)))
         return rc;
-    if ((rc = gate(ex, a, m, rs, c_learned(ex) ? w[0] : NULL, capacity)))
+    if ((rc = ex->c.expert_choice ? ec_gate(ex, a, m, rs, w[0], capacity)
+                                  : gate(ex, a, m, rs, c_learned(ex) ? w[0] : NULL, capacity)))
         return rc;
     if ((rc = dispatch(ex, a, m, n)) || (rc = compute(ex, a, w)) || (rc = combine(ex, a, y)))
         return rc;
@@ -679,6 +748,14 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
                 dot += p[e] * dpi[e];
             for (int e = 0; e < N; e++) /* d l = p (dp - <p, dp>) + z-loss's 2 lse p / nb */
                 dpi[e] = p[e] * (dpi[e] - dot) + zg * p[e];
+            if (c->expert_choice) /* the causal rule's BCE: aux (sigmoid(l) - pick) / nb */
+                for (int e = 0; e < N; e++) {
+                    double pv = (double)p[e];
+                    double l = log(pv > 0.0 ? pv : 1e-45) + (double)ex->lse[i];
+                    float pick = ex->choice[(size_t)i * K + e] >= 0 ? 1.0f : 0.0f;
+                    dpi[e] += (float)(c->aux_weight * sc / nb) *
+                              ((float)(1.0 / (1.0 + exp(-l))) - pick);
+                }
         }
     }
     linear_backward(NULL, dm, dw[0], ex->dp, m, w[0], n, d, N, 1.0f);
@@ -700,6 +777,30 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
         return -EINVAL;
     float *p = ex->dec, lse;
     long seq = a->window ? a->window[0] : a->seq0;
+    if (c->expert_choice) { /* the causal rule: every expert with l > 0 */
+        linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
+        float mx = p[0];
+        for (int e = 1; e < N; e++)
+            mx = p[e] > mx ? p[e] : mx;
+        double sum = 0.0;
+        for (int e = 0; e < N; e++)
+            sum += exp((double)(p[e] - mx));
+        lse = (float)((double)mx + log(sum));
+        int first = E;
+        for (int e = 0; e < N; e++) {
+            bool take = p[e] > 0.0f;
+            float pe = (float)exp((double)(p[e] - lse));
+            if (!take)
+                continue;
+            first = first < E ? first : e;
+            ffn_weights fw = expert_w(ex, w, e);
+            float *out = ex->dec + N;
+            ffn_forward(NULL, &ex->dec_cache, out, m, 1, &fw, d, c->d_ff, 0.0f);
+            for (int q = 0; q < d; q++)
+                y[q] += pe * out[q];
+        }
+        return first;
+    }
     if (c->router == MOE_ROUTER_HASH) {
         hash_row(ex, a->ctx ? a->ctx->seed : 0, a->tokens ? a->tokens[0] : 0, p, &lse,
                  ex->dec_col, ex->dec_weight, ex->perm_scratch);

@@ -51,6 +51,36 @@ static const kind_key moe_keys[] = {
 };
 #undef P
 
+#define Q(f) offsetof(ec_params, f)
+static const kind_key ec_keys[] = {
+    { "experts", KEY_INT, Q(experts), "8", 1, MOE_MAX_EXPERTS, 0, NULL,
+      "E, the experts of a layer; a multiple or a divisor of the rank count", KEY_SHARDED },
+    { "capacity_factor", KEY_REAL, Q(capacity_factor), "1", 0, KEY_NO_MAX, KEY_MIN_OPEN, NULL,
+      "c (Zhou et al.): each expert takes the max(1, floor(c S / E)) tokens of the sequence of "
+      "the highest gate probability, so a token goes to c experts on average", 0 },
+    { "d_ff", KEY_INT, Q(d_ff), "0", 0, KEY_NO_MAX, 0, NULL,
+      "each expert's hidden width; 0: the model's d_ff", 0 },
+    { "aux_weight", KEY_REAL, Q(aux_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
+      "weight of the causal rule's BCE of sigmoid(l_ie) against expert e taking token i; "
+      "evaluation's causal mode and sampling send token i to the experts with l_ie > 0", 0 },
+    { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
+};
+#undef Q
+
+const key_group ec_group = {
+    .section = "ec", .keys = ec_keys, .size = sizeof(ec_params), .check = NULL,
+};
+
+experts_cfg ec_cfg_of(const ec_params *p, const model_dims *dims)
+{
+    experts_cfg c = {
+        .experts = p->experts, .noop = false, .top_k = p->experts,
+        .capacity_factor = p->capacity_factor, .d_ff = p->d_ff > 0 ? p->d_ff : dims->d_ff,
+        .router = MOE_ROUTER_LEARNED, .expert_choice = true, .aux_weight = p->aux_weight,
+    };
+    return c;
+}
+
 const key_group experts_group = {
     .section = "moe", .keys = moe_keys, .size = sizeof(experts_params), .check = experts_check,
 };
@@ -95,6 +125,10 @@ int experts_stat_cols_count(const experts_cfg *c)
 
 int experts_capacity(const experts_cfg *c, int rows_per_seq)
 {
+    if (c->expert_choice) {
+        int C = (int)floor(c->capacity_factor * rows_per_seq / c->experts);
+        return C < 1 ? 1 : C > rows_per_seq ? rows_per_seq : C;
+    }
     if (c->capacity_factor <= 0.0)
         return INT32_MAX;
     return (int)ceil(c->capacity_factor * c->top_k * rows_per_seq / c->experts);
@@ -104,6 +138,8 @@ double experts_flops(const experts_cfg *c, const model_dims *dims, long rows)
 {
     double d = dims->d_model;
     double gate = c->router == MOE_ROUTER_LEARNED ? 2.0 * rows * d * experts_columns(c) : 0.0;
+    if (c->expert_choice) /* every expert its capacity's tokens */
+        return gate + (double)c->experts * experts_capacity(c, (int)rows) * 6.0 * d * c->d_ff;
     return gate + (double)rows * c->top_k * 6.0 * d * c->d_ff;
 }
 
@@ -130,6 +166,7 @@ void experts_init(experts *ex, const experts_cfg *c, const model_dims *dims)
     ex->c = *c;
     ex->d = dims->d_model;
     ex->N = experts_columns(c);
+    ex->S = dims->seq_len;
     ex->ranks = dims->ranks > 1 ? dims->ranks : 1;
     ex->rank = dims->ranks > 1 ? dims->rank : 0;
     ex->first = experts_first(c->experts, ex->ranks, ex->rank);
@@ -150,6 +187,9 @@ void experts_fixed_layout(buf_plan *p, experts *ex)
     ex->dec_weight = BUF_FLOATS(p, K);
     ex->used = BUF_BYTES(p, N);
     ex->perm_scratch = BUF_INTS(p, N);
+    ex->ec_scores = BUF_FLOATS(p, ex->S);
+    ex->ec_z = BUF_BYTES(p, ex->S);
+    ex->ec_heap = BUF_INTS(p, ex->S);
 }
 
 void experts_rows_layout(buf_plan *p, experts *ex, int rows)

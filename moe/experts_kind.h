@@ -38,6 +38,15 @@ typedef struct experts_params {
 } experts_params;
 extern const key_group experts_group; /* [moe] */
 
+/* The [ec] keys' values (the `ec` kind: expert-choice experts). */
+typedef struct ec_params {
+    int experts;
+    double capacity_factor; /* c: each expert takes max(1, floor(c S / E)) tokens */
+    int d_ff;
+    double aux_weight;      /* the causal rule's BCE */
+} ec_params;
+extern const key_group ec_group; /* [ec] */
+
 typedef struct experts_cfg {
     int experts;      /* E, real experts */
     bool noop;        /* one more gate column: the no-op expert (integrated MoDE) */
@@ -46,6 +55,9 @@ typedef struct experts_cfg {
     int d_ff;         /* per expert */
     double balance_weight, z_weight;
     int router;       /* MOE_ROUTER_*: the gate tensor exists for learned only */
+    bool expert_choice; /* each expert takes its top tokens (the `ec` kind): top_k = E slots,
+                         * slot e expert e's pick; capacity_factor is Zhou et al.'s c */
+    double aux_weight;  /* ec: the causal rule's BCE weight */
 } experts_cfg;
 
 /* Gate columns: E, or E+1 with the no-op. */
@@ -58,8 +70,11 @@ static inline int experts_columns(const experts_cfg *c)
  * column); the checks between its values and what the kind adds (err). */
 experts_cfg experts_cfg_of(const experts_params *p, const model_dims *dims, bool noop);
 int experts_validate(const experts_params *p, bool noop, char *err, int err_len);
+/* The `ec` kind's configuration from its [ec] keys. */
+experts_cfg ec_cfg_of(const ec_params *p, const model_dims *dims);
 
-/* ceil(capacity_factor * top_k * rows / E), or INT32_MAX without dropping. */
+/* ceil(capacity_factor * top_k * rows / E), or INT32_MAX without dropping;
+ * expert-choice: the tokens each expert takes, max(1, floor(cf rows / E)). */
 int experts_capacity(const experts_cfg *c, int rows_per_seq);
 
 typedef struct experts experts; /* activations and buffers (experts_state.h) */

@@ -57,6 +57,10 @@ struct experts {
     float *dec_weight;  /* [top_k] */
     unsigned char *used; /* [N] top-k's chosen columns */
     int *perm_scratch;   /* [N] hash and counterfactual draws */
+    int S;               /* the sequence length: expert-choice's picks */
+    float *ec_scores;    /* [S] one expert's probabilities over a sequence */
+    unsigned char *ec_z; /* [S] its picks */
+    int *ec_heap;        /* [S] */
     ffn_cache dec_cache;
 };
 

@@ -2,7 +2,10 @@
 #include "moe/kinds.h"
 #include "moe/kind_order.h"
 
+#include "mod/drop.h"
+#include "mod/exit.h"
 #include "mod/mod.h"
+#include "mod/mor.h"
 #include "mod/tcmod.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
@@ -17,6 +20,10 @@ const kind_ops *const mode_kind_ops[] = {
     [KIND_INTEGRATED] = &integrated_ops,
     [KIND_STAGED] = &staged_ops,
     [KIND_TCMOD] = &tcmod_ops,
+    [KIND_DROP] = &drop_ops,
+    [KIND_EC] = &ec_ops,
+    [KIND_MOR] = &mor_ops,
+    [KIND_EXIT] = &exit_ops,
     [KIND_COUNT] = NULL,
 };
 

@@ -4,7 +4,10 @@
 #include "moe/kind_order.h"
 
 #include "core/train/optim.h"
+#include "mod/drop.h"
+#include "mod/exit.h"
 #include "mod/mod.h"
+#include "mod/mor.h"
 #include "mod/tcmod.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
@@ -19,6 +22,10 @@ const layer_kind *const mode_kinds[] = {
     [KIND_INTEGRATED] = &integrated_kind,
     [KIND_STAGED] = &staged_kind,
     [KIND_TCMOD] = &tcmod_kind,
+    [KIND_DROP] = &drop_kind,
+    [KIND_EC] = &ec_kind,
+    [KIND_MOR] = &mor_kind,
+    [KIND_EXIT] = &exit_kind,
     [KIND_COUNT] = NULL,
 };
 

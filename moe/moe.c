@@ -11,11 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_integrated(const layer *l)
-{
-    return l->kind == &integrated_kind;
-}
-
 static void moe_free(layer *l)
 {
     moe_state *s = l->state;
@@ -34,7 +29,7 @@ static int moe_build(layer *l, const model_dims *dims, int max_seq)
     if (!s)
         return -ENOMEM;
     l->state = s;
-    s->ec = experts_cfg_of(&moe_params_of(&l->spec)->experts, dims, is_integrated(l));
+    s->ec = moe_cfg_of(&l->spec, l->kind, dims);
     buf_plan p = buf_counting(BUF_ALIGN);
     moe_layout(&p, s, dims, max_seq);
     if (buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims, l->index)) {
@@ -163,3 +158,8 @@ static void moe_stat_columns(const layer *l, const double *sums, double *cols)
 const kind_ops moe_ops = MOE_OPS(moe_kind, EXPERTS_ROUTES, EXPERTS_DECODE_ROUTES);
 const kind_ops integrated_ops = MOE_OPS(integrated_kind, EXPERTS_ROUTES | EXPERTS_NOOP_ROUTES,
                                         EXPERTS_DECODE_ROUTES | EXPERTS_NOOP_ROUTES);
+/* expert-choice: the experts' picks read back (shuffle, replay); no random
+ * or no-op policy (the choices are the experts', not the tokens') */
+const kind_ops ec_ops = MOE_OPS(ec_kind, 1u << ROUTE_LEARNED | 1u << ROUTE_SHUFFLE |
+                                             1u << ROUTE_REPLAY,
+                                1u << ROUTE_LEARNED);

@@ -9,7 +9,7 @@
 #include "core/model/kind.h"
 #include "moe/experts.h"
 
-extern const layer_kind moe_kind, integrated_kind;
-extern const kind_ops moe_ops, integrated_ops;
+extern const layer_kind moe_kind, integrated_kind, ec_kind;
+extern const kind_ops moe_ops, integrated_ops, ec_ops;
 
 #endif

@@ -33,6 +33,13 @@ void moe_ws_layout(buf_plan *p, moe_ws *w, const model_dims *dims, int rows)
     w->sub = BUF_FLOATS(p, attn_ws_floats(dims, rows, dims->seq_len));
 }
 
+experts_cfg moe_cfg_of(const layer_spec *s, const layer_kind *k, const model_dims *dims)
+{
+    if (k == &ec_kind)
+        return ec_cfg_of((const ec_params *)(const void *)s->params, dims);
+    return experts_cfg_of(&moe_params_of(s)->experts, dims, k == &integrated_kind);
+}
+
 static int validate_of(const layer_spec *s, bool noop, char *err, int err_len)
 {
     return experts_validate(&moe_params_of(s)->experts, noop, err, err_len);
@@ -49,11 +56,11 @@ static int integrated_validate(const layer_spec *s, const model_dims *dims, char
 }
 
 static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,
-                      bool noop)
+                      const layer_kind *k)
 {
     /* attn_norm wq wk wv wo, mlp_norm, then the gate (learned router) and
      * the experts */
-    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, noop);
+    experts_cfg c = moe_cfg_of(s, k, dims);
     int n = BLOCK_ATTN_TENSORS + 1 + experts_tensors(NULL, &c, dims);
     if (!out)
         return n;
@@ -68,19 +75,20 @@ static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *
 
 static int moe_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
 {
-    return tensors_of(s, dims, out, max, false);
+    return tensors_of(s, dims, out, max, &moe_kind);
 }
 
 static int integrated_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out,
                               int max)
 {
-    return tensors_of(s, dims, out, max, true);
+    return tensors_of(s, dims, out, max, &integrated_kind);
 }
 
-static double bytes_of(const layer_spec *spec, const model_dims *dims, int max_seq, bool noop)
+static double bytes_of(const layer_spec *spec, const model_dims *dims, int max_seq,
+                       const layer_kind *k)
 {
     long rows = (long)max_seq * dims->seq_len;
-    experts_cfg c = experts_cfg_of(&moe_params_of(spec)->experts, dims, noop);
+    experts_cfg c = moe_cfg_of(spec, k, dims);
     moe_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
     moe_layout(&p, &s, dims, max_seq);
@@ -90,12 +98,12 @@ static double bytes_of(const layer_spec *spec, const model_dims *dims, int max_s
 
 static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    return bytes_of(spec, dims, max_seq, false);
+    return bytes_of(spec, dims, max_seq, &moe_kind);
 }
 
 static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    return bytes_of(spec, dims, max_seq, true);
+    return bytes_of(spec, dims, max_seq, &integrated_kind);
 }
 
 static long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
@@ -106,21 +114,21 @@ static long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int ma
     return (long)(p.used / sizeof(float));
 }
 
-static double flops_of(const layer_spec *spec, const model_dims *dims, bool noop)
+static double flops_of(const layer_spec *spec, const model_dims *dims, const layer_kind *k)
 {
     long S = dims->seq_len;
-    experts_cfg c = experts_cfg_of(&moe_params_of(spec)->experts, dims, noop);
+    experts_cfg c = moe_cfg_of(spec, k, dims);
     return attn_flops_rows(dims, S, S * S) + experts_flops(&c, dims, S);
 }
 
 static double moe_flops(const layer_spec *spec, const model_dims *dims)
 {
-    return flops_of(spec, dims, false);
+    return flops_of(spec, dims, &moe_kind);
 }
 
 static double integrated_flops(const layer_spec *spec, const model_dims *dims)
 {
-    return flops_of(spec, dims, true);
+    return flops_of(spec, dims, &integrated_kind);
 }
 
 const layer_kind moe_kind = {
@@ -140,5 +148,38 @@ const layer_kind integrated_kind = {
     .tensors = integrated_tensors,
     .flops = integrated_flops,
     .state_bytes = integrated_state_bytes,
+    .ws_floats = moe_ws_floats,
+};
+
+/* ---- ec: expert-choice experts (docs/kinds/ec.md) ----------------------- */
+
+_Static_assert(sizeof(ec_params) <= MODE_PARAMS_BYTES, "ec's keys fit a layer_spec");
+
+static const kind_group ec_groups[] = {
+    { &ec_group, 0 },
+    { NULL, 0 },
+};
+
+static int ec_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
+{
+    return tensors_of(s, dims, out, max, &ec_kind);
+}
+
+static double ec_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    return bytes_of(spec, dims, max_seq, &ec_kind);
+}
+
+static double ec_flops(const layer_spec *spec, const model_dims *dims)
+{
+    return flops_of(spec, dims, &ec_kind);
+}
+
+const layer_kind ec_kind = {
+    .name = "ec",
+    .groups = ec_groups,
+    .tensors = ec_tensors,
+    .flops = ec_flops,
+    .state_bytes = ec_state_bytes,
     .ws_floats = moe_ws_floats,
 };

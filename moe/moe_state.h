@@ -30,6 +30,8 @@ typedef struct moe_state {
 } moe_state;
 
 void moe_layout(buf_plan *p, moe_state *s, const model_dims *dims, int max_seq);
+/* The experts' configuration of a layer of kind k (moe, integrated, ec). */
+experts_cfg moe_cfg_of(const layer_spec *s, const layer_kind *k, const model_dims *dims);
 
 /* Backward's work space: dh and dm, then attention's share (the experts
  * keep their own). */

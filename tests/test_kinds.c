@@ -343,7 +343,9 @@ static void check_input_gradient(fixture *f, pcg32 *r)
     double aux = 0.0, side = 0.0, fl = 0.0;
     fwd_args a = { .ctx = &f->ctx, .dims = dm, .rope = m->rope, .mode = FWD_TRAIN,
                    .nseq = f->b.nseq, .seq_len = S_LEN, .seq_scale = 1.0f / (float)f->b.nseq,
-                   .ws = m->ws, .aux_loss = &aux, .side_loss = &side, .flops_executed = &fl };
+                   .ws = m->ws, .aux_loss = &aux, .side_loss = &side, .flops_executed = &fl,
+                   .tokens = m->inputs, .targets = m->targets, .tok_emb = m->tok_emb,
+                   .dtok_emb = m->dtok_emb, .stack = m->layers };
     capture base = { 0 }, now = { 0 };
     CHECK(ly->ops->forward(ly, &a, y, x) == 0, "forward");
     capture_layer(m, 1, f->b.nseq, &base);
@@ -418,10 +420,16 @@ static void check_decode(fixture *f)
     float *ref = causal_logits(f), *logits = malloc((size_t)V * sizeof(float));
     CHECK(model_decode_begin(m, S_LEN) == 0, "decode_begin");
     double worst = 0.0;
+    int left = 0;
+    unsigned char taken[3];
     for (int pos = 0; pos < S_LEN; pos++) {
-        CHECK(model_decode_step(m, &f->ctx, f->b.tokens[pos], pos, logits, NULL) == 0, "decode");
+        CHECK(model_decode_step(m, &f->ctx, f->b.tokens[pos], pos, logits, taken) == 0, "decode");
         worst = fmax(worst, rows_shift(logits, ref + (size_t)pos * V, 1, V));
+        left += f->kind->exit_point && taken[1];
     }
+    if (f->kind->exit_point) /* the later layers took those tokens' keys and values only */
+        printf("[%s] %d of %d decoded tokens left the stack at the exit point\n", row_name, left,
+               S_LEN);
     /* TL_CAUSAL_TOL's reasoning (tests/testlib.h): a row count changes sums
      * by a few ulp carried through the layers; 1e-4 leaves a hundred times
      * the largest seen */
@@ -727,8 +735,9 @@ int main(int argc, char **argv)
     bool made = rank == 0 && mkdtemp(dir);
     int variants = 0;
     /* every row at its defaults, then with each choice key at each of its
-     * other choices (the routers, gates, causal rules: every way a kind can
-     * compute), so that an option is tested by being declared */
+     * other choices and each boolean flipped (the routers, gates, causal
+     * rules, flags: every way a kind can compute), so that an option is
+     * tested by being declared */
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
         variant_key = variant_value = NULL;
@@ -738,9 +747,11 @@ int main(int argc, char **argv)
         check_ranks(mode_kind_ops[i], world);
         for (const kind_group *g = k->groups; g && g->group; g++)
             for (const kind_key *key = g->group->keys; key->name; key++) {
-                if (key->type != KEY_CHOICE)
+                static const char *const flags[] = { "true", "false", NULL };
+                if (key->type != KEY_CHOICE && key->type != KEY_BOOL)
                     continue;
-                for (const char *const *c = key->choices; *c; c++) {
+                for (const char *const *c = key->type == KEY_BOOL ? flags : key->choices; *c;
+                     c++) {
                     if (!strcmp(*c, key->def))
                         continue;
                     static char qualified[96];
@@ -755,12 +766,27 @@ int main(int argc, char **argv)
                 }
             }
     }
+    /* an exit point whose tokens leave: all of them (threshold 0) and some:
+     * decoding with the keys and values of their frozen states against the
+     * causal forward, causality, FLOPs, gradients */
+    for (int i = 0; mode_kind_ops[i]; i++) {
+        const layer_kind *k = mode_kind_ops[i]->kind;
+        static const char *const thresholds[] = { "0", "0.1" };
+        for (int t = 0; k->exit_point && t < 2; t++) {
+            variant_key = "threshold";
+            variant_value = thresholds[t];
+            snprintf(row_name, sizeof(row_name), "%s, threshold = %s", k->name, thresholds[t]);
+            if (made)
+                check_row(mode_kind_ops[i], dir);
+            variants++;
+        }
+    }
     if (made)
         rmdir(dir);
     int all = failures;
     comm_allreduce_max_int(world, &all);
     if (rank == 0)
-        printf("%d kinds and %d variants of their choice keys, %s\n", rows, variants,
+        printf("%d kinds and %d variants of their choice and boolean keys, %s\n", rows, variants,
                all ? "FAILED" : "every check passed");
     comm_finalize(&world);
     return all ? 1 : 0;

@@ -249,6 +249,23 @@ int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len)
     return 0;
 }
 
+int attn_decode_kv(kv_cache *c, const float *x, int32_t pos, const attn_weights *w,
+                   const fwd_args *a)
+{
+    const model_dims *dm = a->dims;
+    int d = dm->d_model, n = c->n;
+    if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
+        return -EINVAL;
+    float *k = c->k + (size_t)n * d, *v = c->v + (size_t)n * d;
+    rmsnorm_forward(c->u, &c->rstd, x, w->norm, 1, d);
+    linear_forward(NULL, k, c->u, w->wk, 1, d, d, 0.0f);
+    linear_forward(NULL, v, c->u, w->wv, 1, d, d, 0.0f);
+    rope_forward(k, &pos, a->rope, 1, dm->n_heads, dm->d_head);
+    c->pos[n] = pos;
+    c->n = n + 1;
+    return 0;
+}
+
 int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_weights *w,
                 const fwd_args *a)
 {

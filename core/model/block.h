@@ -155,6 +155,11 @@ int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len);
  * attn_forward on the rows in the cache plus this one. */
 int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_weights *w,
                 const fwd_args *a);
+/* Only the row's k and v into the cache, as attn_decode would add them (a
+ * token that left the stack at an exit point: later tokens attend to its
+ * frozen state, CALM's copy). */
+int attn_decode_kv(kv_cache *c, const float *x, int32_t pos, const attn_weights *w,
+                   const fwd_args *a);
 
 /* FLOPs of the pieces, for n rows in sequences of the given sizes. */
 double attn_flops_rows(const model_dims *dims, long n, long sum_sq_seq_rows);

@@ -109,6 +109,13 @@ static int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, i
     return 1;
 }
 
+static int dense_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
+{
+    dense_state *s = l->state;
+    attn_weights aw = attn_weights_at(l->w);
+    return attn_decode_kv(&s->kv, x, pos, &aw, a);
+}
+
 const kind_ops dense_ops = {
     .kind = &dense_kind,
     .build = dense_build,
@@ -117,4 +124,5 @@ const kind_ops dense_ops = {
     .backward = dense_backward,
     .decode_begin = dense_decode_begin,
     .decode = dense_decode,
+    .decode_kv = dense_decode_kv,
 };

@@ -54,6 +54,18 @@ typedef struct fwd_args {
                          * counterfactual draws and the book's rows); NULL in training */
     const token_t *tokens; /* [nseq*S] the input tokens (hash routing reads them) */
     const route_plan *route; /* evaluation: decisions to replace (route.h); NULL: as trained */
+    const token_t *targets;  /* [nseq*S] the next tokens (an exit point's loss) */
+    const float *tok_emb;    /* [V][d] the tied head, which exit points read */
+    float *dtok_emb;         /* its gradient (backward) */
+    const struct layer *stack; /* the model's layers, for a layer that reads another's state */
+    /* Evaluation and decoding of a stack with exit points (layer_kind
+     * exit_point): active[i] is 1 while token i is in the stack; an exit
+     * point that takes it out clears it and writes its head input (its
+     * normed state) into head_in[i][d]; model.c then keeps its row frozen
+     * through the later layers (their keys and values are read from it)
+     * and reads the head from head_in.  NULL in training and without exits. */
+    unsigned char *active;
+    float *head_in;
     float seq_scale;   /* 1 / global sequences: auxiliary losses average over these */
     float *ws;         /* work space, kind->ws_floats() floats: backward's, and attention's
                         * scratch in forward (block.h attn_forward) */
@@ -100,6 +112,9 @@ typedef struct layer_kind {
     /* Floats of work space for max_seq sequences (fwd_args.ws), from the
      * layout its backward carves the work space with. */
     long (*ws_floats)(const layer_spec *spec, const model_dims *dims, int max_seq);
+    /* An exit point: in evaluation and decoding it may take tokens out of
+     * the stack (fwd_args active, head_in). */
+    bool exit_point;
 } layer_kind;
 
 /* The other half of a row: the compute. */
@@ -112,6 +127,11 @@ typedef struct kind_ops {
     int (*forward)(layer *l, const fwd_args *a, float *y, const float *x);
     /* dx[nseq*S][d] += d loss / d x, parameter gradients += ..., given dy. */
     int (*backward)(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
+    /* A token that left the stack at an exit point, at a later layer: its
+     * frozen state x[d] at position pos gives this layer's cache what the
+     * layer's decode() would have put there (keys and values), nothing
+     * else.  NULL: model.c runs decode() and keeps x. */
+    int (*decode_kv)(layer *l, const fwd_args *a, const float *x, int32_t pos);
     /* Incremental decoding (sampling with a KV cache).  decode_begin()
      * sizes the layer's caches for max_len positions and empties them;
      * decode() runs one new row x[d] at position pos (positions arrive in

@@ -39,6 +39,8 @@ void free_model(model **pm)
     free(m->inputs);
     free(m->targets);
     free(m->ws);
+    free(m->active);
+    free(m->head_in);
     free_rope_table(&m->rope);
     free(m->dec_x[0]);
     free(m->dec_x[1]);
@@ -202,8 +204,15 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
     m->inputs = calloc(rows, sizeof(token_t));
     m->targets = calloc(rows, sizeof(token_t));
     m->ws = alloc_floats((size_t)m->ws_floats);
+    for (int l = 0; l < L; l++)
+        m->has_exits |= m->layers[l].kind->exit_point;
+    if (m->has_exits) {
+        m->active = calloc(rows, 1);
+        m->head_in = alloc_floats(rd);
+    }
     if (!m->resid || !m->dresid[0] || !m->dresid[1] || !m->final_u || !m->final_rstd ||
-        !m->logits || !m->inputs || !m->targets || !m->ws)
+        !m->logits || !m->inputs || !m->targets || !m->ws ||
+        (m->has_exits && (!m->active || !m->head_in)))
         goto fail_nomem;
     if (build_rope_table(&m->rope, dims->seq_len, dims->d_head))
         goto fail_nomem;
@@ -259,7 +268,8 @@ static fwd_args make_args(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode
         .ctx = ctx, .mm = { .pool = ctx ? ctx->pool : NULL, .bf16 = m->bf16 },
         .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
         .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0, .window = b->window,
-        .tokens = m->inputs, .route = b->route,
+        .tokens = m->inputs, .route = b->route, .targets = m->targets, .tok_emb = m->tok_emb,
+        .dtok_emb = m->dtok_emb, .stack = m->layers, .head_in = m->head_in,
         .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
         .aux_loss = r ? &r->aux_loss : NULL, .side_loss = r ? &r->side_loss : NULL,
         .flops_executed = r ? &r->flops_executed : NULL,
@@ -286,19 +296,31 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
         }
     }
     fwd_args a = make_args(m, ctx, b, mode, r);
+    bool exits = m->has_exits && mode != FWD_TRAIN;
+    if (exits) {
+        memset(m->active, 1, (size_t)n);
+        a.active = m->active;
+    }
     double t0 = mode_now();
     embedding_forward(m->resid, m->tok_emb, m->inputs, n, d);
     mode_time_add(ctx, PHASE_OTHER, t0);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
-        int rc = ly->ops->forward(ly, &a, m->resid + (size_t)(l + 1) * rd,
-                                  m->resid + (size_t)l * rd);
+        float *out = m->resid + (size_t)(l + 1) * rd, *in = m->resid + (size_t)l * rd;
+        int rc = ly->ops->forward(ly, &a, out, in);
         if (rc)
             return rc;
+        for (int i = 0; exits && i < n; i++) /* an exited token's state is frozen */
+            if (!m->active[i])
+                memcpy(out + (size_t)i * d, in + (size_t)i * d, (size_t)d * sizeof(float));
     }
     t0 = mode_now();
     rmsnorm_forward_pool(a.mm.pool, m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
                          m->final_norm, n, d);
+    for (int i = 0; exits && i < n; i++) /* its head input is its exit's */
+        if (!m->active[i])
+            memcpy(m->final_u + (size_t)i * d, m->head_in + (size_t)i * d,
+                   (size_t)d * sizeof(float));
     /* tied head: logits = u tok_emb^T */
     matmul_pool(&a.mm, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
@@ -412,17 +434,31 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
     batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
     fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
     a.tokens = &token;
+    unsigned char active = 1;
+    a.active = m->has_exits ? &active : NULL;
     embedding_forward(m->dec_x[0], m->tok_emb, &token, 1, d);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
-        int rc = ly->ops->decode(ly, &a, m->dec_x[(l + 1) & 1], m->dec_x[l & 1], pos);
-        if (rc < 0)
+        float *out = m->dec_x[(l + 1) & 1], *in = m->dec_x[l & 1];
+        int rc = 0;
+        if (!active) { /* left at an exit point: keys and values only */
+            rc = ly->ops->decode_kv ? ly->ops->decode_kv(ly, &a, in, pos)
+                                    : ly->ops->decode(ly, &a, out, in, pos);
+            memcpy(out, in, (size_t)d * sizeof(float));
+            if (rc < 0)
+                return rc;
+            rc = 0;
+        } else if ((rc = ly->ops->decode(ly, &a, out, in, pos)) < 0) {
             return rc;
+        }
         if (taken)
             taken[l] = (unsigned char)rc;
     }
     float rstd;
-    rmsnorm_forward(m->dec_u, &rstd, m->dec_x[dm->n_layers & 1], m->final_norm, 1, d);
+    if (!active) /* the head reads the exit's normed state */
+        memcpy(m->dec_u, m->head_in, (size_t)d * sizeof(float));
+    else
+        rmsnorm_forward(m->dec_u, &rstd, m->dec_x[dm->n_layers & 1], m->final_norm, 1, d);
     matmul(logits, dm->vocab, m->dec_u, d, false, m->tok_emb, d, true, 1, dm->vocab, d, 0.0f);
     return 0;
 }

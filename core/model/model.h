@@ -51,6 +51,9 @@ typedef struct model {
     rope_table *rope;
     float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
     float *dec_u;            /* [d] */
+    bool has_exits;          /* a layer is an exit point (layer_kind exit_point) */
+    unsigned char *active;   /* [max_seq*S] with exits: tokens still in the stack */
+    float *head_in;          /* [max_seq*S][d] with exits: the exited tokens' head inputs */
     const route_plan *route; /* decoding's counterfactual routing (sample --routing), or NULL */
     bool bf16;               /* [run] precision bf16: the passes' products in bf16
                               * (matmul.h matmul_exec); decoding stays fp32 */
@@ -105,8 +108,10 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b);
 /* Sampling with a KV cache per layer: decode_begin() empties the caches for
  * up to max_len positions; decode_step() runs the token at position pos
  * (0, 1, 2, ... in order) and writes the next-token logits[V].  taken[l]
- * (when not NULL) says whether layer l's block ran for this token.  The
- * logits equal those of a FWD_EVAL_CAUSAL forward over the whole prefix. */
+ * (when not NULL) says whether layer l's block ran for this token (at an
+ * exit point: whether the token left the stack there; after that no later
+ * layer runs it, each only takes its keys and values).  The logits equal
+ * those of a FWD_EVAL_CAUSAL forward over the whole prefix. */
 int model_decode_begin(model *m, int max_len);
 int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float *logits,
                       unsigned char *taken);

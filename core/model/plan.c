@@ -70,6 +70,11 @@ int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_
      * the RoPE table */
     out->activations += 4.0 * rows * ((L + 1.0) * d + 2.0 * d + d + 1.0 + V) +
                         2.0 * rows * sizeof(token_t) + 4.0 * S * dims.d_head;
+    bool exits = false; /* with exit points: each token's head input, and whether it left */
+    for (int l = 0; l < L; l++)
+        exits |= layer_kind_lookup(table, specs[l].kind)->exit_point;
+    if (exits)
+        out->activations += rows * (4.0 * d + 1.0);
     out->work = 4.0 * ws;
     return 0;
 }
