@@ -40,6 +40,7 @@ int cmd_isoflop(const an_args *a);
 int cmd_sweep(const an_args *a);
 int cmd_report(const an_args *a);
 int cmd_routing(const an_args *a);
+int cmd_depth(const an_args *a);
 int cmd_counterfactual(const an_args *a);
 int cmd_dial(const an_args *a);
 int cmd_lossdiff(const an_args *a);

@@ -137,6 +137,16 @@ static const an_command commands[] = {
       "  --step N   a recorded step (default: the last)\n"
       "Prints it and writes routing.md, routing.csv and routing.png.\n",
       "RUN.h5 [--step N]", 1, 1, OPT_STEP, cmd_routing },
+    { "depth", "compute per token: blocks run by position and token class, exits by class",
+      "For a run file (or an eval --record file), from the routing records of one\n"
+      "step: each token's depth, the number of blocks that ran on it (1 for a layer\n"
+      "without a per-token decision; the block's decision for mod, tcmod, staged;\n"
+      "the recursions that kept it for mor; nothing after the exit point it left\n"
+      "at), its histogram, its mean by position and by token class, and for each\n"
+      "exit point the share of each class that left there.\n"
+      "  --step N   a recorded step (default: the last)\n"
+      "Prints it and writes depth.md, depth.csv and depth.png.\n",
+      "RUN.h5 [--step N]", 1, 1, OPT_STEP, cmd_depth },
     { "counterfactual", "paired loss differences of counterfactual routing, by token class",
       "Draws the tables of mode-exp eval --routing ... --csv: each policy's paired\n"
       "difference to the learned decisions with its 95% interval (1.96 standard\n"

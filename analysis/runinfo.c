@@ -185,8 +185,7 @@ void free_run_info(run_info **pri)
     *pri = NULL;
 }
 
-/* The kind row of layer l (NULL for an unknown kind). */
-static const layer_kind *run_layer_kind(const run_info *ri, int l)
+const layer_kind *run_layer_kind(const run_info *ri, int l)
 {
     return layer_kind_lookup(mode_kinds, ri->cfg.layers[l].kind);
 }
@@ -293,6 +292,12 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     if (!rc)
         rc = read_part(ri, group, "experts", H5T_NATIVE_INT32, sizeof(int32_t),
                        (void **)&rec->experts, &rec->top_k, err, err_len);
+    if (!rc)
+        rc = read_part(ri, group, "depth", H5T_NATIVE_INT32, sizeof(int32_t),
+                       (void **)&rec->depth, NULL, err, err_len);
+    if (!rc)
+        rc = read_part(ri, group, "exited", H5T_NATIVE_UINT8, 1, (void **)&rec->exited, NULL,
+                       err, err_len);
     if (rc)
         free_layer_record(rec);
     else if (rec->experts)
@@ -306,9 +311,11 @@ void free_layer_record(layer_record *rec)
     free(rec->causal);
     free(rec->scores);
     free(rec->experts);
-    rec->selected = rec->causal = NULL;
+    free(rec->depth);
+    free(rec->exited);
+    rec->selected = rec->causal = rec->exited = NULL;
     rec->scores = NULL;
-    rec->experts = NULL;
+    rec->experts = rec->depth = NULL;
 }
 
 bool layer_record_any(const layer_record *rec)

@@ -9,6 +9,7 @@
 #include "core/util/file.h"
 #include "core/config/config.h"
 #include "core/io/runfile.h"
+#include "core/model/kind.h"
 
 #include <hdf5.h>
 #include <stdbool.h>
@@ -36,6 +37,8 @@ typedef struct run_info {
 int build_run_info(run_info **out, const char *path, char *err, int err_len);
 void free_run_info(run_info **ri);
 
+/* The kind row of layer l (NULL for an unknown kind). */
+const layer_kind *run_layer_kind(const run_info *ri, int l);
 /* The layer's kind reads the key (e.g. "capacity": a routed block,
  * "experts": an expert layer). */
 bool run_layer_has_key(const run_info *ri, int l, const char *key);
@@ -70,6 +73,8 @@ typedef struct layer_record {
     uint8_t *causal;    /* [R][S] the causal rule's decision */
     float *scores;      /* [R][S] router logits */
     int32_t *experts;   /* [R][S][top_k] expert, -1 dropped, -2 skipped, E no-op */
+    int32_t *depth;     /* [R][S] blocks a recursing layer ran on the token (mor) */
+    uint8_t *exited;    /* [R][S] the token left the stack at this exit point (exit) */
     int top_k;
     int n_experts;      /* E (0 for a layer without experts) */
 } layer_record;

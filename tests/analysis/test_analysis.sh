@@ -4,7 +4,7 @@
 # (write_runs, tests/analysis/runfiles.h).
 #   test_analysis.sh TEST MODE_EXP MODE_ANALYZE CONFIG WRITE_RUNS
 # TEST: heatmap | weights | curves | compare | tokens | errors | groups |
-#       sweep | isoflop | huge | ladder | routing | counterfactual
+#       sweep | isoflop | huge | ladder | routing | depth | counterfactual
 # Figures are checked as PNGs of the size the layout defines (IHDR read with
 # od); tables against the run files themselves (h5dump, h5ls), against
 # `mode-exp flops`, and against numbers worked out by hand.
@@ -480,6 +480,30 @@ routing)
 	blocks=$(awk -F, '$1 == "blocks_taken" { s += $5 } END { print s }' r/routing.csv)
 	[ "$blocks" -eq $((32 * 32)) ] || fail "blocks taken cover $blocks tokens, not 1024"
 	png r/routing.png 920 644 644
+	;;
+depth)
+	# Compute per token with known answers: a model of (dense, exit, dense,
+	# mor) evaluated with the exit's threshold at 2 (max p never passes it:
+	# every token runs both dense layers and the recursions mor kept it for,
+	# S + floor(2S/3) + floor(S/3) of a sequence of S = 32 under the linear
+	# schedule) and at 0 (max p always passes: every token leaves at layer 1
+	# after one block)
+	train x 'model.layers=dense, exit, dense, mor' mor.recursions=3 exit.threshold=2
+	"$exe" eval x/tiny/ckpt.h5 --mode topk --windows 16 --record none.h5 >/dev/null ||
+		fail "eval --record"
+	"$an" depth none.h5 --out n >n.txt || fail "depth: $(cat n.txt)"
+	total=$(awk -F, '$1 == "depth_tokens" { s += $2 * $5 } END { print s }' n/depth.csv)
+	[ "$total" -eq $((16 * (2 * 32 + 32 + 21 + 10))) ] || fail "depths sum to $total: $(cat n/depth.md)"
+	grep -q "at most 5;" n/depth.md || fail "the most blocks: $(cat n/depth.md)"
+	png n/depth.png 920 344 344
+	"$exe" eval x/tiny/ckpt.h5 --mode topk --windows 16 --record all.h5 exit.threshold=0 \
+		>/dev/null || fail "eval --record exit.threshold=0"
+	"$an" depth all.h5 --out a >a.txt || fail "depth: $(cat a.txt)"
+	grep -q "^depth_tokens,1,,512,512$" a/depth.csv || fail "every token at depth 1: $(cat a/depth.md)"
+	grep -q "left at layer 1" a/depth.md || fail "the exit point's column"
+	awk -F, '$1 == "exit_share_class" && $5 != 1 { bad = 1 } END { exit bad }' a/depth.csv ||
+		fail "a class that did not all leave: $(cat a/depth.md)"
+	"$an" depth x/tiny/run.h5 --out r >/dev/null || fail "depth of the run's own records"
 	;;
 counterfactual)
 	# eval --routing's and --dial's tables drawn; two checkpoints' records
