@@ -225,16 +225,23 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         for (int l = 0; l < L; l++) {
             const char *k = cfg.layers[l].kind;
             const layer_kind *kd = layer_kind_lookup(mode_kinds, k);
-            double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity;
+            double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity, most;
             if (kd && kd->exit_point)
                 printf("# layer %d (%s): %ld of %ld generated tokens left the stack here "
                        "(%.1f%%)\n", l, k, took[l], ran, share);
+            else if (!layer_spec_number(&cfg.layers[l], kd, "recursions", &most))
+                printf("# layer %d (%s): %.3f of at most %.0f recursions a generated token "
+                       "(%ld of %ld)\n", l, k, ran ? (double)took[l] / (double)ran : 0.0, most,
+                       took[l], ran * (long)most);
             else if (!layer_spec_number(&cfg.layers[l], kd, "capacity", &capacity))
                 printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
                        "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
-            else if (strcmp(k, "dense")) /* moe, integrated: a real expert as first choice */
+            else if (layer_spec_number(&cfg.layers[l], kd, "experts", &most) == 0)
                 printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
                        "first (%.1f%%)\n", l, k, took[l], ran, share);
+            else if (strcmp(k, "dense"))
+                printf("# layer %d (%s): %ld of %ld generated tokens ran the block (%.1f%%)\n",
+                       l, k, took[l], ran, share);
         }
     } else {
         fprintf(stderr, "mode-exp sample: %s\n", err);

@@ -135,10 +135,11 @@ typedef struct kind_ops {
     /* Incremental decoding (sampling with a KV cache).  decode_begin()
      * sizes the layer's caches for max_len positions and empties them;
      * decode() runs one new row x[d] at position pos (positions arrive in
-     * increasing order) into y[d] and returns 1 when the row took the
-     * layer's block, 0 when it skipped it (costing nothing there and adding
-     * no K/V to the layer's cache), negative on error.  (A kind that always
-     * runs attention says in its docs what its 1 and 0 mean.) */
+     * increasing order) into y[d] and returns how many times the row took
+     * the layer's block: 1, or 0 when it skipped it (costing nothing there
+     * and adding no K/V to the layer's cache), more for a kind that applies
+     * its block repeatedly (at most 255); negative on error.  (A kind that
+     * always runs attention says in its docs what its 1 and 0 mean.) */
     int (*decode_begin)(layer *l, const model_dims *dims, int max_len);
     int (*decode)(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
     /* Routing records: after a forward, describe the routing decisions of
