@@ -260,6 +260,9 @@ static void write_group(FILE *f, const report *rp, int j)
             html_markdown(f, path);
             fputs("</details>\n", f);
         }
+        asset(path, sizeof(path), rp, rp->folders[j], "depth.png");
+        if (!html_image(f, path, "compute per token"))
+            html_note(f, "compute per token failed (see its message)");
         asset(path, sizeof(path), rp, rp->folders[j], "tokens.md");
         if (r->labels && access(path, R_OK) == 0) {
             fputs("<details><summary>token classes and positions (tables)</summary>\n", f);
@@ -346,6 +349,7 @@ static void group_figures(report *rp, const an_args *a, int j, const char **file
     if (r->scores)
         sub_command(rp, a, cmd_weights, "weights", files, 1, sub, NULL);
     sub_command(rp, a, cmd_routing, "routing", files, 1, sub, NULL);
+    sub_command(rp, a, cmd_depth, "depth", files, 1, sub, NULL);
     if (!r->labels)
         return;
     /* the replicates compare's statistics are over (the complete ones when

@@ -282,11 +282,12 @@ groups)
 	[ $? -eq 2 ] || fail "tokens of two configs"
 	grep -q "not replicates of one config (mod.capacity: 0.25 against 0.5)" err.txt || fail "$(cat err.txt)"
 	# the report: groups, the sweep figure of mod.capacity, curves; per routed group
-	# (a, b, c) heatmap, weights, routing analytics and tokens: 14 images
+	# (a, b, c) heatmap, weights, routing analytics, compute per token and tokens:
+	# 17 images
 	"$an" report known --out rep >rep.txt || fail "report: $(cat rep.txt)"
 	grep -q "9 runs in 4 groups" rep.txt || fail "report summary: $(cat rep.txt)"
 	n=$(grep -o 'src="data:image/png;base64,' rep/report.html | wc -l)
-	[ "$n" -eq 14 ] || fail "$n inline images, expected 14"
+	[ "$n" -eq 17 ] || fail "$n inline images, expected 17"
 	for f in compare_groups.csv sweep_mod.capacity.png a/tokens.png a/heatmap_step20_seq0.png \
 		a/routing.png; do
 		[ -s rep/report/$f ] || fail "report/$f missing"

@@ -58,7 +58,8 @@ check 0 "$exe" "$config" run.out=c "$kinds" moe.experts=4 run.precision=bf16 --m
 check 0 "$exe" "$config" run.out=c "$kinds" moe.experts=4 run.precision=bf16 --resume --quiet
 check 0 "$exe" "$config" run.out=r 'model.layers=dense, mod' mod.router=random --quiet
 more='model.layers=tcmod, drop, ec, dense, exit, mor'
-check 0 "$exe" "$config" run.out=k "$more" ec.experts=4 exit.threshold=0.2 --quiet
+check 0 "$exe" "$config" run.out=k "$more" ec.experts=4 exit.threshold=0.2 run.steps=6 \
+	run.eval_every=3 run.routing_every=3 run.ckpt_every=3 --quiet
 check 0 "$exe" sample k/tiny/ckpt.h5 --prompt "ab" --tokens 4
 check 0 "$an" depth k/tiny/run.h5 --out fig
 check 0 "$exe" eval a/tiny/ckpt.h5 --windows 2

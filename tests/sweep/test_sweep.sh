@@ -311,9 +311,9 @@ report)
 		grep -q ">$r<" $html || fail "$r not in the report"
 	done
 	# the sweep figure of mod.capacity and curves, then for the three routed runs (groups
-	# of one) heatmap, weights, routing analytics and tokens
+	# of one) heatmap, weights, routing analytics, compute per token and tokens
 	n=$(grep -o 'src="data:image/png;base64,' $html | wc -l)
-	[ "$n" -eq 14 ] || fail "$n inline images, expected 14"
+	[ "$n" -eq 17 ] || fail "$n inline images, expected 17"
 	for f in compare.md compare.csv compare_groups.csv curves.png sweep_mod.capacity.png \
 		capacity-0.25/heatmap_step16_seq0.png router-random/weights.png capacity-0.5/tokens.png; do
 		[ -s out/grid/report/$f ] || fail "report/$f missing"
