@@ -2,7 +2,7 @@
  *     r_i = x_i w_r;  T = { i : r_i > 0 };  X~ = x[T];
  *     x_i <- x_i + sigmoid(r_i) (Block(X~) - X~)_i   for i in T,
  * attention among T (causal by original position), and in training the
- * penalty weight * mean over sequences of (mean_i sigmoid(r_i) - capacity)^2.
+ * penalty weight * mean over sequences of (mean_i sigmoid(k r_i) - capacity)^2.
  * The selection is MoD's causal rule "none" (router.c), used here in every
  * mode: a token's decision never depends on another token. */
 #include "mod/tcmod.h"
@@ -88,18 +88,19 @@ static int tcmod_forward(layer *l, const fwd_args *a, float *y, const float *x)
     /* the penalty and its gradient on the scores; the statistics */
     const tcmod_params *p = tcmod_params_of(&l->spec);
     double pen = 0.0, sig = 0.0;
+    float k = (float)p->sharpness;
     memset(s->sums, 0, sizeof(s->sums));
     for (int q = 0; q < a->nseq; q++) {
         double m = 0.0;
         for (int i = 0; i < S; i++)
-            m += (double)sigm(rt->r[(size_t)q * S + i]);
+            m += (double)sigm(k * rt->r[(size_t)q * S + i]);
         m /= S;
         double dev = m - p->capacity;
         pen += dev * dev;
         sig += m * S;
-        float g = (float)(p->penalty * 2.0 * dev / S * (double)a->seq_scale);
+        float g = (float)(p->penalty * 2.0 * dev / S * (double)a->seq_scale) * k;
         for (int i = 0; i < S; i++) {
-            float sv = sigm(rt->r[(size_t)q * S + i]);
+            float sv = sigm(k * rt->r[(size_t)q * S + i]);
             s->dr[(size_t)q * S + i] = g * sv * (1.0f - sv);
         }
     }

@@ -14,8 +14,12 @@ static const kind_key tcmod_keys[] = {
       "the share of each sequence's tokens the penalty keeps the block's take near; each token "
       "takes the block when its router score r = x w_r passes 0 (token-choice)", 0 },
     { "penalty", KEY_REAL, P(penalty), "1", 0, KEY_NO_MAX, 0, NULL,
-      "weight of the penalty (mean_i sigmoid(r_i) - capacity)^2 per sequence in the training "
+      "weight of the penalty (mean_i sigmoid(k r_i) - capacity)^2 per sequence in the training "
       "loss", 0 },
+    { "sharpness", KEY_REAL, P(sharpness), "10", 1, 1000, 0, NULL,
+      "k: the penalty's share of tokens is the mean of sigmoid(k r_i), near the share that "
+      "passes 0 (with k = 1 the scores can all sink below 0 and meet the capacity in the mean)",
+      0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
 };
 #undef P

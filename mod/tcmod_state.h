@@ -9,6 +9,7 @@
 typedef struct tcmod_params {
     double capacity; /* the share of tokens the penalty keeps the block's take near */
     double penalty;  /* its weight */
+    double sharpness; /* k: the penalty's share is the mean of sigmoid(k r) */
 } tcmod_params;
 
 typedef struct tcmod_state {
