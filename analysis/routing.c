@@ -132,9 +132,11 @@ static void add_classes(const run_info *ri, const layer_record *rec, class_layer
     for (int r = 0; r < ri->R; r++)
         for (int i = 0; i < S; i++) {
             int c = ri->labels[(long)r * (S + 1) + i];
-            int e = rec->experts[((long)r * S + i) * K];
-            if (c >= cl->classes || e < 0 || e > E)
-                continue; /* a dropped first choice, or a row that skipped staged's block */
+            int e = layer_record_expert(rec, S, r, i), first = rec->experts[((long)r * S + i) * K];
+            if (e < 0 && first == E)
+                e = E; /* the no-op expert first */
+            if (c >= cl->classes || e < 0)
+                continue; /* dropped, or a row that skipped staged's block */
             cl->joint[(size_t)c * (E + 1) + e] += 1.0;
         }
     double *col = calloc((size_t)E + 1, sizeof(double));

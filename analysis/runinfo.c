@@ -328,9 +328,16 @@ bool layer_record_taken(const layer_record *rec, int S, int r, int i)
     long at = (long)r * S + i;
     if (rec->selected)
         return rec->selected[at] != 0;
-    if (rec->experts) {
-        int32_t e = rec->experts[at * rec->top_k];
-        return e >= 0 && e < rec->n_experts;
-    }
-    return false;
+    return layer_record_expert(rec, S, r, i) >= 0;
+}
+
+int layer_record_expert(const layer_record *rec, int S, int r, int i)
+{
+    if (!rec->experts)
+        return -1;
+    const int32_t *slot = rec->experts + ((long)r * S + i) * rec->top_k;
+    for (int k = 0; k < rec->top_k; k++)
+        if (slot[k] >= 0 && slot[k] < rec->n_experts)
+            return slot[k];
+    return -1;
 }

@@ -87,7 +87,12 @@ void free_layer_record(layer_record *rec);
 /* The record has anything to draw. */
 bool layer_record_any(const layer_record *rec);
 /* Whether token (r, i) took the block: top-k membership where recorded,
- * else the first expert choice is a real expert (not dropped, not no-op). */
+ * else a real expert took it (layer_record_expert). */
 bool layer_record_taken(const layer_record *rec, int S, int r, int i);
+/* The first real expert among token (r, i)'s slots (not dropped, skipped
+ * or no-op): its first choice for the token-choice kinds, the lowest
+ * expert that picked it for expert-choice (`ec`, slot e = e or -1); -1 for
+ * none. */
+int layer_record_expert(const layer_record *rec, int S, int r, int i);
 
 #endif
