@@ -116,3 +116,37 @@ int an_save_figure(const an_args *a, const char *path, int w, int h, plot_draw_f
     return 0;
 }
 
+
+int an_routing_step(const an_args *a, const run_info *ri, long *step)
+{
+    int si = a->step >= 0 ? run_step_index(ri, a->step) : ri->n_steps - 1;
+    if (si < 0) {
+        char list[512];
+        run_steps_list(ri, list, (int)sizeof(list));
+        return an_fail(a, EXIT_BAD_INPUT, "%s: step %ld is not recorded (recorded steps: %s)",
+                       ri->path, a->step, list);
+    }
+    *step = ri->steps[si];
+    return 0;
+}
+
+int an_write_outputs(const an_args *a, const char *dir, const char *stem, an_write_fn md,
+                     an_write_fn csv, int w, int h, plot_draw_fn draw, void *user)
+{
+    md(stdout, user);
+    char name[64], path[RUN_PATH_LEN + 64];
+    an_text t = { 0 };
+    snprintf(name, sizeof(name), "%s.md", stem);
+    if (an_out_path(a, dir, name, path, (int)sizeof(path)) || an_text_begin(a, &t, path))
+        return EXIT_BAD_INPUT;
+    md(t.f, user);
+    snprintf(name, sizeof(name), "%s.csv", stem);
+    if (an_text_commit(a, &t) || an_out_path(a, dir, name, path, (int)sizeof(path)) ||
+        an_text_begin(a, &t, path))
+        return EXIT_BAD_INPUT;
+    csv(t.f, user);
+    snprintf(name, sizeof(name), "%s.png", stem);
+    if (an_text_commit(a, &t) || an_out_path(a, dir, name, path, (int)sizeof(path)))
+        return EXIT_BAD_INPUT;
+    return an_save_figure(a, path, w, h, draw, user);
+}

@@ -72,4 +72,13 @@ void an_text_abort(an_text *t);
 int an_save_figure(const an_args *a, const char *path, int w, int h, plot_draw_fn draw,
                    void *user);
 
+/* The recorded routing step --step names (default: the last) into *step;
+ * a step not recorded is an error naming the recorded ones. */
+int an_routing_step(const an_args *a, const run_info *ri, long *step);
+/* A subcommand's three outputs in dir (--out wins): the table printed and
+ * written to STEM.md, STEM.csv, and the figure STEM.png (w x h). */
+typedef void (*an_write_fn)(FILE *f, const void *user);
+int an_write_outputs(const an_args *a, const char *dir, const char *stem, an_write_fn md,
+                     an_write_fn csv, int w, int h, plot_draw_fn draw, void *user);
+
 #endif

@@ -109,8 +109,9 @@ static int read_depths(const an_args *a, depth_report *dp)
     return rc;
 }
 
-static void write_md(FILE *f, const depth_report *dp)
+static void write_md(FILE *f, const void *user)
 {
+    const depth_report *dp = user;
     const run_info *ri = dp->ri;
     int C = ri->labels ? ri->n_classes : 0;
     fprintf(f, "# Compute per token of %s\n\n", ri->name);
@@ -141,8 +142,9 @@ static void write_md(FILE *f, const depth_report *dp)
     }
 }
 
-static void write_csv(FILE *f, const depth_report *dp)
+static void write_csv(FILE *f, const void *user)
 {
+    const depth_report *dp = user;
     const run_info *ri = dp->ri;
     int C = ri->labels ? ri->n_classes : 0;
     fprintf(f, "what,index,class,tokens,value\n");
@@ -229,31 +231,10 @@ int cmd_depth(const an_args *a)
         return EXIT_BAD_INPUT;
     depth_report dp = { .ri = ri };
     int rc = EXIT_BAD_INPUT;
-    int si = a->step >= 0 ? run_step_index(ri, a->step) : ri->n_steps - 1;
-    if (si < 0) {
-        char list[512];
-        run_steps_list(ri, list, (int)sizeof(list));
-        an_fail(a, rc, "%s: step %ld is not recorded (recorded steps: %s)", ri->path, a->step,
-                list);
+    if (an_routing_step(a, ri, &dp.step) || read_depths(a, &dp))
         goto done;
-    }
-    dp.step = ri->steps[si];
-    if (read_depths(a, &dp))
-        goto done;
-    write_md(stdout, &dp);
-    char path[RUN_PATH_LEN + 64];
-    an_text t = { 0 };
-    if (an_out_path(a, ri->dir, "depth.md", path, (int)sizeof(path)) ||
-        an_text_begin(a, &t, path))
-        goto done;
-    write_md(t.f, &dp);
-    if (an_text_commit(a, &t) || an_out_path(a, ri->dir, "depth.csv", path, (int)sizeof(path)) ||
-        an_text_begin(a, &t, path))
-        goto done;
-    write_csv(t.f, &dp);
-    if (an_text_commit(a, &t) || an_out_path(a, ri->dir, "depth.png", path, (int)sizeof(path)))
-        goto done;
-    rc = an_save_figure(a, path, 2 * DP_PANEL_W, 44 + DP_PANEL_H, draw, &dp);
+    rc = an_write_outputs(a, ri->dir, "depth", write_md, write_csv, 2 * DP_PANEL_W,
+                          44 + DP_PANEL_H, draw, &dp);
 done:
     free_report(&dp);
     free_run_info(&ri);

@@ -259,8 +259,9 @@ static int read_records(const an_args *a, routing_report *rp)
 
 /* ---- writing ------------------------------------------------------------------ */
 
-static void write_md(FILE *f, const routing_report *rp)
+static void write_md(FILE *f, const void *user)
 {
+    const routing_report *rp = user;
     const run_info *ri = rp->ri;
     fprintf(f, "# Routing analytics of %s\n\n", ri->name);
     if (rp->n_loads) {
@@ -312,8 +313,9 @@ static void write_md(FILE *f, const routing_report *rp)
     }
 }
 
-static void write_csv(FILE *f, const routing_report *rp)
+static void write_csv(FILE *f, const void *user)
 {
+    const routing_report *rp = user;
     fprintf(f, "what,layer,index,class,value\n");
     for (int k = 0; k < rp->n_loads; k++) {
         const load_layer *x = &rp->loads[k];
@@ -483,31 +485,10 @@ int cmd_routing(const an_args *a)
         if (isfinite(E) && E >= 1 && !read_load(ri, l, (int)E, &rp.loads[rp.n_loads]))
             rp.n_loads++;
     }
-    int si = a->step >= 0 ? run_step_index(ri, a->step) : ri->n_steps - 1;
-    if (si < 0) {
-        char list[512];
-        run_steps_list(ri, list, (int)sizeof(list));
-        an_fail(a, rc, "%s: step %ld is not recorded (recorded steps: %s)", ri->path, a->step,
-                list);
+    if (an_routing_step(a, ri, &rp.step) || read_records(a, &rp))
         goto done;
-    }
-    rp.step = ri->steps[si];
-    if (read_records(a, &rp))
-        goto done;
-    write_md(stdout, &rp);
-    char path[RUN_PATH_LEN + 64];
-    an_text t = { 0 };
-    if (an_out_path(a, ri->dir, "routing.md", path, (int)sizeof(path)) ||
-        an_text_begin(a, &t, path))
-        goto done;
-    write_md(t.f, &rp);
-    if (an_text_commit(a, &t) || an_out_path(a, ri->dir, "routing.csv", path, (int)sizeof(path)) ||
-        an_text_begin(a, &t, path))
-        goto done;
-    write_csv(t.f, &rp);
-    if (an_text_commit(a, &t) || an_out_path(a, ri->dir, "routing.png", path, (int)sizeof(path)))
-        goto done;
-    rc = an_save_figure(a, path, 2 * RT_PANEL_W, 44 + 2 * RT_PANEL_H, draw, &rp);
+    rc = an_write_outputs(a, ri->dir, "routing", write_md, write_csv, 2 * RT_PANEL_W,
+                          44 + 2 * RT_PANEL_H, draw, &rp);
 done:
     free_report(&rp);
     free_run_info(&ri);

@@ -482,3 +482,16 @@ int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows)
     routed_rows_layout(&p, r, dims, f, rows);
     return 0;
 }
+
+int mod_router_decode_kv(const mod_router *rt, kv_cache *kv, float *const *w,
+                         float *const *block, int layer_index, const fwd_args *a,
+                         const float *x, int32_t pos)
+{
+    float g;
+    int take = mod_router_decide(rt, w, layer_index, a, x, pos, &g);
+    if (take <= 0)
+        return take;
+    attn_weights aw = attn_weights_at(block);
+    int rc = attn_decode_kv(kv, x, pos, &aw, a);
+    return rc ? rc : 1;
+}

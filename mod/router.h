@@ -112,6 +112,13 @@ void mod_router_backward_extra(mod_router *rt, float *const *w, float *const *dw
  * token takes it with probability capacity (keyed by window and position). */
 int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
                       const float *x, int32_t pos, float *gate);
+/* A token frozen at an exit point (kind.h decode_kv): where the causal rule
+ * takes it, the keys and values of the routed block (tensors block) enter
+ * kv as its decode would put them; 0 when the rule skips it, 1 when taken,
+ * negative on error. */
+int mod_router_decode_kv(const mod_router *rt, kv_cache *kv, float *const *w,
+                         float *const *block, int layer_index, const fwd_args *a,
+                         const float *x, int32_t pos);
 
 /* The routed block's data movement, shared by mod and staged (Eq. 1):
  * gather: xs[j] = x[sel[j]];  scatter: y = x, y[sel[j]] += g_j (ys - xs)[j];

@@ -217,12 +217,7 @@ static int tcmod_decode(layer *l, const fwd_args *a, float *y, const float *x, i
 static int tcmod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
 {
     tcmod_state *s = l->state;
-    float g;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0)
-        return take;
-    attn_weights aw = attn_weights_at(l->w + s->t_block);
-    return attn_decode_kv(&s->kv, x, pos, &aw, a);
+    return mod_router_decode_kv(&s->rt, &s->kv, l->w, l->w + s->t_block, l->index, a, x, pos);
 }
 
 const kind_ops tcmod_ops = {
