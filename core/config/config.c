@@ -1,11 +1,12 @@
-/* The run configuration (config.h).  One table, config_keys[], drives the INI
- * reader, the command-line overrides, the range checks, the messages and the
- * resolved-config writer for the sections that are the run's own ([run],
- * [data], [model]); the other sections are key groups declared where they
- * belong (core/model/keys.h: the kinds' sections, the optimizer's
- * [optim]), handed in by the schema, and go through the same reader,
- * messages and writer without this file knowing a key of theirs. */
-#include "core/config/config.h"
+/* Reading the run configuration (config.h): the INI file, the command-line
+ * overrides, the range checks and the messages.  One table, config_keys[]
+ * (config_table.c), drives them for the sections that are the run's own
+ * ([run], [data], [model]); the other sections are key groups declared where
+ * they belong (core/model/keys.h: the kinds' sections, the optimizer's
+ * [optim]), handed in by the schema, and go through the same reader and
+ * messages without this file knowing a key of theirs.  Writing the resolved
+ * config out: config_write.c. */
+#include "core/config/config_table.h"
 #include "core/config/layers.h"
 #include "core/model/model.h"
 #include "core/util/file.h"
@@ -30,100 +31,14 @@
 #define PRINTF_LIKE(f, a)
 #endif
 
-/* inih reads each line into a fixed INI_MAX_LINE buffer and would split a
- * longer one in two, so the reader refuses such lines and no value is accepted
- * that config_to_ini() could not write on one line. */
-#define LINE_CHARS (INI_MAX_LINE - 2)
-
 #define ORIGIN_DEFAULT 0    /* never set */
 #define ORIGIN_CMDLINE (-1) /* an override; > 0 is a line of the file */
 
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 
-#define MSG_LEN 1024
-#define VALUE_LEN 1100 /* any value as text (the layer-spec table is the longest) */
-
-enum { SEC_RUN, SEC_DATA, SEC_MODEL, SEC_COUNT };
-
-static const char *const section_names[] = { "run", "data", "model" };
-_Static_assert(sizeof(section_names) / sizeof(section_names[0]) == SEC_COUNT,
-               "one name per section");
-
 /* Keys a declared group may have (their origins are kept per key). */
 #define MAX_GROUP_KEYS 64
-
-typedef enum cfg_type {
-    K_STR,    /* free text (paths) */
-    K_NAME,   /* a folder's name inside another: no '/', not starting with '.' */
-    K_SOURCE, /* brown | synthetic | *.txt | *.bin | *.u32 */
-    K_HELD_OUT, /* none | brown | *.txt | *.bin | *.u32 */
-    K_LAYERS, /* the layer-spec table */
-    K_ENUM,   /* one of allowed[] */
-    K_U64,
-    K_LONG,
-    K_INT,
-    K_DOUBLE,
-} cfg_type;
-
-#define MIN_OPEN 1u /* min itself is excluded */
-#define MAX_OPEN 2u
-#define NO_MAX HUGE_VAL /* only the type bounds the value */
-
-typedef struct cfg_key {
-    int section;
-    const char *name;
-    cfg_type type;
-    size_t offset; /* into run_config */
-    size_t size;   /* of the field */
-    double min, max;
-    unsigned open; /* MIN_OPEN | MAX_OPEN */
-    const char *const *allowed; /* K_ENUM: NULL-terminated */
-} cfg_key;
-
-static const char *const nonfinite_policies[] = { "stop", "skip", NULL };
-static const char *const precisions[] = { "fp32", "bf16", NULL };
-static const char *const flops_counts[] = { "nominal", "executed", NULL };
-
-#define FIELD_SIZE(T, f) sizeof(((T *)0)->f)
-#define RC(f) offsetof(run_config, f), FIELD_SIZE(run_config, f)
-
-/* The order here is the order config_to_ini() writes. */
-static const cfg_key config_keys[] = {
-    { SEC_RUN, "name", K_NAME, RC(name), 0, 0, 0, NULL },
-    { SEC_RUN, "seed", K_U64, RC(seed), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "init_seed", K_U64, RC(init_seed), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "data_seed", K_U64, RC(data_seed), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "steps", K_LONG, RC(steps), 0, (double)MODE_MAX_STEPS, 0, NULL },
-    { SEC_RUN, "flops_budget", K_DOUBLE, RC(flops_budget), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "flops_count", K_ENUM, RC(flops_count), 0, 0, 0, flops_counts },
-    { SEC_RUN, "out", K_STR, RC(out), 0, 0, 0, NULL },
-    { SEC_RUN, "log_every", K_LONG, RC(log_every), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "eval_every", K_LONG, RC(eval_every), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "eval_windows", K_LONG, RC(eval_windows), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "final_eval_windows", K_LONG, RC(final_eval_windows), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "ckpt_every", K_LONG, RC(ckpt_every), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "routing_every", K_LONG, RC(routing_every), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "routing_windows", K_LONG, RC(routing_windows), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "nonfinite", K_ENUM, RC(nonfinite), 0, 0, 0, nonfinite_policies },
-    { SEC_RUN, "precision", K_ENUM, RC(precision), 0, 0, 0, precisions },
-    { SEC_DATA, "source", K_SOURCE, RC(source), 0, 0, 0, NULL },
-    { SEC_DATA, "seq_len", K_INT, RC(seq_len), 2, 65536, 0, NULL },
-    { SEC_DATA, "batch", K_INT, RC(batch), 1, NO_MAX, 0, NULL },
-    { SEC_DATA, "val_fraction", K_DOUBLE, RC(val_fraction), 0, 1, MIN_OPEN | MAX_OPEN, NULL },
-    { SEC_DATA, "val_source", K_HELD_OUT, RC(val_source), 0, 0, 0, NULL },
-    { SEC_DATA, "vocab", K_INT, RC(vocab), 2, INT_MAX, 0, NULL },
-    { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, NO_MAX, 0, NULL },
-    { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
-    { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
-    { SEC_MODEL, "layers", K_LAYERS, RC(layers_text), 0, 0, 0, NULL },
-};
-
-#define N_KEYS ((int)(sizeof(config_keys) / sizeof(config_keys[0])))
-
-/* schema == NULL: the kinds core provides itself, no other section. */
-static const layer_kind *const core_kinds[] = { &dense_kind, NULL };
-static const config_schema core_schema = { .kinds = core_kinds, .groups = NULL };
 
 /* A [layer.N] key, kept as text until the layer-spec table and the kinds'
  * sections are known (they may come later in the file). */
@@ -278,21 +193,6 @@ static char *key_base(const cfg_key *k, run_config *c)
     return (char *)c;
 }
 
-static const char *key_cbase(const cfg_key *k, const run_config *c)
-{
-    (void)k;
-    return (const char *)c;
-}
-
-/* The declared group called section, or -1. */
-static int group_index(const run_config *c, const char *section)
-{
-    for (int g = 0; g < c->n_groups; g++)
-        if (strcmp(c->groups[g]->section, section) == 0)
-            return g;
-    return -1;
-}
-
 /* Index of key within its group (for its origin). */
 static int group_key_index(const key_group *g, const kind_key *key)
 {
@@ -328,30 +228,11 @@ static int layer_section(const char *name)
     return (int)strtol(p, NULL, 10);
 }
 
-/* The shortest %g form that reads back to the same double: 0.1, not
- * 0.10000000000000001. */
-static void format_double(double v, char *out, size_t n)
-{
-    key_format_double(v, out, n);
-}
-
-static void format_value(const cfg_key *k, const char *base, char *out, size_t n)
-{
-    const char *f = base + k->offset;
-    switch (k->type) {
-    case K_U64: snprintf(out, n, "%" PRIu64, *(const uint64_t *)(const void *)f); break;
-    case K_LONG: snprintf(out, n, "%ld", *(const long *)(const void *)f); break;
-    case K_INT: snprintf(out, n, "%d", *(const int *)(const void *)f); break;
-    case K_DOUBLE: format_double(*(const double *)(const void *)f, out, n); break;
-    default: snprintf(out, n, "%s", f); break;
-    }
-}
-
 /* A key of the table as a message names it, with its current value. */
 static cfg_ref key_ref(const loader *L, int k, char *value, size_t n)
 {
     const cfg_key *key = &config_keys[k];
-    format_value(key, key_cbase(key, L->c), value, n);
+    config_format_value(key, L->c, value, n);
     return (cfg_ref){ section_names[key->section], key->name, value, L->origin[k] };
 }
 
@@ -639,7 +520,7 @@ static int set_value(loader *L, const char *section, const char *key, const char
     int sec = section_index(section);
     if (sec < 0 && !section[0])
         return failf(L, &r, "expected a [section] line before the first key");
-    int gi = sec < 0 ? group_index(L->c, section) : -1;
+    int gi = sec < 0 ? config_group_index(L->c, section) : -1;
     if (gi >= 0)
         return set_group_value(L, gi, &r);
     if (sec < 0) {
@@ -960,7 +841,7 @@ static int start_layers(loader *L)
         }
         layer_spec_init(s, kind);
         for (const kind_group *g = kind->groups; g && g->group; g++) {
-            int gi = group_index(c, g->group->section);
+            int gi = config_group_index(c, g->group->section);
             memcpy(layer_group_values(s, g), c->group_values[gi], g->group->size);
         }
     }
@@ -972,7 +853,7 @@ static int validate_layer(loader *L, int l, const model_dims *dims)
     const layer_spec *s = &L->c->layers[l];
     const layer_kind *kind = layer_kind_lookup(L->kinds, s->kind);
     for (const kind_group *g = kind->groups; g && g->group; g++)
-        if (check_group(L, group_index(L->c, g->group->section), layer_group_cvalues(s, g), l))
+        if (check_group(L, config_group_index(L->c, g->group->section), layer_group_cvalues(s, g), l))
             return -EINVAL;
     char msg[MSG_LEN] = "";
     if (!kind->validate || kind->validate(s, dims, msg, (int)sizeof(msg)) == 0)
@@ -1012,7 +893,7 @@ static int check_expert_ranks(loader *L, int ranks)
                 if (E > 0 && (E % ranks == 0 || ranks % E == 0))
                     continue;
                 char sec[32], v[VALUE_LEN];
-                cfg_ref r = layer_key_ref(L, li, group_index(L->c, g->group->section), key, sec,
+                cfg_ref r = layer_key_ref(L, li, config_group_index(L->c, g->group->section), key, sec,
                                           sizeof(sec), v, sizeof(v));
                 return failf(L, &r,
                              "expected a multiple or a divisor of the %d ranks (layer %d, %s: "
@@ -1044,73 +925,13 @@ static int resolve(loader *L, int ranks)
     return 0;
 }
 
-/* ---- the API ------------------------------------------------------------ */
-
-/* The schema's sections beyond the run's own: every group its kinds read
- * (in the table's order, each once), then its other groups. */
-static void add_groups(run_config *c, const config_schema *schema)
-{
-    c->kinds = schema->kinds;
-    c->n_groups = 0;
-    for (int i = 0; schema->kinds && schema->kinds[i]; i++)
-        for (const kind_group *g = schema->kinds[i]->groups; g && g->group; g++)
-            if (group_index(c, g->group->section) < 0 && c->n_groups < MODE_MAX_GROUPS)
-                c->groups[c->n_groups++] = g->group;
-    for (int i = 0; schema->groups && schema->groups[i]; i++)
-        if (group_index(c, schema->groups[i]->section) < 0 && c->n_groups < MODE_MAX_GROUPS)
-            c->groups[c->n_groups++] = schema->groups[i];
-    for (int g = 0; g < c->n_groups; g++)
-        key_group_defaults(c->groups[g], c->group_values[g]);
-}
-
-void config_defaults(run_config *c, const config_schema *schema)
-{
-    memset(c, 0, sizeof(*c));
-    snprintf(c->name, sizeof(c->name), "run");
-    c->seed = 1;
-    c->steps = 200;
-    snprintf(c->out, sizeof(c->out), "out");
-    c->log_every = 10;
-    c->eval_every = 100;
-    c->eval_windows = 16;
-    c->final_eval_windows = 2048;
-    c->routing_windows = 32;
-    c->ckpt_every = 100;
-    c->routing_every = 100;
-    snprintf(c->nonfinite, sizeof(c->nonfinite), "stop");
-    snprintf(c->precision, sizeof(c->precision), "fp32");
-    snprintf(c->flops_count, sizeof(c->flops_count), "nominal");
-    snprintf(c->source, sizeof(c->source), "synthetic");
-    c->seq_len = 128;
-    c->batch = 8;
-    c->val_fraction = 0.1;
-    snprintf(c->val_source, sizeof(c->val_source), "none");
-    c->vocab = 256;
-    c->d_model = 128;
-    c->n_heads = 4;
-    c->d_ff = 352;
-    add_groups(c, schema ? schema : &core_schema);
-    snprintf(c->layers_text, sizeof(c->layers_text), "dense x 4");
-    c->n_layers = 4;
-    for (int l = 0; l < c->n_layers; l++)
-        layer_spec_init(&c->layers[l], &dense_kind);
-}
-
-const void *config_group(const run_config *c, const key_group *g)
-{
-    for (int i = 0; i < c->n_groups; i++)
-        if (c->groups[i] == g)
-            return c->group_values[i];
-    return NULL;
-}
-
 /* From a file (f) or text; c is written only on success. */
 static int load(run_config *c, FILE *f, const char *text, const char *path, int n_over,
                 char *const *over, const config_schema *schema, int ranks, char *err,
                 int err_len)
 {
     int rc = -ENOMEM;
-    schema = schema ? schema : &core_schema;
+    schema = schema ? schema : &config_core_schema;
     loader L = { .kinds = schema->kinds, .path = path ? path : "config", .file = f,
                  .text = text ? text : "" };
     L.c = malloc(sizeof(*L.c));
@@ -1159,136 +980,4 @@ int config_load_string(run_config *c, const char *text, const char *path, int n_
                        int err_len)
 {
     return load(c, NULL, text, path, n_over, over, schema, ranks, err, err_len);
-}
-
-/* [layer.N] for the keys where layer l differs from the sections: only keys
- * of its kind can differ, since only those can be set. */
-static void write_layer(FILE *f, const run_config *c, int l)
-{
-    bool header = false;
-    const layer_spec *s = &c->layers[l];
-    const layer_kind *kind = layer_kind_lookup(c->kinds, s->kind);
-    for (const kind_group *g = kind ? kind->groups : NULL; g && g->group; g++) {
-        int gi = group_index(c, g->group->section);
-        for (const kind_key *k = g->group->keys; gi >= 0 && k->name; k++) {
-            char mine[VALUE_LEN], section[VALUE_LEN];
-            key_format(k, layer_group_cvalues(s, g), mine, sizeof(mine));
-            key_format(k, c->group_values[gi], section, sizeof(section));
-            if (strcmp(mine, section) == 0)
-                continue;
-            if (!header)
-                fprintf(f, "\n[layer.%d]\n", l);
-            header = true;
-            char name[96];
-            layer_key_name(kind, g, k, name, sizeof(name));
-            fprintf(f, "%s = %s\n", name, mine);
-        }
-    }
-}
-
-char *config_to_ini(const run_config *c)
-{
-    char *buf = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&buf, &size);
-    if (!f)
-        return NULL;
-    for (int s = 0; s < SEC_COUNT; s++) {
-        fprintf(f, "%s[%s]\n", s ? "\n" : "", section_names[s]);
-        for (int k = 0; k < N_KEYS; k++) {
-            const cfg_key *key = &config_keys[k];
-            if (key->section != s)
-                continue;
-            char value[VALUE_LEN];
-            format_value(key, key_cbase(key, c), value, sizeof(value));
-            fprintf(f, "%s = %s\n", key->name, value);
-        }
-    }
-    for (int g = 0; g < c->n_groups; g++) {
-        fprintf(f, "\n[%s]\n", c->groups[g]->section);
-        for (const kind_key *k = c->groups[g]->keys; k->name; k++) {
-            char value[VALUE_LEN];
-            key_format(k, c->group_values[g], value, sizeof(value));
-            fprintf(f, "%s = %s\n", k->name, value);
-        }
-    }
-    for (int l = 0; l < c->n_layers && l < MODE_MAX_LAYERS; l++)
-        write_layer(f, c, l);
-    if (fclose(f)) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
-/* "a, b": the names of the kinds of the table that read group g. */
-static void readers_of(const layer_kind *const *kinds, const key_group *g, char *out, size_t n)
-{
-    out[0] = '\0';
-    for (int i = 0; kinds && kinds[i]; i++)
-        for (const kind_group *kg = kinds[i]->groups; kg && kg->group; kg++)
-            if (kg->group == g)
-                snprintf(out + strlen(out), n - strlen(out), "%s%s", out[0] ? ", " : "",
-                         kinds[i]->name);
-}
-
-int config_describe_keys(FILE *f, const config_schema *schema, bool markdown)
-{
-    run_config *c = malloc(sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    config_defaults(c, schema);
-    if (markdown)
-        fprintf(f, "| key | default | takes | read by | meaning |\n| --- | --- | --- | --- | --- |\n");
-    for (int g = 0; g < c->n_groups; g++) {
-        const key_group *grp = c->groups[g];
-        char readers[MSG_LEN];
-        readers_of(schema->kinds, grp, readers, sizeof(readers));
-        if (!markdown)
-            fprintf(f, "%s[%s]%s%s%s\n", g ? "\n" : "", grp->section, readers[0] ? " (read by " : "",
-                    readers, readers[0] ? ")" : "");
-        for (const kind_key *k = grp->keys; k->name; k++) {
-            char def[VALUE_LEN], takes[MSG_LEN];
-            key_format(k, c->group_values[g], def, sizeof(def));
-            key_expected(k, takes, sizeof(takes));
-            if (markdown)
-                fprintf(f, "| `[%s] %s` | %s | %s | %s | %s |\n", grp->section, k->name, def, takes,
-                        readers[0] ? readers : "the run", k->meaning);
-            else
-                fprintf(f, "  %s = %s\n      %s; %s\n", k->name, def, takes, k->meaning);
-        }
-    }
-    free(c);
-    return ferror(f) ? -EIO : 0;
-}
-
-double config_flops_per_seq(const run_config *c, double *per_layer)
-{
-    const layer_kind *kinds[MODE_MAX_LAYERS];
-    for (int l = 0; l < c->n_layers; l++)
-        if (!(kinds[l] = layer_kind_lookup(c->kinds, c->layers[l].kind)))
-            return (double)NAN;
-    model_dims dims = config_dims(c);
-    return stack_flops_per_seq(&dims, c->n_layers, c->layers, kinds, per_layer);
-}
-
-double config_train_flops_per_step(const run_config *c)
-{
-    return MODE_TRAIN_FLOPS_PER_FORWARD * config_flops_per_seq(c, NULL) * c->batch;
-}
-
-long config_planned_steps(const run_config *c, double train_flops_per_step)
-{
-    if (c->flops_budget <= 0.0)
-        return c->steps;
-    double steps = floor(c->flops_budget / train_flops_per_step);
-    return steps > (double)MODE_MAX_STEPS || !(steps == steps) ? -1 : (long)steps;
-}
-
-model_dims config_dims(const run_config *c)
-{
-    return (model_dims){ .vocab = c->vocab, .d_model = c->d_model, .n_heads = c->n_heads,
-                         .d_head = c->n_heads > 0 ? c->d_model / c->n_heads : 0,
-                         .d_ff = c->d_ff, .n_layers = c->n_layers, .seq_len = c->seq_len,
-                         .ranks = 1, .rank = 0 };
 }
