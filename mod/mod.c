@@ -22,9 +22,7 @@ static void mod_free(layer *l)
         return;
     free_routed_rows(&s->rows);
     free_mod_router(&s->rt);
-    free_kv_cache(&s->kv);
-    free_mlp_cache(&s->mlp1);
-    free(s->dec);
+    free_block_decode(&s->kv, &s->mlp1, &s->dec);
     free(s);
     l->state = NULL;
 }
@@ -143,14 +141,7 @@ static void mod_stat_columns(const layer *l, const double *sums, double *cols)
 static int mod_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     mod_state *s = l->state;
-    if (s->kv.cap < max_len) { /* first use, or a longer sequence */
-        free_mlp_cache(&s->mlp1);
-        free(s->dec);
-        s->dec = malloc(2 * (size_t)dims->d_model * sizeof(float));
-        if (!s->dec || build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
-            return -ENOMEM;
-    }
-    return kv_cache_begin(&s->kv, dims, max_len);
+    return block_decode_begin(&s->kv, &s->mlp1, &s->dec, 2 * dims->d_model, dims, max_len);
 }
 
 static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)

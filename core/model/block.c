@@ -249,6 +249,27 @@ int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len)
     return 0;
 }
 
+int block_decode_begin(kv_cache *kv, mlp_cache *mlp1, float **scratch, int scratch_floats,
+                       const model_dims *dims, int max_len)
+{
+    if (kv->cap < max_len) { /* first use, or a longer sequence */
+        free_mlp_cache(mlp1);
+        free(*scratch);
+        *scratch = malloc((size_t)scratch_floats * sizeof(float));
+        if (!*scratch || build_mlp_cache(mlp1, dims, 1, dims->d_ff))
+            return -ENOMEM;
+    }
+    return kv_cache_begin(kv, dims, max_len);
+}
+
+void free_block_decode(kv_cache *kv, mlp_cache *mlp1, float **scratch)
+{
+    free_kv_cache(kv);
+    free_mlp_cache(mlp1);
+    free(*scratch);
+    *scratch = NULL;
+}
+
 int attn_decode_kv(kv_cache *c, const float *x, int32_t pos, const attn_weights *w,
                    const fwd_args *a)
 {

@@ -150,6 +150,13 @@ typedef struct kv_cache {
 void free_kv_cache(kv_cache *c);
 /* A new sequence of at most max_len rows: grow c when it is smaller, empty it. */
 int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len);
+/* A dense block's decoding state (dense, and the kinds that run one block
+ * on the tokens they choose): its key-value cache, a one-row MLP cache and
+ * scratch floats.  begin() sizes them for max_len positions (growing them
+ * only for a longer sequence) and empties the cache; free() releases all. */
+int block_decode_begin(kv_cache *kv, mlp_cache *mlp1, float **scratch, int scratch_floats,
+                       const model_dims *dims, int max_len);
+void free_block_decode(kv_cache *kv, mlp_cache *mlp1, float **scratch);
 /* h[d] = x + Attn(x) for one new row at position pos, attending to the cached
  * rows and itself; its k and v join the cache.  The same maths as
  * attn_forward on the rows in the cache plus this one. */

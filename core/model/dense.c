@@ -13,9 +13,7 @@ static void dense_free(layer *l)
     if (!s)
         return;
     free(s->block);
-    free_kv_cache(&s->kv);
-    free_mlp_cache(&s->mlp1);
-    free(s->h1);
+    free_block_decode(&s->kv, &s->mlp1, &s->h1);
     free(s);
     l->state = NULL;
 }
@@ -85,14 +83,7 @@ static int dense_backward(layer *l, const fwd_args *a, float *dx, const float *d
 static int dense_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     dense_state *s = l->state;
-    if (s->kv.cap < max_len) { /* first use, or a longer sequence */
-        free_mlp_cache(&s->mlp1);
-        free(s->h1);
-        s->h1 = malloc((size_t)dims->d_model * sizeof(float));
-        if (!s->h1 || build_mlp_cache(&s->mlp1, dims, 1, dims->d_ff))
-            return -ENOMEM;
-    }
-    return kv_cache_begin(&s->kv, dims, max_len);
+    return block_decode_begin(&s->kv, &s->mlp1, &s->h1, dims->d_model, dims, max_len);
 }
 
 static int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
