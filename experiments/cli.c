@@ -30,6 +30,8 @@ static const opt options[] = {
     { "--resume", OPT_FLAG, OFF(resume), 0 },
     { "--overwrite", OPT_FLAG, OFF(overwrite), 0 },
     { "--init-from", OPT_STRING, OFF(init_from), 0 },
+    { "--upcycle-noise", OPT_DOUBLE, OFF(upcycle_noise), 1e9 },
+    { "--upcycle-reinit", OPT_DOUBLE, OFF(upcycle_reinit), 1 },
     { "--ids", OPT_FLAG, OFF(ids), 0 },
     { "--prompt-ids", OPT_STRING, OFF(prompt_ids), 0 },
     { "--quiet", OPT_FLAG, OFF(quiet), 0 },

@@ -26,6 +26,7 @@ typedef struct cli {
     const char *routing, *routing_layers, *record, *csv, *dial;
     long windows, tokens, top_k, seed, steps;
     double temperature;
+    double upcycle_noise, upcycle_reinit;
 } cli;
 
 /* Parse options and positional arguments (the first is the config or

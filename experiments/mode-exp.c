@@ -45,7 +45,12 @@ static const char usage_main[] =
     "  --overwrite    start anew in a folder that holds a run (replacing it); without\n"
     "                 --resume or --overwrite, such a folder is refused, untouched\n"
     "  --init-from CKPT  a new run whose parameters start from CKPT's (longer training,\n"
-    "                 fine-tuning), with this config; the shapes must match\n"
+    "                 fine-tuning, upcycling), with this config: tensors CKPT has are read\n"
+    "                 (same shapes), experts it lacks start as its dense MLP (each a copy,\n"
+    "                 or a slice when narrower), the rest (gates, routers) fresh\n"
+    "  --upcycle-noise S   with --init-from: noise of S x the init std on copied experts\n"
+    "  --upcycle-reinit R  with --init-from: a share R of each copied expert's hidden\n"
+    "                 units drawn afresh (Drop-Upcycling); docs/upcycling.md\n"
     "  --quiet        print nothing but errors\n"
     "  --jsonl        one JSON object per logged step instead of text\n"
     "  --threads N    threads per rank (default: cores / ranks on the node)\n"
@@ -103,6 +108,15 @@ static void print_log(const train_log *l, void *user)
     fflush(stdout);
 }
 
+static void print_init_note(const char *summary, void *user)
+{
+    const log_opts *o = user;
+    if (o->quiet || o->jsonl || ferror(stdout))
+        return;
+    printf("# --init-from: %s\n", summary);
+    fflush(stdout);
+}
+
 static void print_checkpoint(long step, double seconds, void *user)
 {
     const log_opts *o = user;
@@ -151,7 +165,16 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         free(c.over);
         return 2;
     }
+    if (!c.init_from && (c.upcycle_noise > 0.0 || c.upcycle_reinit > 0.0)) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp: --upcycle-noise and --upcycle-reinit shape what "
+                            "--init-from CKPT copies: give it\n");
+        free(c.over);
+        return 2;
+    }
     trainer_opts o = { .resume = c.resume, .overwrite = c.overwrite, .init_from = c.init_from,
+                       .upcycle_noise = c.upcycle_noise, .upcycle_reinit = c.upcycle_reinit,
+                       .init_note = print_init_note,
                        .log = print_log, .log_user = &lo, .argc = argc,
                        .argv = argv, .blas_threads = threads,
                        .max_steps = c.max_steps, .fatal = cli_fatal_stop,

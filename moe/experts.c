@@ -31,12 +31,19 @@ void experts_stat_name(const experts_cfg *c, int col, char *buf, int len)
 {
     int N = experts_columns(c);
     static const char *const tail[] = { "dropped", "balance_loss", "z_loss", "router_entropy" };
+    int bias = c->bias_rate > 0.0 ? c->experts : 0;
     if (col < c->experts)
         snprintf(buf, (size_t)len, "tokens_%d", col);
     else if (col < N)
         snprintf(buf, (size_t)len, "tokens_noop");
-    else
+    else if (col < N + 4)
         snprintf(buf, (size_t)len, "%s", tail[col - N]);
+    else if (col == N + 4)
+        snprintf(buf, (size_t)len, "maxvio");
+    else if (col < N + 5 + bias)
+        snprintf(buf, (size_t)len, "bias_%d", col - N - 5);
+    else
+        snprintf(buf, (size_t)len, "shared_share");
 }
 
 void experts_stat_sums(const experts *ex, double *sums)
@@ -53,6 +60,21 @@ void experts_stat_columns(const experts_cfg *c, const double *s, double *cols)
     cols[N + 1] = seqs > 0 ? s[N + 1] / seqs : 0.0;
     cols[N + 2] = tokens > 0 ? s[N + 2] / tokens : 0.0;
     cols[N + 3] = tokens > 0 ? s[N + 3] / tokens : 0.0;
+    /* MaxVio over the real experts' chosen assignments, before dropping */
+    const double *chosen = s + N + 6;
+    double mx = 0.0, all = 0.0;
+    for (int e = 0; e < c->experts; e++) {
+        mx = chosen[e] > mx ? chosen[e] : mx;
+        all += chosen[e];
+    }
+    cols[N + 4] = all > 0 ? mx / (all / c->experts) - 1.0 : 0.0;
+    int at = N + 5;
+    const double *more = chosen + c->experts;
+    if (c->bias_rate > 0.0) /* each rank added bias x its sequences */
+        for (int e = 0; e < c->experts; e++)
+            cols[at++] = seqs > 0 ? *more++ / seqs : 0.0;
+    if (c->shared > 0)
+        cols[at] = tokens > 0 ? *more / tokens : 0.0;
 }
 
 const int32_t *experts_choices(const experts *ex)
@@ -81,6 +103,9 @@ void free_experts(experts **px)
         for (int e = 0; e < ex->local; e++)
             free_ffn_cache(&ex->cache[e]);
     free(ex->ws);
+    free(ex->sh_ws);
+    free_ffn_cache(&ex->sh_cache);
+    free_ffn_cache(&ex->sh_dec_cache);
     free_ffn_cache(&ex->dec_cache);
     free(ex->fixed_block);
     free(ex);
@@ -96,7 +121,8 @@ int build_experts(experts **out, const experts_cfg *c, const model_dims *dims, i
     ex->layer = layer_index;
     buf_plan p = buf_counting(BUF_ALIGN);
     experts_fixed_layout(&p, ex);
-    if (buf_alloc(&p, &ex->fixed_block) || build_ffn_cache(&ex->dec_cache, 1, c->d_ff)) {
+    if (buf_alloc(&p, &ex->fixed_block) || build_ffn_cache(&ex->dec_cache, 1, c->d_ff) ||
+        (c->shared > 0 && build_ffn_cache(&ex->sh_dec_cache, 1, c->shared * c->d_ff))) {
         free_experts(&ex);
         return -ENOMEM;
     }
@@ -172,13 +198,29 @@ static bool c_learned(const experts *ex)
     return ex->c.router == MOE_ROUTER_LEARNED;
 }
 
-/* One token's gate (MODEL.md): p = softmax(l) over the N columns in place
- * of the logits l[N], its log-sum-exp, and the top_k columns by probability
- * (ties to the lower index) with their weights p_e; used[N] is scratch.
- * The same code for training and decoding. */
-static void gate_row(float *p, float *lse, int N, int K, int32_t *col, float *weight,
-                     unsigned char *used)
+/* The chosen columns' weights: their probabilities, divided by their sum
+ * with renormalize (a column of -1 adds nothing). */
+static void set_weights(const experts_cfg *c, const float *p, const int32_t *col, float *weight)
 {
+    double sum = 0.0;
+    for (int j = 0; j < c->top_k; j++) {
+        weight[j] = col[j] >= 0 ? p[col[j]] : 0.0f;
+        sum += (double)weight[j];
+    }
+    if (c->renormalize && sum > 0.0)
+        for (int j = 0; j < c->top_k; j++)
+            weight[j] = (float)((double)weight[j] / sum);
+}
+
+/* One token's gate (MODEL.md, and the [moe] score, bias and renormalize
+ * keys): from the logits l[N] in p, their log-sum-exp, the logits kept in
+ * logit (NULL: not kept), p = softmax(l) or sigmoid(l), the top_k columns
+ * by p + bias (the real experts' bias; ties to the lower index) and their
+ * weights; used[N] is scratch.  The same code for training and decoding. */
+static void gate_row(const experts_cfg *c, float *p, float *logit, float *lse, int N,
+                     const float *bias, int32_t *col, float *weight, unsigned char *used)
+{
+    int K = c->top_k;
     float mx = p[0];
     for (int e = 1; e < N; e++)
         mx = p[e] > mx ? p[e] : mx;
@@ -186,18 +228,24 @@ static void gate_row(float *p, float *lse, int N, int K, int32_t *col, float *we
     for (int e = 0; e < N; e++)
         s += exp((double)(p[e] - mx));
     *lse = (float)((double)mx + log(s));
+    if (logit)
+        memcpy(logit, p, (size_t)N * sizeof(float));
     for (int e = 0; e < N; e++)
-        p[e] = (float)exp((double)(p[e] - *lse));
+        p[e] = c->score == MOE_SCORE_SIGMOID ? (float)(1.0 / (1.0 + exp(-(double)p[e])))
+                                             : (float)exp((double)(p[e] - *lse));
     memset(used, 0, (size_t)N);
     for (int j = 0; j < K; j++) {
         int best = -1;
-        for (int e = 0; e < N; e++)
-            if (!used[e] && (best < 0 || p[e] > p[best]))
-                best = e;
+        float bv = 0.0f;
+        for (int e = 0; e < N; e++) {
+            float v = p[e] + (bias && e < c->experts ? bias[e] : 0.0f);
+            if (!used[e] && (best < 0 || v > bv))
+                best = e, bv = v;
+        }
         used[best] = 1;
         col[j] = best;
-        weight[j] = p[best];
     }
+    set_weights(c, p, col, weight);
 }
 
 /* The global index of sequence b: its evaluation window, else its place in
@@ -256,7 +304,8 @@ static void counterfactual_row(experts *ex, const route_plan *p, long win, int p
     unsigned char *used = ex->used;
     if (p->policy == ROUTE_NOOP_ALL) {
         for (int j = 0; j < K; j++)
-            col[j] = E, weight[j] = pr[E];
+            col[j] = E;
+        set_weights(c, pr, col, weight);
         return;
     }
     memset(used, 0, (size_t)N);
@@ -269,8 +318,8 @@ static void counterfactual_row(experts *ex, const route_plan *p, long win, int p
                     best = e;
             used[best] = 1;
             col[j] = best;
-            weight[j] = pr[best];
         }
+        set_weights(c, pr, col, weight);
         return;
     }
     /* ROUTE_RANDOM: distinct real experts, drawn in choice order */
@@ -290,8 +339,8 @@ static void counterfactual_row(experts *ex, const route_plan *p, long win, int p
         perm[r] = perm[q];
         perm[q] = t;
         col[j] = perm[r++];
-        weight[j] = pr[col[j]];
     }
+    set_weights(c, pr, col, weight);
     (void)real;
 }
 
@@ -369,16 +418,53 @@ static bool per_row(const route_plan *p)
            p->policy == ROUTE_NOOP_ALL;
 }
 
+/* The chosen assignments of this forward per column, and their total,
+ * summed over the ranks (every rank's training forward calls it): the
+ * load fractions of balance_scope = batch and the load the bias follows. */
+static int global_load(experts *ex, const fwd_args *a, const row_set *rs)
+{
+    const experts_cfg *c = &ex->c;
+    int N = ex->N, K = c->top_k;
+    double *g = ex->global;
+    memset(g, 0, ((size_t)N + 1) * sizeof(double));
+    for (int i = 0; i < rs->n * K; i++)
+        g[ex->col[i]] += 1.0;
+    g[N] = (double)rs->n * K;
+    double t0 = mode_now();
+    int rc = comm_allreduce_sum_double(a->ctx ? a->ctx->comm : NULL, g, N + 1);
+    mode_time_add(a->ctx, PHASE_COMM, t0);
+    if (!rc)
+        for (int e = 0; e < c->experts; e++)
+            ex->load[e] += g[e];
+    return rc;
+}
+
+/* The balance loss's load fraction of column e in a sequence of rows
+ * [r0, r1): its own (Switch), or the global batch's. */
+static double load_frac(const experts *ex, int e, int r0, int r1)
+{
+    int K = ex->c.top_k;
+    if (ex->c.balance_scope == MOE_SCOPE_BATCH)
+        return ex->global[ex->N] > 0 ? ex->global[e] / ex->global[ex->N] : 0.0;
+    double chosen = 0.0;
+    for (int i = r0; i < r1; i++)
+        for (int j = 0; j < K; j++)
+            chosen += ex->col[(size_t)i * K + j] == e;
+    return r1 > r0 ? chosen / ((double)(r1 - r0) * K) : 0.0;
+}
+
 /* Gate, top-k and capacity for one row set; fills probs, lse, col, choice,
- * weight; statistics and auxiliary losses in training. */
+ * weight; statistics and auxiliary losses in training.  w: the experts'
+ * tensors (the gate and the bias read from it). */
 static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *rs,
-                const float *wg, int capacity)
+                float *const *w, int capacity)
 {
     const experts_cfg *c = &ex->c;
     int n = rs->n, N = ex->N, K = c->top_k, E = c->experts;
+    const float *bias = ex->slot.bias >= 0 ? w[ex->slot.bias] : NULL;
     if (c->router == MOE_ROUTER_LEARNED)
         /* NULL exec: the gate stays in fp32 under precision = bf16 */
-        linear_forward(NULL, ex->probs, m, wg, n, ex->d, N, 0.0f);
+        linear_forward(NULL, ex->probs, m, w[ex->slot.gate], n, ex->d, N, 0.0f);
     for (int b = 0; b < rs->nseq; b++)
         for (int i = rs->seq_start[b]; i < rs->seq_start[b + 1]; i++) {
             float *pi = ex->probs + (size_t)i * N;
@@ -388,11 +474,12 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
                 token_t tok = a->tokens ? a->tokens[(size_t)b * a->seq_len + rs->pos[i]] : 0;
                 hash_row(ex, a->ctx ? a->ctx->seed : 0, tok, pi, &ex->lse[i], ci, wi,
                          ex->perm_scratch);
+                memset(ex->logit + (size_t)i * N, 0, (size_t)N * sizeof(float));
                 continue;
             }
             if (c->router == MOE_ROUTER_RANDOM)
                 random_logits(ex, a, pi, seq_id(a, b), rs->pos[i]);
-            gate_row(pi, &ex->lse[i], N, K, ci, wi, ex->used);
+            gate_row(c, pi, ex->logit + (size_t)i * N, &ex->lse[i], N, bias, ci, wi, ex->used);
         }
     const route_plan *rp = a->mode != FWD_TRAIN && route_applies(a->route, ex->layer)
                                ? a->route
@@ -405,6 +492,10 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
     bool train = a->mode == FWD_TRAIN;
     if (train)
         memset(ex->sums, 0, (size_t)experts_stat_sums_count(c) * sizeof(double));
+    int rc;
+    if (train && (c->bias_rate > 0.0 || c->balance_scope == MOE_SCOPE_BATCH) &&
+        (rc = global_load(ex, a, rs)))
+        return rc;
     int *count = ex->count;
     for (int b = 0; b < rs->nseq; b++) {
         int r0 = rs->seq_start[b], r1 = rs->seq_start[b + 1], nb = r1 - r0;
@@ -414,15 +505,21 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
                                             (long)a->seq_len * K);
             if (!src)
                 return -ENOENT;
-            for (int i = r0; i < r1; i++)
+            for (int i = r0; i < r1; i++) {
                 for (int j = 0; j < K; j++) {
                     int e = (int)src[(size_t)rs->pos[i] * K + j];
                     e = e >= 0 && e < N ? e : -1;
                     ex->choice[(size_t)i * K + j] = e;
                     ex->col[(size_t)i * K + j] = e >= 0 ? e : ex->col[(size_t)i * K + j];
-                    ex->weight[(size_t)i * K + j] = e >= 0 ? ex->probs[(size_t)i * N + e]
-                                                           : 0.0f;
                 }
+                /* weights as the gate gives them (renormalised over the
+                 * columns chosen, dropped or not), a dropped one none */
+                set_weights(c, ex->probs + (size_t)i * N, ex->col + (size_t)i * K,
+                            ex->weight + (size_t)i * K);
+                for (int j = 0; j < K; j++)
+                    if (ex->choice[(size_t)i * K + j] < 0)
+                        ex->weight[(size_t)i * K + j] = 0.0f;
+            }
             continue;
         }
         /* admission in position order, first choice before second: a token's
@@ -433,8 +530,11 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
                 bool keep = e == E || count[e] < capacity; /* the no-op never drops */
                 count[e] += keep;
                 ex->choice[(size_t)i * K + j] = keep ? e : -1;
-                if (train)
+                if (train) {
                     ex->sums[keep ? e : N] += 1.0;
+                    if (e < E)
+                        ex->sums[N + 6 + e] += 1.0; /* chosen: MaxVio's load */
+                }
             }
         }
         if (!train || nb == 0)
@@ -442,19 +542,19 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
         /* Switch balance loss N sum_e frac_e meanP_e, frac before dropping */
         double bl = 0.0, z = 0.0, ent = 0.0;
         for (int e = 0; e < N; e++) {
-            double chosen = 0.0, meanp = 0.0;
-            for (int i = r0; i < r1; i++) {
+            double meanp = 0.0;
+            for (int i = r0; i < r1; i++)
                 meanp += (double)ex->probs[(size_t)i * N + e];
-                for (int j = 0; j < K; j++)
-                    chosen += ex->col[(size_t)i * K + j] == e;
-            }
-            bl += chosen / ((double)nb * K) * meanp / nb;
+            bl += load_frac(ex, e, r0, r1) * meanp / nb;
         }
         bl *= N;
         for (int i = r0; i < r1; i++) {
             z += (double)ex->lse[i] * (double)ex->lse[i];
-            for (int e = 0; e < N; e++) {
-                double p = (double)ex->probs[(size_t)i * N + e];
+            double tot = 0.0;
+            for (int e = 0; e < N; e++)
+                tot += (double)ex->probs[(size_t)i * N + e];
+            for (int e = 0; e < N && tot > 0.0; e++) { /* of the probabilities normalised */
+                double p = (double)ex->probs[(size_t)i * N + e] / tot;
                 ent -= p > 0.0 ? p * log(p) : 0.0;
             }
         }
@@ -466,6 +566,11 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
         if (a->aux_loss && c->router == MOE_ROUTER_LEARNED) /* no gate: nothing to balance */
             *a->aux_loss += (c->balance_weight * bl + c->z_weight * z / nb) * (double)a->seq_scale;
     }
+    if (train && bias) { /* the bias as it chose, times this rank's sequences */
+        double *sb = ex->sums + N + 6 + E;
+        for (int e = 0; e < E; e++)
+            sb[e] = (double)bias[e] * rs->nseq;
+    }
     return 0;
 }
 
@@ -474,7 +579,7 @@ static int gate(experts *ex, const fwd_args *a, const float *m, const row_set *r
 static ffn_weights expert_w(const experts *ex, float *const *w, int l)
 {
     size_t df = (size_t)ex->d * ex->c.d_ff;
-    int g = ex->c.router == MOE_ROUTER_LEARNED; /* after the gate, when there is one */
+    int g = ex->slot.w1; /* after the gate, when there is one */
     ffn_weights fw = { .w1 = w[g] + l * df, .w3 = w[g + 1] + l * df, .w2 = w[g + 2] + l * df };
     return fw;
 }
@@ -621,6 +726,52 @@ static int combine(experts *ex, const fwd_args *a, float *y)
     return 0;
 }
 
+/* The shared experts as one SwiGLU of shared * d_ff hidden units. */
+static ffn_weights shared_w(const experts *ex, float *const *w)
+{
+    int s = ex->slot.shared;
+    ffn_weights fw = { .w1 = w[s], .w3 = w[s + 1], .w2 = w[s + 2] };
+    return fw;
+}
+
+/* y += shared(m) on every row; in training the shared experts' share of
+ * the update, |shared_i| / (|shared_i| + |routed_i|), summed over rows
+ * (routed: what combine put in sh_rout, added to y here). */
+static int shared_forward(experts *ex, const fwd_args *a, float *y, const float *m, int n,
+                          float *const *w)
+{
+    const experts_cfg *c = &ex->c;
+    int d = ex->d, sf = c->shared * c->d_ff, rc;
+    bool train = a->mode == FWD_TRAIN;
+    double t0 = mode_now();
+    if (n > ex->sh_cache.cap_rows) {
+        free_ffn_cache(&ex->sh_cache);
+        if ((rc = build_ffn_cache(&ex->sh_cache, n, sf)))
+            return rc;
+    }
+    ffn_weights fw = shared_w(ex, w);
+    ffn_forward(&a->mm, &ex->sh_cache, ex->sh_out, m, n, &fw, d, sf, 0.0f);
+    double share = 0.0;
+    for (int i = 0; i < n; i++) {
+        float *yr = y + (size_t)i * d;
+        const float *so = ex->sh_out + (size_t)i * d, *ro = ex->sh_rout + (size_t)i * d;
+        double ss = 0.0, rr = 0.0;
+        for (int e = 0; e < d; e++) {
+            yr[e] += so[e] + (train ? ro[e] : 0.0f);
+            ss += (double)so[e] * (double)so[e];
+            rr += train ? (double)ro[e] * (double)ro[e] : 0.0;
+        }
+        if (train && ss + rr > 0.0)
+            share += sqrt(ss) / (sqrt(ss) + sqrt(rr));
+    }
+    if (train)
+        ex->sums[experts_stat_sums_count(c) - 1] = share;
+    if (a->flops_executed)
+        *a->flops_executed += 6.0 * n * d * sf;
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
+    return 0;
+}
+
 int experts_forward(experts *ex, const fwd_args *a, float *y, const float *m, const row_set *rs,
                     float *const *w, int capacity)
 {
@@ -631,9 +782,16 @@ int experts_forward(experts *ex, const fwd_args *a, float *y, const float *m, co
     if ((rc = ensure_rows(ex, n)) || (rc = ensure_ranks(ex, P)))
         return rc;
     if ((rc = ex->c.expert_choice ? ec_gate(ex, a, m, rs, w[0], capacity)
-                                  : gate(ex, a, m, rs, c_learned(ex) ? w[0] : NULL, capacity)))
+                                  : gate(ex, a, m, rs, w, capacity)))
         return rc;
-    if ((rc = dispatch(ex, a, m, n)) || (rc = compute(ex, a, w)) || (rc = combine(ex, a, y)))
+    /* with shared experts in training the routed part apart, for its share */
+    bool apart = ex->c.shared > 0 && a->mode == FWD_TRAIN;
+    if (apart)
+        memset(ex->sh_rout, 0, (size_t)n * ex->d * sizeof(float));
+    if ((rc = dispatch(ex, a, m, n)) || (rc = compute(ex, a, w)) ||
+        (rc = combine(ex, a, apart ? ex->sh_rout : y)))
+        return rc;
+    if (ex->c.shared > 0 && (rc = shared_forward(ex, a, y, m, n, w)))
         return rc;
     /* the gate on every row; each kept assignment's SwiGLU (counted on the
      * rank of its token: summed over the ranks, every expert's work) */
@@ -661,6 +819,33 @@ static int ensure_ws(experts *ex, int cnt, experts_ws *w)
     return 0;
 }
 
+/* dm += the shared experts' input gradient, their weights' gradients,
+ * given dy. */
+static int shared_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
+                           const float *m, int n, float *const *w, float *const *dw)
+{
+    int d = ex->d, sf = ex->c.shared * ex->c.d_ff;
+    double t0 = mode_now();
+    buf_plan p = buf_counting(sizeof(float));
+    ffn_ws f;
+    ffn_ws_layout(&p, &f, n, sf);
+    long need = (long)(p.used / sizeof(float)) + (long)n * d;
+    if (need > ex->cap_sh_ws) {
+        free(ex->sh_ws);
+        ex->sh_ws = malloc((size_t)need * sizeof(float));
+        ex->cap_sh_ws = ex->sh_ws ? need : 0;
+        if (!ex->sh_ws)
+            return -ENOMEM;
+    }
+    float *dx = ex->sh_ws + (need - (long)n * d);
+    ffn_weights fw = shared_w(ex, w), dfw = shared_w(ex, dw);
+    ffn_backward(&a->mm, dx, &dfw, dy, m, &ex->sh_cache, n, &fw, d, sf, ex->sh_ws);
+    for (size_t i = 0; i < (size_t)n * d; i++)
+        dm[i] += dx[i];
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
+    return 0;
+}
+
 int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy, const float *m,
                      const row_set *rs, float *const *w, float *const *dw)
 {
@@ -669,7 +854,8 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
     int d = ex->d, K = c->top_k, N = ex->N, n = rs->n, rc;
     double t0 = mode_now();
     memset(ex->dp, 0, (size_t)n * N * sizeof(float));
-    /* y_i += p out: d out = p dy, d p = <dy, out> */
+    memset(ex->dslot, 0, (size_t)n * K * sizeof(float));
+    /* y_i += w out: d out = w dy, d w = <dy, out> */
     for (int q = 0; q < ex->n_assign; q++) {
         int i = ex->a_row[q], j = ex->a_slot[q];
         const float *dyr = dy + (size_t)i * d, *o = ex->outs + (size_t)q * d;
@@ -679,7 +865,27 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
             g[e] = wgt * dyr[e];
             dot += dyr[e] * o[e];
         }
-        ex->dp[(size_t)i * N + ex->col[(size_t)i * K + j]] += dot;
+        ex->dslot[(size_t)i * K + j] = dot;
+    }
+    /* the weights' gradients to the probabilities: w_j = p_cj, or with
+     * renormalize w_j = p_cj / s (s the chosen columns' sum): d p_ck =
+     * (d w_k - sum_j w_j d w_j) / s */
+    for (int i = 0; i < n; i++) {
+        const int32_t *ci = ex->col + (size_t)i * K;
+        const float *wi = ex->weight + (size_t)i * K, *dsi = ex->dslot + (size_t)i * K;
+        float *dpi = ex->dp + (size_t)i * N;
+        if (!c->renormalize) {
+            for (int j = 0; j < K; j++)
+                dpi[ci[j]] += dsi[j];
+            continue;
+        }
+        double sum = 0.0, wd = 0.0;
+        for (int j = 0; j < K; j++) {
+            sum += (double)ex->probs[(size_t)i * N + ci[j]];
+            wd += (double)wi[j] * (double)dsi[j];
+        }
+        for (int j = 0; j < K && sum > 0.0; j++)
+            dpi[ci[j]] += (float)(((double)dsi[j] - wd) / sum);
     }
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
     t0 = mode_now();
@@ -721,6 +927,10 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
         for (int e = 0; e < d; e++)
             o[e] += g[e];
     }
+    mode_time_add(a->ctx, PHASE_ROUTING, t0);
+    if (c->shared > 0 && (rc = shared_backward(ex, a, dm, dy, m, n, w, dw)))
+        return rc;
+    t0 = mode_now();
     if (!c_learned(ex)) { /* random and hash: no gate to train */
         mode_time_add(a->ctx, PHASE_ROUTING, t0);
         return 0;
@@ -732,11 +942,7 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
             continue;
         double sc = (double)a->seq_scale;
         for (int e = 0; e < N; e++) {
-            double chosen = 0.0;
-            for (int i = r0; i < r1; i++)
-                for (int j = 0; j < K; j++)
-                    chosen += ex->col[(size_t)i * K + j] == e;
-            float g = (float)(c->balance_weight * N * chosen / ((double)nb * K) / nb * sc);
+            float g = (float)(c->balance_weight * N * load_frac(ex, e, r0, r1) / nb * sc);
             for (int i = r0; i < r1; i++)
                 ex->dp[(size_t)i * N + e] += g;
         }
@@ -744,6 +950,14 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
             float *dpi = ex->dp + (size_t)i * N;
             const float *p = ex->probs + (size_t)i * N;
             float dot = 0.0f, zg = (float)(c->z_weight * 2.0 * (double)ex->lse[i] / nb * sc);
+            if (c->score == MOE_SCORE_SIGMOID) {
+                /* d l = dp p (1 - p) + z-loss's 2 lse softmax(l) / nb */
+                const float *l = ex->logit + (size_t)i * N;
+                for (int e = 0; e < N; e++)
+                    dpi[e] = dpi[e] * p[e] * (1.0f - p[e]) +
+                             zg * (float)exp((double)(l[e] - ex->lse[i]));
+                continue;
+            }
             for (int e = 0; e < N; e++)
                 dot += p[e] * dpi[e];
             for (int e = 0; e < N; e++) /* d l = p (dp - <p, dp>) + z-loss's 2 lse p / nb */
@@ -758,7 +972,8 @@ int experts_backward(experts *ex, const fwd_args *a, float *dm, const float *dy,
                 }
         }
     }
-    linear_backward(NULL, dm, dw[0], ex->dp, m, w[0], n, d, N, 1.0f);
+    linear_backward(NULL, dm, dw[ex->slot.gate < 0 ? 0 : ex->slot.gate], ex->dp, m,
+                    w[ex->slot.gate < 0 ? 0 : ex->slot.gate], n, d, N, 1.0f);
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
     return 0;
 }
@@ -809,7 +1024,8 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
             linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
         else
             random_logits(ex, a, p, seq, pos);
-        gate_row(p, &lse, N, K, ex->dec_col, ex->dec_weight, ex->used);
+        gate_row(c, p, NULL, &lse, N, ex->slot.bias >= 0 ? w[ex->slot.bias] : NULL, ex->dec_col,
+                 ex->dec_weight, ex->used);
     }
     if (route_applies(a->route, ex->layer) && per_row(a->route)) {
         /* the same row rules as the forward's, on a one-row copy */
@@ -836,5 +1052,35 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
         for (int e = 0; e < d; e++)
             y[e] += ex->dec_weight[j] * out[e];
     }
+    if (c->shared > 0) {
+        ffn_weights fw = shared_w(ex, w);
+        float *out = ex->dec + N;
+        ffn_forward(NULL, &ex->sh_dec_cache, out, m, 1, &fw, d, c->shared * c->d_ff, 0.0f);
+        for (int e = 0; e < d; e++)
+            y[e] += out[e];
+    }
     return ex->dec_col[0];
+}
+
+void experts_step_end(experts *ex, float *const *w, bool updated)
+{
+    const experts_cfg *c = &ex->c;
+    if (ex->slot.bias < 0)
+        return;
+    if (!updated) { /* a skipped step moves nothing */
+        memset(ex->load, 0, (size_t)c->experts * sizeof(double));
+        return;
+    }
+    float *bias = w[ex->slot.bias];
+    double mean = 0.0;
+    for (int e = 0; e < c->experts; e++)
+        mean += ex->load[e];
+    mean /= c->experts;
+    /* b_e += u sign(mean load - load_e): an expert that took more than its
+     * share is chosen less next step, one that took less more */
+    for (int e = 0; e < c->experts; e++) {
+        double err = mean - ex->load[e];
+        bias[e] += (float)(c->bias_rate * (err > 0.0 ? 1.0 : err < 0.0 ? -1.0 : 0.0));
+    }
+    memset(ex->load, 0, (size_t)c->experts * sizeof(double));
 }

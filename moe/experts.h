@@ -46,6 +46,11 @@ void experts_decode_reset(experts *ex);
 int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, float *const *w,
                    int capacity, int32_t pos);
 
+/* After an optimizer step (every rank, the same loads): the balancing
+ * bias moved against each expert's load error over the step's global
+ * batch (when updated), the loads reset.  Nothing without bias_rate. */
+void experts_step_end(experts *ex, float *const *w, bool updated);
+
 /* Statistics of the last FWD_TRAIN forward (their counts: experts_kind.h):
  * sums (add over ranks) and their columns. */
 void experts_stat_name(const experts_cfg *c, int col, char *buf, int len);

@@ -17,6 +17,10 @@
 /* [moe] router: how a token's columns are chosen (experts_kind.c names
  * them in this order). */
 enum { MOE_ROUTER_LEARNED, MOE_ROUTER_RANDOM, MOE_ROUTER_HASH, MOE_ROUTER_COUNT };
+/* [moe] score: the gate's probabilities from its logits. */
+enum { MOE_SCORE_SOFTMAX, MOE_SCORE_SIGMOID, MOE_SCORE_COUNT };
+/* [moe] balance_scope: what the balance loss's load fractions count over. */
+enum { MOE_SCOPE_SEQUENCE, MOE_SCOPE_BATCH, MOE_SCOPE_COUNT };
 
 /* The counterfactual policies token-choice experts take (kind_ops.routes),
  * with the no-op's two for integrated; in decoding no shuffle nor replay
@@ -35,6 +39,13 @@ typedef struct experts_params {
     int d_ff;               /* per expert; 0: the model's d_ff */
     double balance_weight, z_weight;
     int router;             /* MOE_ROUTER_* */
+    int score;              /* MOE_SCORE_* */
+    bool renormalize;       /* the chosen columns' weights divided by their sum */
+    int balance_scope;      /* MOE_SCOPE_* */
+    double bias_rate;       /* u of auxiliary-loss-free balancing; 0: no bias */
+    int shared_experts;     /* experts every token goes through */
+    int granularity;        /* m: each expert split into m, top_k m times */
+    double eval_capacity_factor; /* < 0: capacity_factor */
 } experts_params;
 extern const key_group experts_group; /* [moe] */
 
@@ -58,6 +69,12 @@ typedef struct experts_cfg {
     bool expert_choice; /* each expert takes its top tokens (the `ec` kind): top_k = E slots,
                          * slot e expert e's pick; capacity_factor is Zhou et al.'s c */
     double aux_weight;  /* ec: the causal rule's BCE weight */
+    int score;          /* MOE_SCORE_* */
+    bool renormalize;
+    int balance_scope;  /* MOE_SCOPE_* */
+    double bias_rate;   /* > 0: the expert_bias tensor, nudged after each step */
+    int shared;         /* shared experts, each d_ff wide: one SwiGLU shared * d_ff wide */
+    double eval_capacity_factor; /* evaluation and decoding's; < 0: capacity_factor's */
 } experts_cfg;
 
 /* Gate columns: E, or E+1 with the no-op. */
@@ -69,13 +86,16 @@ static inline int experts_columns(const experts_cfg *c)
 /* The experts' configuration from the [moe] keys (noop: integrated's no-op
  * column); the checks between its values and what the kind adds (err). */
 experts_cfg experts_cfg_of(const experts_params *p, const model_dims *dims, bool noop);
-int experts_validate(const experts_params *p, bool noop, char *err, int err_len);
+int experts_validate(const experts_params *p, bool noop, int model_d_ff, char *err, int err_len);
 /* The `ec` kind's configuration from its [ec] keys. */
 experts_cfg ec_cfg_of(const ec_params *p, const model_dims *dims);
 
 /* ceil(capacity_factor * top_k * rows / E), or INT32_MAX without dropping;
- * expert-choice: the tokens each expert takes, max(1, floor(cf rows / E)). */
+ * expert-choice: the tokens each expert takes, max(1, floor(cf rows / E)).
+ * experts_capacity_in: the same in forward mode `mode` (fwd_mode; decoding
+ * counts as evaluation): eval_capacity_factor outside training when set. */
 int experts_capacity(const experts_cfg *c, int rows_per_seq);
+int experts_capacity_in(const experts_cfg *c, int rows_per_seq, int mode);
 
 typedef struct experts experts; /* activations and buffers (experts_state.h) */
 
@@ -87,9 +107,17 @@ typedef struct experts experts; /* activations and buffers (experts_state.h) */
 double experts_bytes(const experts_cfg *c, const model_dims *dims, long rows);
 
 /* Tensor descriptors: gate [d][N] (router learned only), experts_w1
- * [E][d][f], experts_w3 [E][d][f], experts_w2 [E][f][d].  Returns the count
- * (4, or 3 without the gate); out may be NULL. */
+ * [E][d][f], experts_w3 [E][d][f], experts_w2 [E][f][d], then expert_bias
+ * [E] (bias_rate > 0; zeros, no gradient, no decay: the balancing rule
+ * moves it) and shared_w1 [d][s f], shared_w3 [d][s f], shared_w2 [s f][d]
+ * (shared experts).  Returns the count; out may be NULL. */
 int experts_tensors(tensor_desc *out, const experts_cfg *c, const model_dims *dims);
+/* Where among them: the gate (-1 without), experts_w1 (w3, w2 follow),
+ * expert_bias (-1 without), shared_w1 (-1 without; w3, w2 follow). */
+typedef struct experts_slots {
+    int gate, w1, bias, shared;
+} experts_slots;
+experts_slots experts_tensor_slots(const experts_cfg *c);
 
 /* Statistics' counts: sums (tokens kept per column (N), dropped
  * assignments, balance loss, z-loss, router entropy, ...) and columns. */

@@ -10,6 +10,7 @@
 
 struct experts {
     experts_cfg c;
+    experts_slots slot; /* where the gate, experts, bias and shared experts are in w */
     int d, N;
     int layer;          /* the layer's index: random, hash and counterfactual streams */
     /* expert parallelism (model_dims ranks, rank): this rank holds and
@@ -25,6 +26,10 @@ struct experts {
     int32_t *choice;    /* [rows][top_k] chosen column, -1 when dropped */
     float *weight;      /* [rows][top_k] p of the chosen column */
     float *dp;          /* [rows][N] gradient work */
+    float *logit;       /* [rows][N] the gate's logits (sigmoid's z-loss) */
+    float *dslot;       /* [rows][top_k] <dy, out> of each chosen column */
+    float *sh_out;      /* [rows][d] shared experts' output (shared > 0) */
+    float *sh_rout;     /* [rows][d] the routed experts' part of y (shared > 0) */
     /* dispatch: kept assignments to real experts, sorted by expert
      * (experts_assign_layout, grown) */
     int n_assign, cap_assign;
@@ -47,6 +52,16 @@ struct experts {
     ffn_cache *cache;   /* [local], each its own block (build_ffn_cache) */
     float *ws;          /* ffn_backward work space (experts_ws_layout) */
     long cap_ws;
+    /* shared experts: their SwiGLU cache over the rows, backward work */
+    ffn_cache sh_cache;
+    float *sh_ws;       /* [3 rows s f] then dx [rows][d] */
+    long cap_sh_ws;
+    ffn_cache sh_dec_cache;
+    /* balancing over the global batch: the step's chosen assignments per
+     * column summed over ranks, then their total (frac of batch scope);
+     * the load each real expert took since the last experts_step_end */
+    double *global;     /* [N + 1] */
+    double *load;       /* [E] */
     /* statistics of the last training forward */
     double *sums;
     int *count;         /* [N] admission counters */

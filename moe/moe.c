@@ -57,7 +57,7 @@ static int moe_forward(layer *l, const fwd_args *a, float *y, const float *x)
     if (a->flops_executed)
         *a->flops_executed += a->nseq * attn_flops_rows(dm, a->seq_len, (long)a->seq_len * a->seq_len);
     return experts_forward(s->ex, a, y, s->m, &rs, l->w + T_GATE,
-                           experts_capacity(&s->ec, a->seq_len));
+                           experts_capacity_in(&s->ec, a->seq_len, a->mode));
 }
 
 static int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
@@ -103,7 +103,8 @@ static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int
         return rc;
     rmsnorm_forward(m, &rstd, h, l->w[T_MLP_NORM], 1, d);
     memcpy(y, h, (size_t)d * sizeof(float));
-    int first = experts_decode(s->ex, a, y, m, l->w + T_GATE, experts_capacity(&s->ec, a->seq_len), pos);
+    int first = experts_decode(s->ex, a, y, m, l->w + T_GATE,
+                               experts_capacity_in(&s->ec, a->seq_len, FWD_EVAL_CAUSAL), pos);
     if (first < 0)
         return first;
     /* "took the block": the first choice is a real expert (always, for moe) */
@@ -146,13 +147,19 @@ static void moe_stat_columns(const layer *l, const double *sums, double *cols)
     experts_stat_columns(&s->ec, sums, cols);
 }
 
+static void moe_step_end(layer *l, bool updated)
+{
+    moe_state *s = l->state;
+    experts_step_end(s->ex, l->w + T_GATE, updated);
+}
+
 #define MOE_OPS(KIND, ROUTES, DECODE_ROUTES)                                                       \
     {                                                                                              \
         .kind = &KIND, .build = moe_build, .free = moe_free, .forward = moe_forward,              \
         .backward = moe_backward, .decode_begin = moe_decode_begin, .decode = moe_decode,         \
         .record = moe_record, .stat_count = moe_stat_count, .stat_name = moe_stat_name,           \
         .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns, .routes = ROUTES,           \
-        .decode_routes = DECODE_ROUTES,                                                           \
+        .decode_routes = DECODE_ROUTES, .step_end = moe_step_end,                                 \
     }
 
 const kind_ops moe_ops = MOE_OPS(moe_kind, EXPERTS_ROUTES, EXPERTS_DECODE_ROUTES);

@@ -40,19 +40,20 @@ experts_cfg moe_cfg_of(const layer_spec *s, const layer_kind *k, const model_dim
     return experts_cfg_of(&moe_params_of(s)->experts, dims, k == &integrated_kind);
 }
 
-static int validate_of(const layer_spec *s, bool noop, char *err, int err_len)
+static int validate_of(const layer_spec *s, const model_dims *dims, bool noop, char *err,
+                       int err_len)
 {
-    return experts_validate(&moe_params_of(s)->experts, noop, err, err_len);
+    return experts_validate(&moe_params_of(s)->experts, noop, dims->d_ff, err, err_len);
 }
 
 static int moe_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
 {
-    return validate_of(s, false, err, err_len);
+    return validate_of(s, dims, false, err, err_len);
 }
 
 static int integrated_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
 {
-    return validate_of(s, true, err, err_len);
+    return validate_of(s, dims, true, err, err_len);
 }
 
 static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,

@@ -58,9 +58,11 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
-static int nominal_capacity(const staged_state *s)
+/* The experts' capacity over the k rows MoD selects in a sequence, in
+ * forward mode `mode` (decoding: FWD_EVAL_CAUSAL). */
+static int nominal_capacity(const staged_state *s, int mode)
 {
-    return experts_capacity(&s->ec, s->rt.cfg.k);
+    return experts_capacity_in(&s->ec, s->rt.cfg.k, mode);
 }
 
 static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
@@ -87,7 +89,7 @@ static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
     memcpy(s->rows.ys, s->rows.h, (size_t)rt->n_sel * d * sizeof(float));
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     rc = experts_forward(s->ex, a, s->rows.ys, s->rows.mlp.m, &rs, l->w + s->t_gate,
-                         nominal_capacity(s));
+                         nominal_capacity(s, a->mode));
     if (rc)
         return rc;
     mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
@@ -211,11 +213,18 @@ static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, 
         return rc;
     rmsnorm_forward(m, &rstd, h, l->w[s->t_norm], 1, d);
     memcpy(ys, h, (size_t)d * sizeof(float));
-    if ((rc = experts_decode(s->ex, a, ys, m, l->w + s->t_gate, nominal_capacity(s), pos)) < 0)
+    if ((rc = experts_decode(s->ex, a, ys, m, l->w + s->t_gate,
+                             nominal_capacity(s, FWD_EVAL_CAUSAL), pos)) < 0)
         return rc;
     for (int e = 0; e < d; e++)
         y[e] = x[e] + g * (ys[e] - x[e]);
     return 1;
+}
+
+static void staged_step_end(layer *l, bool updated)
+{
+    staged_state *s = l->state;
+    experts_step_end(s->ex, l->w + s->t_gate, updated);
 }
 
 const kind_ops staged_ops = {
@@ -233,4 +242,5 @@ const kind_ops staged_ops = {
     .stat_columns = staged_stat_columns,
     .routes = MOD_ROUTES | EXPERTS_ROUTES,
     .decode_routes = MOD_DECODE_ROUTES | EXPERTS_DECODE_ROUTES,
+    .step_end = staged_step_end,
 };

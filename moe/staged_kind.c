@@ -24,7 +24,7 @@ void staged_layout(buf_plan *p, staged_state *s, const model_dims *dims, int max
 
 static int staged_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
 {
-    return experts_validate(&staged_params_of(s)->experts, false, err, err_len);
+    return experts_validate(&staged_params_of(s)->experts, false, dims->d_ff, err, err_len);
 }
 
 static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)

@@ -308,6 +308,15 @@ static bool check_gradients(fixture *f, pcg32 *r)
         held &= isfinite(err[t]);
     }
     for (int t = 0; held && t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        if (mt->desc.no_grad) { /* moved by a rule: no gradient, the loss flat along it */
+            bool zero = true;
+            for (long i = 0; i < mt->numel; i++)
+                zero &= grad[mt->offset + i] == 0.0f;
+            CHECK(zero && err[t] == 0.0, "%s: %s is moved by a rule, yet has a gradient (or the "
+                  "loss moves along it: %.2e)", name, mt->path, err[t]);
+            continue;
+        }
         worst = fmax(worst, err[t]);
         /* TL_FD_TOL (tests/testlib.h): 4th-order differences of steps
          * 2e-3 along directions of |<g,u>| well above the loss's rounding */
@@ -772,6 +781,32 @@ int main(int argc, char **argv)
                 }
             }
     }
+    /* numeric keys that change what a kind computes, at a value that does:
+     * shared experts, split experts, the balancing bias (its tensor drawn
+     * like a bias, so it moves the choice), dropless evaluation */
+    static const char *const numeric[][2] = {
+        { "shared_experts", "1" }, { "granularity", "2" }, { "bias_rate", "0.01" },
+        { "eval_capacity_factor", "0" }, { NULL, NULL },
+    };
+    for (int i = 0; mode_kind_ops[i]; i++) {
+        const layer_kind *k = mode_kind_ops[i]->kind;
+        for (int v = 0; numeric[v][0]; v++) {
+            const kind_group *g = NULL;
+            const kind_key *key = layer_key(k, numeric[v][0], &g);
+            if (!key)
+                continue;
+            static char qualified[96];
+            layer_key_name(k, g, key, qualified, sizeof(qualified));
+            variant_key = qualified;
+            variant_value = numeric[v][1];
+            snprintf(row_name, sizeof(row_name), "%s, %s = %s", k->name, qualified,
+                     numeric[v][1]);
+            if (made)
+                check_row(mode_kind_ops[i], dir);
+            check_ranks(mode_kind_ops[i], world);
+            variants++;
+        }
+    }
     /* an exit point whose tokens leave: all of them (threshold 0) and some:
      * decoding with the keys and values of their frozen states against the
      * causal forward, causality, FLOPs, gradients */
@@ -792,7 +827,7 @@ int main(int argc, char **argv)
     int all = failures;
     comm_allreduce_max_int(world, &all);
     if (rank == 0)
-        printf("%d kinds and %d variants of their choice and boolean keys, %s\n", rows, variants,
+        printf("%d kinds and %d variants of their choice, boolean and numeric keys, %s\n", rows, variants,
                all ? "FAILED" : "every check passed");
     comm_finalize(&world);
     return all ? 1 : 0;

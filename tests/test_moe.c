@@ -640,8 +640,8 @@ static void stats_case(const char *label, const moecfg *mc, uint64_t seed)
     const kind_ops *k = ly->ops;
     assert_non_null(k->stat_count);
     int n_sums = 0;
-    assert_int_equal(k->stat_count(ly, &n_sums), N + 4);
-    assert_int_equal(n_sums, N + 6);
+    assert_int_equal(k->stat_count(ly, &n_sums), N + 5);
+    assert_int_equal(n_sums, N + 6 + E);
     char name[64], want_name[64];
     for (int c = 0; c < N + 4; c++) {
         k->stat_name(ly, c, name, sizeof(name));
@@ -654,6 +654,8 @@ static void stats_case(const char *label, const moecfg *mc, uint64_t seed)
                      (const char *[]){ "dropped", "balance_loss", "z_loss", "router_entropy" }[c - N]);
         assert_string_equal(name, want_name);
     }
+    k->stat_name(ly, N + 4, name, sizeof(name));
+    assert_string_equal(name, "maxvio");
 
     fwd_result res;
     tl_forward(&f, FWD_TRAIN, &res);
@@ -684,6 +686,17 @@ static void stats_case(const char *label, const moecfg *mc, uint64_t seed)
     assert_rel_below(cols[N + 1], bl, 1e-5);
     assert_rel_below(cols[N + 2], z, 1e-5);
     assert_rel_below(cols[N + 3], ent, 1e-5);
+    /* MaxVio over the chosen assignments (before capacity): each expert
+     * chose at least what it kept, moe's every assignment is chosen */
+    double chosen = 0.0, most = 0.0;
+    for (int e = 0; e < E; e++) {
+        assert_true(sums[N + 6 + e] >= sums[e]);
+        chosen += sums[N + 6 + e];
+        most = fmax(most, sums[N + 6 + e]);
+    }
+    if (!is_integrated(mc))
+        assert_true(chosen == (double)nseq * S * K);
+    assert_rel_below(cols[N + 4], most / (chosen / E) - 1.0, 1e-12);
     /* the training loss carries bw * balance + zw * z, averaged over sequences */
     assert_rel_below(res.aux_loss, mc->bw * bl + mc->zw * z, 1e-5);
     /* an evaluation forward (other tokens) leaves the training statistics */

@@ -890,6 +890,14 @@ static int check_expert_ranks(loader *L, int ranks)
                 if (!(key->flags & KEY_SHARDED))
                     continue;
                 int E = (int)key_number(key, layer_group_cvalues(s, g));
+                /* the experts the tensors hold (a kind may split each: the
+                 * first dimension of its expert tensors) */
+                tensor_desc td[MODE_MAX_LAYER_TENSORS];
+                model_dims dims = config_dims(L->c);
+                int nt = k->tensors ? k->tensors(s, &dims, td, MODE_MAX_LAYER_TENSORS) : 0;
+                for (int t = 0; t < nt; t++)
+                    if (td[t].expert_dim)
+                        E = td[t].shape[0] > E ? td[t].shape[0] : E;
                 if (E > 0 && (E % ranks == 0 || ranks % E == 0))
                     continue;
                 char sec[32], v[VALUE_LEN];
@@ -897,8 +905,8 @@ static int check_expert_ranks(loader *L, int ranks)
                                           sizeof(sec), v, sizeof(v));
                 return failf(L, &r,
                              "expected a multiple or a divisor of the %d ranks (layer %d, %s: "
-                             "each rank computes %s/ranks of them, or groups of `%s` ranks each "
-                             "hold all)", ranks, li, k->name, key->name, key->name);
+                             "%d experts; each rank computes experts/ranks of them, or groups "
+                             "of `experts` ranks each hold all)", ranks, li, k->name, E);
             }
         }
     }

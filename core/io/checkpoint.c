@@ -4,9 +4,12 @@
 #include "core/io/h5util.h"
 
 #include "core/comm/comm.h"
+#include "core/rng/pcg32.h"
+#include "core/rng/streams.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,5 +437,173 @@ int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char 
         rc = read_tensors(f, path, m, "optim/v/", m->adam_v, err, err_len);
     if (f >= 0)
         H5Fclose(f);
+    return comm_agree(cm, rc, err, err_len);
+}
+
+/* ---- upcycling (checkpoint_init_from) ------------------------------------ */
+
+/* The shape of dataset name in f: its dimensions (at most 3), or -ENOENT. */
+static int dataset_shape(hid_t f, const char *name, int *nd, hsize_t dims[3])
+{
+    if (H5Lexists(f, "layers", H5P_DEFAULT) <= 0 && strncmp(name, "layers/", 7) == 0)
+        return -ENOENT;
+    htri_t there = H5Oexists_by_name(f, name, H5P_DEFAULT);
+    if (there <= 0)
+        return -ENOENT;
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    if (ds < 0)
+        return -ENOENT;
+    hid_t sp = H5Dget_space(ds);
+    *nd = H5Sget_simple_extent_ndims(sp);
+    int rc = *nd >= 1 && *nd <= 3 ? 0 : -EINVAL;
+    if (!rc)
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    H5Dclose(ds);
+    return rc;
+}
+
+/* The layer index of "layers/<l>/...", or -1. */
+static int path_layer(const char *path)
+{
+    int l = -1;
+    return sscanf(path, "layers/%d/", &l) == 1 ? l : -1;
+}
+
+/* Expert e's hidden units [0, h) re-drawn: `reinit` of them, the same for
+ * the expert's three tensors (keyed by layer and expert). */
+static void reinit_units(unsigned char *pick, int h, double reinit, uint64_t seed, int li, int e)
+{
+    memset(pick, 0, (size_t)h);
+    int n = (int)lround(reinit * h);
+    pcg32 g;
+    pcg32_keyed(&g, seed, PCG_KEY_UPCYCLE, (uint64_t)li, (uint64_t)e);
+    for (int k = 0; k < n;) { /* n distinct units */
+        int u = (int)pcg32_bounded(&g, (uint32_t)h);
+        if (!pick[u])
+            pick[u] = 1, k++;
+    }
+}
+
+/* Tensor mt of m from the 2-D source src [r0][c0]: each held expert (or
+ * the one tensor) a slice of the hidden units, re-drawn in part, noised. */
+static int upcycle_tensor(const model_tensor *mt, float *dst, const float *src, const hsize_t *sd,
+                          const ckpt_upcycle *u, int t, char *err, int err_len)
+{
+    const tensor_desc *d = &mt->desc;
+    bool ex = d->expert_dim;
+    long r = ex ? d->shape[1] : d->shape[0], c = ex ? d->shape[2] : d->shape[1];
+    long r0 = (long)sd[0], c0 = (long)sd[1];
+    /* hidden along the columns ([d][h] from [d][f0]) or the rows ([h][d]) */
+    bool cols = r == r0 && c > 0 && c0 % c == 0;
+    bool rows = !cols && c == c0 && r > 0 && r0 % r == 0;
+    if ((d->ndim != (ex ? 3 : 2)) || (!cols && !rows)) {
+        snprintf(err, (size_t)err_len,
+                 "%s [%ld][%ld] cannot start from %s [%ld][%ld]: expected the same width and a "
+                 "hidden width dividing the source's", mt->path, r, c, d->upcycle_from, r0, c0);
+        return -EINVAL;
+    }
+    long h = cols ? c : r, pieces = (cols ? c0 : r0) / h;
+    int n = ex ? mt->experts : 1, li = path_layer(mt->path);
+    unsigned char *pick = malloc((size_t)h);
+    if (!pick)
+        return -ENOMEM;
+    for (int l = 0; l < n; l++) {
+        int e = ex ? mt->expert0 + l : 0;
+        long s = e % pieces;
+        float *out = dst + (size_t)l * r * c;
+        for (long i = 0; i < r; i++)
+            for (long j = 0; j < c; j++)
+                out[i * c + j] = cols ? src[i * c0 + s * h + j] : src[(s * h + i) * c0 + j];
+        reinit_units(pick, (int)h, u->reinit, u->seed, li, e);
+        pcg32 g;
+        pcg32_keyed(&g, u->seed, PCG_KEY_UPCYCLE + 1, (uint64_t)t, (uint64_t)e);
+        for (long i = 0; i < r; i++)
+            for (long j = 0; j < c; j++) {
+                float *w = &out[i * c + j];
+                if (pick[cols ? j : i])
+                    *w = d->init_std * pcg32_normal(&g);
+                else if (u->noise > 0.0)
+                    *w += (float)u->noise * d->init_std * pcg32_normal(&g);
+            }
+    }
+    free(pick);
+    return 0;
+}
+
+static void add_name(char *list, int len, const char *name)
+{
+    size_t at = strlen(list);
+    if (at + strlen(name) + 3 < (size_t)len)
+        snprintf(list + at, (size_t)len - at, "%s%s", at ? ", " : "", name);
+}
+
+int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, comm *cm,
+                         char *summary, int summary_len, char *err, int err_len)
+{
+    h5_quiet();
+    char up[1024] = "", fresh[1024] = "";
+    int n_up = 0, n_fresh = 0, n_read = 0, rc = 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
+        rc = -EIO;
+    }
+    for (int t = 0; !rc && t < m->n_tensors; t++) {
+        const model_tensor *mt = &m->tensors[t];
+        int nd;
+        hsize_t dims[3], sd[3];
+        char why[512];
+        if (dataset_shape(f, mt->path, &nd, sd) == 0) { /* the file has it: as it is */
+            for (int i = 0; i < mt->desc.ndim; i++)
+                dims[i] = (hsize_t)mt->desc.shape[i];
+            rc = mt->desc.expert_dim
+                     ? h5_read_floats_rows(f, mt->path, m->params + mt->offset, mt->desc.ndim,
+                                           dims, (hsize_t)mt->expert0, (hsize_t)mt->experts, why,
+                                           sizeof(why))
+                     : h5_read_floats(f, mt->path, m->params + mt->offset, mt->desc.ndim, dims,
+                                      why, sizeof(why));
+            if (rc)
+                snprintf(err, (size_t)err_len, "%s: %s", path, why);
+            n_read++;
+            continue;
+        }
+        char src[MODE_TENSOR_PATH + MODE_NAME_LEN];
+        const char *slash = strrchr(mt->path, '/');
+        snprintf(src, sizeof(src), "%.*s%s", slash ? (int)(slash - mt->path + 1) : 0, mt->path,
+                 mt->desc.upcycle_from);
+        if (!mt->desc.upcycle_from[0] || dataset_shape(f, src, &nd, sd) || nd != 2) {
+            add_name(fresh, sizeof(fresh), mt->path);
+            n_fresh++;
+            continue;
+        }
+        float *buf = malloc((size_t)sd[0] * sd[1] * sizeof(float));
+        if (!buf) {
+            rc = -ENOMEM;
+            break;
+        }
+        rc = h5_read_floats(f, src, buf, 2, sd, why, sizeof(why));
+        if (rc)
+            snprintf(err, (size_t)err_len, "%s: %s", path, why);
+        else
+            rc = upcycle_tensor(mt, m->params + mt->offset, buf, sd, u, t, why, sizeof(why));
+        if (rc && !err[0])
+            snprintf(err, (size_t)err_len, "%s: %s", path, why);
+        free(buf);
+        char pair[MODE_TENSOR_PATH + MODE_NAME_LEN + 8];
+        snprintf(pair, sizeof(pair), "%s <- %s", mt->path, mt->desc.upcycle_from);
+        add_name(up, sizeof(up), pair);
+        n_up++;
+    }
+    if (!rc && n_read == 0) {
+        snprintf(err, (size_t)err_len, "%s: none of the model's tensors is there", path);
+        rc = -EINVAL;
+    }
+    if (f >= 0)
+        H5Fclose(f);
+    if (summary)
+        snprintf(summary, (size_t)summary_len, "%d tensors read; %d upcycled%s%s%s; %d fresh%s%s%s",
+                 n_read, n_up, n_up ? " (" : "", up, n_up ? ")" : "", n_fresh,
+                 n_fresh ? " (" : "", fresh, n_fresh ? ")" : "");
     return comm_agree(cm, rc, err, err_len);
 }

@@ -56,4 +56,27 @@ void ckpt_meta_clear(ckpt_meta *meta);
 int checkpoint_load(const char *path, model *m, bool with_optim, struct comm *cm, char *err,
                     int err_len);
 
+/* A new run's parameters from another model's checkpoint (--init-from),
+ * which may lack some of m's tensors (docs/upcycling.md):
+ *   - a tensor the file has is read as checkpoint_load reads it (its shape
+ *     must be the model's);
+ *   - one it lacks whose description names an upcycle_from tensor the file
+ *     has in the same layer (experts_w1 from the dense MLP's w1) starts as
+ *     that tensor: every expert e a copy, cut to the expert's hidden width h
+ *     as slice (e mod (f0 / h)) of the source's f0 hidden units; then a
+ *     share `reinit` of each expert's hidden units (the same in its three
+ *     tensors, drawn by seed, layer and expert) drawn afresh from the
+ *     tensor's initialisation (Drop-Upcycling), and noise of standard
+ *     deviation `noise` times the initialisation's added to every weight;
+ *   - any other keeps m's fresh initialisation (a gate, a router).
+ * Draws are keyed by the expert's global index: the same model at any
+ * rank count.  summary (may be NULL) lists what was upcycled and what
+ * started fresh.  Collective over cm (after checkpoint_read_meta). */
+typedef struct ckpt_upcycle {
+    double noise, reinit;
+    uint64_t seed;
+} ckpt_upcycle;
+int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, struct comm *cm,
+                         char *summary, int summary_len, char *err, int err_len);
+
 #endif

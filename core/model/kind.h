@@ -159,6 +159,11 @@ typedef struct kind_ops {
      * fwd_args.route says so; 0 for kinds that do not route. */
     unsigned routes;
     unsigned decode_routes; /* the same in decode() */
+    /* After the optimizer step (updated: it changed the parameters), on
+     * every rank: state a kind moves by a rule rather than a gradient (the
+     * experts' balancing bias) from what the step's forwards saw.  NULL:
+     * nothing. */
+    void (*step_end)(layer *l, bool updated);
 } kind_ops;
 
 /* Where record() puts its arrays: put() copies them under name (e.g.

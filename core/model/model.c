@@ -249,6 +249,15 @@ void model_init(model *m, uint64_t seed)
     model_zero_grad(m);
 }
 
+void model_step_end(model *m, bool updated)
+{
+    for (int l = 0; l < m->dims.n_layers; l++) {
+        layer *ly = &m->layers[l];
+        if (ly->ops->step_end)
+            ly->ops->step_end(ly, updated);
+    }
+}
+
 void model_zero_grad(model *m)
 {
     memset(m->grads, 0, m->n_params * sizeof(float));

@@ -98,6 +98,9 @@ void free_model(model **m);
 #define MODEL_INIT_KEY PCG_KEY_INIT
 void model_init(model *m, uint64_t seed);
 void model_zero_grad(model *m);
+/* After an optimizer step, every layer's kind_ops.step_end (updated: the
+ * parameters changed). */
+void model_step_end(model *m, bool updated);
 
 /* Forward over the batch.  In FWD_TRAIN mode the logits buffer is turned into
  * d loss / d logits (scaled by 1/(global_seqs*S)) ready for model_backward. */

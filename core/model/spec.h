@@ -47,10 +47,19 @@ typedef struct tensor_desc {
     tensor_init init;
     float init_std;
     bool decay; /* AdamW weight decay applies (matrices only) */
+    /* Moved by a rule of its kind (kind_ops.step_end), not by a gradient:
+     * backward leaves its gradient zero, so AdamW leaves it (with decay
+     * off) where the rule puts it */
+    bool no_grad;
     /* shape[0] counts experts, placed on ranks by expert parallelism
      * (experts_held): the ranks that compute expert e alone keep slice e
      * current in training (core/train/shard.h) */
     bool expert_dim;
+    /* Upcycling (--init-from a checkpoint without this tensor): the name,
+     * in the same layer's group, of the tensor it starts from ("w1": the
+     * dense MLP's), copied into every expert and cut to this tensor's
+     * hidden width (model.h: model_upcycle); "" for none: a fresh start. */
+    char upcycle_from[MODE_NAME_LEN];
 } tensor_desc;
 
 /* Expert parallelism's placement, which the kinds with experts route tokens by:

@@ -14,6 +14,7 @@
 #define PCG_KEY_HASH 0x48520000u      /* "HR" + layer: hash routing's experts (token, 0) */
 #define PCG_KEY_COUNTERFACTUAL 0x43460000u /* "CF" + layer: counterfactual draws (window, 0) */
 #define PCG_KEY_DROP 0x44520000u      /* "DR" + layer: stochastic depth's draws (step, unit) */
+#define PCG_KEY_UPCYCLE 0x55500000u /* "UP" + what: upcycling's draws (layer or tensor, expert) */
 #define PCG_KEY_BENCH 0x42454e43u     /* "BENC": mode-exp bench's tokens (step, rank) */
 #define PCG_KEY_MI 0x4d49u            /* "MI": the analysis's chance mutual information */
 #define PCG_KEY_BOOT 0x424f4f54u      /* "BOOT": the analysis's bootstraps (what, 0) */

@@ -59,6 +59,7 @@ int train_step(model *m, const shard_plan *sp, mode_ctx *ctx, const batch *b,
         shard_adamw(sp, ctx, m, oc, step + 1, o->lr);
         o->updated = true;
     }
+    model_step_end(m, update);
     mode_time_add(ctx, PHASE_OPTIMIZER, to);
     return 0;
 }

@@ -584,8 +584,14 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         ckpt_meta meta;
         rc = checkpoint_read_meta(o->init_from, &meta, ctx->comm, err, err_len);
         ckpt_meta_clear(&meta);
+        ckpt_upcycle up = { .noise = o->upcycle_noise, .reinit = o->upcycle_reinit,
+                            .seed = cfg->init_seed };
+        char summary[2048];
         if (!rc)
-            rc = checkpoint_load(o->init_from, t.m, false, ctx->comm, err, err_len);
+            rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary,
+                                      sizeof(summary), err, err_len);
+        if (!rc && ctx->rank == 0 && o->init_note)
+            o->init_note(summary, o->log_user);
         if (rc) {
             char why[900];
             snprintf(why, sizeof(why), "%s", err);

@@ -28,6 +28,11 @@ typedef struct trainer_opts {
     bool resume;          /* continue the run in the folder from its checkpoint */
     bool overwrite;       /* a new run in a folder that holds one (else refused) */
     const char *init_from; /* a new run's parameters from this checkpoint, or NULL */
+    /* upcycling from it (checkpoint_init_from): noise on the copied
+     * experts, the share of their hidden units drawn afresh */
+    double upcycle_noise, upcycle_reinit;
+    /* told (rank 0) what --init-from read, upcycled and left fresh */
+    void (*init_note)(const char *summary, void *user);
     train_log_fn log;   /* called on rank 0 every log_every steps and at evaluations */
     void *log_user;
     int argc;

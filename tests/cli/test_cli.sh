@@ -427,6 +427,98 @@ executed)
 	awk -v l="$last" -v b="$before" 'BEGIN { exit !(l < 3.3e-4 && b > 3.06e-4 && b > l) }' ||
 		fail "the lr ends at $last (five steps before: $before): the schedule does not end at the last step"
 	;;
+balance)
+	# The MoE routing options of today's recipes at once (sigmoid scores,
+	# renormalised weights, a balance loss over the global batch, the
+	# balancing bias, a shared expert, experts split in 2, dropless
+	# evaluation) in moe, staged and integrated layers: -n 2 and -n 8 (two
+	# groups of the 8 split experts... one each) train as -n 1 does within
+	# float rounding (the tolerances of the moe test), with the same tokens
+	# per expert and the same bias, which moves only by whole steps of
+	# bias_rate on counts summed over ranks.
+	layers='model.layers=(dense, moe, staged, integrated)'
+	opts='moe.experts=4 moe.score=sigmoid moe.renormalize=true moe.balance_scope=batch
+		moe.bias_rate=0.01 moe.shared_experts=1 moe.granularity=2 moe.eval_capacity_factor=0
+		mod.capacity=0.5'
+	for n in 1 2 8; do run "b$n" "$n" "$layers" $opts; done
+	for n in 2 8; do
+		"$compare" b1/tiny/run.h5 "b$n/tiny/run.h5" 1e-5 1e-3 || fail "-n 1 and -n $n differ"
+		for l in 1 2 3; do
+			for c in tokens_0 tokens_7 bias_0 bias_5 maxvio shared_share; do
+				h5dump -d "layer_stats/$l/$c" b1/tiny/run.h5 | sed 1d >a.txt
+				h5dump -d "layer_stats/$l/$c" "b$n/tiny/run.h5" | sed 1d >b.txt
+				[ "$c" = shared_share ] || [ "$c" = maxvio ] || cmp -s a.txt b.txt ||
+					fail "layer $l $c differs between -n 1 and -n $n"
+			done
+		done
+	done
+	# the bias moved, by whole steps of bias_rate (0.01), from 0
+	b=$(h5dump -d layer_stats/1/bias_0 -m '%.6f' b1/tiny/run.h5 | sed -n '/DATA {/,/}/p' |
+		tr -s ' ,' '\n' | grep -E '^-?[0-9]+\.[0-9]+$' | tail -n 1)
+	awk -v b="$b" 'BEGIN { r = b / 0.01; exit !(b != 0 && (r - int(r) < 1e-3 || int(r) - r > -1e-3)) }' ||
+		fail "bias_0 ends at $b: not a nonzero multiple of bias_rate"
+	h5ls b1/tiny/ckpt.h5/layers/1/experts_w1 | grep -q "{8, 32, 32}" ||
+		fail "granularity 2: experts_w1 is not [8][32][32]"
+	h5ls b1/tiny/ckpt.h5/layers/1/shared_w1 | grep -q "{32, 32}" || fail "shared_w1 shape"
+	h5ls b1/tiny/ckpt.h5/layers/1/expert_bias | grep -q "{8}" || fail "expert_bias shape"
+	# resuming is the uninterrupted run, bit for bit (the bias is in the checkpoint)
+	run c2 2 "$layers" $opts --max-steps 10
+	run c2 2 "$layers" $opts --resume
+	"$compare" b2/tiny/run.h5 c2/tiny/run.h5 0 || fail "resumed run differs"
+	# granularity 3 does not divide d_ff 64: refused naming the key
+	mpirun -n 1 "$exe" "$config" "$layers" moe.granularity=3 --quiet 2>err.txt &&
+		fail "granularity 3 of d_ff 64 accepted"
+	grep -q "granularity" err.txt || fail "granularity refusal: $(cat err.txt)"
+	# 3 experts split in 2 (6) on 4 ranks: refused, naming the 6
+	mpirun -n 4 "$exe" "$config" "$layers" moe.experts=3 moe.granularity=2 --quiet 2>err.txt &&
+		fail "6 experts on 4 ranks accepted"
+	grep -q "6 experts" err.txt || fail "rank refusal: $(cat err.txt)"
+	;;
+upcycle)
+	# A dense model's checkpoint starts a moe, staged and integrated model:
+	# every expert a copy of its layer's dense MLP (split experts a slice of
+	# its hidden units), the shared expert too, gates and routers fresh; the
+	# same at 1 and 4 ranks (each rank reads its own experts).  lr 1e-30
+	# keeps the parameters as they started (the Adam moments, of gradients
+	# summed in another order, within the moe test's 1e-3; a misplaced
+	# expert is off by its own size).
+	run d 1 'model.layers=dense x 4' run.steps=8
+	layers='model.layers=(dense, moe, staged, integrated)'
+	for n in 1 4; do
+		run "u$n" "$n" "$layers" moe.experts=4 moe.granularity=2 moe.shared_experts=1 \
+			optim.lr=1e-30 run.steps=2 --init-from d/tiny/ckpt.h5
+	done
+	"$compare" --tensors u1/tiny/ckpt.h5 u4/tiny/ckpt.h5 1e-3 || fail "upcycled at 4 ranks differs"
+	dump() { h5dump -d "$1" -s "$2" -c "$3" -m '%.7g' "$4" | sed -n '/DATA {/,/}/p' |
+		sed 's/([0-9,]*)://' | tr -s ' ,\n' ' ' | sed 's/DATA { //; s/ } *$//'; }
+	for l in 1 2 3; do
+		# expert 3 of 8 (d_ff 64 split in 2: 32 wide) is the second half of w1
+		a=$(dump "layers/$l/w1" "0,32" "32,32" d/tiny/ckpt.h5)
+		b=$(dump "layers/$l/experts_w1" "3,0,0" "1,32,32" u1/tiny/ckpt.h5)
+		[ -n "$a" ] && [ "$a" = "$b" ] || fail "layer $l: expert 3's w1 is not the dense w1's second half"
+		a=$(dump "layers/$l/w2" "0,0" "32,32" d/tiny/ckpt.h5)
+		b=$(dump "layers/$l/experts_w2" "2,0,0" "1,32,32" u1/tiny/ckpt.h5)
+		[ "$a" = "$b" ] || fail "layer $l: expert 2's w2 is not the dense w2's first half"
+		a=$(dump "layers/$l/wq" "0,0" "32,32" d/tiny/ckpt.h5)
+		b=$(dump "layers/$l/wq" "0,0" "32,32" u1/tiny/ckpt.h5)
+		[ "$a" = "$b" ] || fail "layer $l: attention not read"
+	done
+	# Drop-Upcycling: half of each expert's hidden units drawn afresh
+	run r 1 "$layers" moe.experts=4 optim.lr=1e-30 run.steps=2 --init-from d/tiny/ckpt.h5 \
+		--upcycle-reinit 0.5
+	a=$(dump "layers/1/w1" "0,0" "32,64" d/tiny/ckpt.h5 | tr ' ' '\n')
+	b=$(dump "layers/1/experts_w1" "0,0,0" "1,32,64" r/tiny/ckpt.h5 | tr ' ' '\n')
+	same=$(paste -d' ' /dev/null /dev/null >/dev/null; printf '%s\n' "$a" >a.txt; printf '%s\n' "$b" >b.txt;
+		paste a.txt b.txt | awk '$1 == $2' | wc -l)
+	[ "$same" -ge 900 ] && [ "$same" -le 1150 ] ||
+		fail "reinit 0.5 kept $same of 2048 weights of expert 0, expected about 1024"
+	# a checkpoint of other widths is refused, naming the tensor
+	mpirun -n 1 "$exe" "$config" "$layers" model.d_ff=32 --init-from d/tiny/ckpt.h5 --quiet \
+		2>err.txt && fail "other widths accepted"
+	grep -q "w1" err.txt || fail "width refusal: $(cat err.txt)"
+	mpirun -n 1 "$exe" "$config" --upcycle-noise 0.1 --quiet 2>err.txt &&
+		fail "--upcycle-noise without --init-from accepted"
+	;;
 *)
 	fail "unknown test $test_name"
 	;;
