@@ -27,6 +27,9 @@ typedef struct load_layer {
     double maxvio_late, cv_late, drop_late; /* means over the last 10% of steps */
     int dead;                    /* experts with no token in the last RT_DEAD_ROWS rows */
     long dead_rows;
+    bool chosen;                 /* maxvio from the kind's chosen counts (before capacity) */
+    double bias_spread;          /* max - min of the balancing bias at the end; NaN: none */
+    double shared_late;          /* the shared experts' share, late mean; NaN: none */
 } load_layer;
 
 typedef struct class_layer {
@@ -103,6 +106,40 @@ static int read_load(const run_info *ri, int l, int E, load_layer *out)
                 cnt++;
             }
         }
+        /* the kinds' own MaxVio, of the chosen assignments before capacity
+         * drops them (where the run has it): the kept counts above cannot
+         * show more than the capacity factor's imbalance */
+        double *mv = NULL;
+        snprintf(name, sizeof(name), "layer_stats/%d/maxvio", l);
+        if (!run_read_column(ri, name, &mv, &m) && m == n) {
+            out->maxvio_late = 0.0;
+            for (long i = 0; i < n; i++) {
+                out->maxvio[i] = mv[i];
+                if (i >= late0)
+                    out->maxvio_late += mv[i];
+            }
+        }
+        out->chosen = mv != NULL;
+        free(mv);
+        out->bias_spread = out->shared_late = (double)NAN;
+        double lo = HUGE_VAL, hi = -HUGE_VAL;
+        for (int e = 0; e < E; e++) {
+            snprintf(name, sizeof(name), "layer_stats/%d/bias_%d", l, e);
+            long k = 0;
+            double b = run_last_value(ri, name, &k);
+            if (k > 0 && isfinite(b))
+                lo = fmin(lo, b), hi = fmax(hi, b);
+        }
+        if (hi >= lo)
+            out->bias_spread = hi - lo;
+        double *sh = NULL;
+        snprintf(name, sizeof(name), "layer_stats/%d/shared_share", l);
+        if (!run_read_column(ri, name, &sh, &m) && m == n) {
+            out->shared_late = 0.0;
+            for (long i = late0; i < n; i++)
+                out->shared_late += sh[i] / (double)(n - late0);
+        }
+        free(sh);
         if (cnt) {
             out->maxvio_late /= cnt;
             out->cv_late /= cnt;
@@ -266,17 +303,28 @@ static void write_md(FILE *f, const void *user)
     fprintf(f, "# Routing analytics of %s\n\n", ri->name);
     if (rp->n_loads) {
         fprintf(f, "Expert load per layer over training (the per-step statistics): MaxVio = "
-                   "max load / mean load - 1 over the real experts (0: perfectly balanced), "
+                   "max load / mean load - 1 over the real experts (0: perfectly balanced; "
+                   "of the assignments chosen before capacity drops them where the run "
+                   "records `maxvio`, marked *, else of the tokens kept), "
                    "CV = their coefficient of variation, drop rate = dropped assignments over "
                    "all, each the mean of the last 10%% of logged steps; dead = experts that "
-                   "took no token in the last logged steps.\n\n");
-        fprintf(f, "| layer | kind | experts | MaxVio | CV | drop rate | dead experts |\n");
-        fprintf(f, "| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+                   "took no token in the last logged steps; bias spread = max - min of the "
+                   "balancing bias at the last step; shared = the shared experts' share of "
+                   "the update (docs/kinds/moe-routing.md).\n\n");
+        fprintf(f, "| layer | kind | experts | MaxVio | CV | drop rate | dead experts | "
+                   "bias spread | shared |\n");
+        fprintf(f, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for (int k = 0; k < rp->n_loads; k++) {
             const load_layer *x = &rp->loads[k];
-            fprintf(f, "| %d | %s | %d | %.3f | %.3f | %.4f | %d (last %ld steps) |\n", x->layer,
-                    ri->cfg.layers[x->layer].kind, x->experts, x->maxvio_late, x->cv_late,
-                    x->drop_late, x->dead, x->dead_rows);
+            char bias[32] = "-", shared[32] = "-";
+            if (isfinite(x->bias_spread))
+                snprintf(bias, sizeof(bias), "%.4f", x->bias_spread);
+            if (isfinite(x->shared_late))
+                snprintf(shared, sizeof(shared), "%.3f", x->shared_late);
+            fprintf(f, "| %d | %s | %d | %.3f%s | %.3f | %.4f | %d (last %ld steps) | %s | %s |\n",
+                    x->layer, ri->cfg.layers[x->layer].kind, x->experts, x->maxvio_late,
+                    x->chosen ? "*" : "", x->cv_late, x->drop_late, x->dead, x->dead_rows, bias,
+                    shared);
         }
         fprintf(f, "\n");
     }
@@ -481,7 +529,7 @@ int cmd_routing(const an_args *a)
         goto done;
     }
     for (int l = 0; l < L; l++) {
-        double E = run_layer_value(ri, l, "experts");
+        double E = run_layer_experts(ri, l);
         if (isfinite(E) && E >= 1 && !read_load(ri, l, (int)E, &rp.loads[rp.n_loads]))
             rp.n_loads++;
     }

@@ -301,8 +301,14 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     if (rc)
         free_layer_record(rec);
     else if (rec->experts)
-        rec->n_experts = (int)run_layer_value(ri, l, "experts");
+        rec->n_experts = (int)run_layer_experts(ri, l);
     return rc;
+}
+
+double run_layer_experts(const run_info *ri, int l)
+{
+    double E = run_layer_value(ri, l, "experts"), m = run_layer_value(ri, l, "granularity");
+    return isfinite(m) && m >= 1 ? E * m : E;
 }
 
 void free_layer_record(layer_record *rec)

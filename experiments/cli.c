@@ -1,5 +1,7 @@
 #include "experiments/cli.h"
 
+#include "core/data/data.h"
+
 #include "core/util/file.h"
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -349,4 +352,34 @@ void cli_fatal_stop(mode_ctx *ctx, const char *msg)
     fprintf(stderr, "mode-exp: %s\n", msg);
     fflush(stderr);
     comm_abort(ctx ? ctx->comm : NULL, 1);
+}
+
+int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, mode_ctx *ctx, char *path,
+                         size_t len, char *err, int err_len)
+{
+    path[0] = '\0';
+    if (!strcmp(cfg->tokenizer, "none"))
+        return 0;
+    const char *slash = strrchr(ckpt, '/');
+    snprintf(path, len, "%.*stokenizer.model", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        snprintf(path, len, "%s", cfg->tokenizer);
+    ckpt_meta meta;
+    int rc = checkpoint_read_meta(ckpt, &meta, ctx->comm, err, err_len);
+    if (rc)
+        return rc;
+    /* the recorded "; tokenizer PATH: FINGERPRINT" */
+    const char *rec = meta.data ? strstr(meta.data, "; tokenizer ") : NULL;
+    const char *want = rec ? strstr(rec + 12, ": ") : NULL;
+    char have[DATA_FINGERPRINT_LEN];
+    rc = file_fingerprint(path, have, sizeof(have), err, err_len);
+    if (!rc && (!want || strcmp(want + 2, have) != 0)) {
+        snprintf(err, (size_t)err_len,
+                 "%s: the tokenizer %s (%s) is not the one the run used (%s)", ckpt, path, have,
+                 want ? want + 2 : "none recorded");
+        rc = -EINVAL;
+    }
+    ckpt_meta_clear(&meta);
+    return rc;
 }

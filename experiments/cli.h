@@ -47,6 +47,13 @@ int choose_threads(const cli *c, mode_ctx *ctx);
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
                           bool sharded, int n_over, char *const *over, char *err, int err_len);
 
+/* The tokenizer of a checkpoint's run (data.tokenizer): "" in path when
+ * none; else tokenizer.model beside the checkpoint (the run keeps a copy
+ * there), or the config's path, whose fingerprint must be the one the
+ * checkpoint recorded (a mismatch is refused naming both).  Collective. */
+int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, mode_ctx *ctx, char *path,
+                         size_t len, char *err, int err_len);
+
 /* --routing LIST (policy names, "replay:FILE" or "replay:FILE@STEP") and
  * --routing-layers "1,3" of a model of n_layers layers. */
 typedef struct routing_cli {
@@ -67,6 +74,7 @@ void cli_fatal_stop(mode_ctx *ctx, const char *msg);
 
 int cmd_eval(mode_ctx *ctx, int argc, char **argv);
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv);

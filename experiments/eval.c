@@ -4,6 +4,7 @@
  * against executed FLOPs as one routing key of the checkpoint takes a list
  * of values. */
 #include "experiments/cli.h"
+#include "core/data/tokenizer.h"
 
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
@@ -14,6 +15,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,14 +52,88 @@ static const char usage_eval[] =
     "  The loss is the mean over windows of each window's mean loss, with its standard\n"
     "  error over windows.\n";
 
-/* The evaluation data of a checkpoint: --data, or the run's held-out split. */
-static int load_eval_data(const cli *c, const run_config *cfg, dataset **d, char *err,
-                          int err_len)
+/* A text file as the tokens of the tokenizer at tpath, in a temporary
+ * token file (unlinked once open: *d reads it through its descriptor). */
+static int load_encoded_text(const char *src, const char *tpath, const run_config *cfg,
+                             dataset **d, char *err, int err_len)
+{
+    tokenizer *tk = NULL;
+    char *text = NULL, dir[64] = "/tmp/mode-eval-XXXXXX", tmp[96] = "";
+    int32_t *ids = NULL;
+    long n_ids = 0, n = 0;
+    int rc = tokenizer_load(&tk, tpath, err, err_len);
+    FILE *f = rc ? NULL : fopen(src, "rb");
+    if (!rc && !f) {
+        snprintf(err, (size_t)err_len, "%s: %s", src, strerror(errno));
+        rc = -ENOENT;
+    }
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = malloc((size_t)(n > 0 ? n : 1));
+        if (!text || (long)fread(text, 1, (size_t)n, f) != n) {
+            snprintf(err, (size_t)err_len, "%s: cannot read it", src);
+            rc = -EIO;
+        }
+        fclose(f);
+    }
+    if (!rc)
+        rc = tokenizer_encode(tk, text, (size_t)n, &ids, &n_ids, err, err_len);
+    int fd = -1;
+    if (!rc && mkdtemp(dir)) {
+        snprintf(tmp, sizeof(tmp), "%s/tokens.bin", dir);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    }
+    if (!rc && fd < 0) {
+        snprintf(err, (size_t)err_len, "%s: %s", tmp, strerror(errno));
+        rc = -EIO;
+    }
+    uint16_t *t16 = rc ? NULL : malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof(uint16_t));
+    for (long i = 0; t16 && i < n_ids; i++)
+        t16[i] = (uint16_t)ids[i];
+    if (fd >= 0 && (!t16 || write(fd, t16, (size_t)n_ids * 2) != (ssize_t)(n_ids * 2))) {
+        snprintf(err, (size_t)err_len, "%s: cannot write the encoded %s", tmp, src);
+        rc = -EIO;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!rc)
+        rc = load_eval_file(d, tmp, cfg->vocab, cfg->seq_len, err, err_len);
+    if (fd >= 0)
+        unlink(tmp);
+    if (tmp[0])
+        rmdir(dir);
+    free(t16);
+    free(ids);
+    free(text);
+    tokenizer_free(&tk);
+    return rc;
+}
+
+/* The evaluation data of a checkpoint: --data, or the run's held-out split;
+ * with the run's tokenizer (tpath, "" for none) a text file is encoded by
+ * it, and the bytes it stands for give bits per byte. */
+static int load_eval_data(const cli *c, const run_config *cfg, const char *tpath, dataset **d,
+                          char *err, int err_len)
 {
     bool held = !c->data && strcmp(cfg->val_source, "none") != 0;
     const char *src = held ? cfg->val_source : c->data ? c->data : cfg->source;
     size_t sl = strlen(src);
     bool tokens = sl > 4 && (!strcmp(src + sl - 4, ".bin") || !strcmp(src + sl - 4, ".u32"));
+    if (tpath[0] && !tokens) {
+        if (cfg->vocab > 65536) {
+            snprintf(err, (size_t)err_len, "%s: encoding text for a vocab past 65536 is not "
+                     "done here: give its tokens (.u32)", src);
+            return -EINVAL;
+        }
+        int rc = load_encoded_text(src, tpath, cfg, d, err, err_len);
+        return rc ? rc : dataset_use_tokenizer(*d, tpath, err, err_len);
+    }
+    if (tpath[0]) {
+        int rc = load_eval_data(c, cfg, "", d, err, err_len);
+        return rc ? rc : dataset_use_tokenizer(*d, tpath, err, err_len);
+    }
     if (cfg->vocab != 256 && !tokens) {
         snprintf(err, (size_t)err_len, "%s: text is read as bytes (tokens of a 256-token "
                  "vocabulary), and this checkpoint's vocabulary is %d: give a token file "
@@ -377,8 +454,11 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     /* the checkpoint with the overrides; under --dial, its first value too, so
      * that a bad key is refused before any evaluation */
     int rc = load_model(ctx, &c, c.n_over, c.over, &cfg, &m, err, sizeof(err));
+    char tpath[MODE_PATH_MAX] = "";
     if (!rc)
-        rc = load_eval_data(&c, &cfg, &d, err, sizeof(err));
+        rc = checkpoint_tokenizer(c.config, &cfg, ctx, tpath, sizeof(tpath), err, sizeof(err));
+    if (!rc)
+        rc = load_eval_data(&c, &cfg, tpath, &d, err, sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp eval: %s\n", err);
@@ -409,12 +489,17 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
                 json_int(&j, "windows", ev.windows);
                 json_str(&j, "mode", mode_name(mode));
                 json_num(&j, "flops_per_token", 6, ev.flops_per_token);
+                json_num(&j, "bpb", 6, ev.bpb); /* null when the bytes are unknown */
                 json_end(&j);
-            } else
+            } else {
+                char bpb[64] = "";
+                if (isfinite(ev.bpb))
+                    snprintf(bpb, sizeof(bpb), "; %.4f bits per byte", ev.bpb);
                 printf("%s: loss %.6f +- %.6f (standard error over windows) over %ld windows of "
-                       "%d tokens (%s); %.4g executed forward FLOPs a token\n", c.config,
+                       "%d tokens (%s); %.4g executed forward FLOPs a token%s\n", c.config,
                        ev.loss, ev.se, ev.windows, cfg.seq_len, mode_name(mode),
-                       ev.flops_per_token);
+                       ev.flops_per_token, bpb);
+            }
         }
         code = rc ? 1 : 0;
     }

@@ -94,6 +94,7 @@ static void print_log(const train_log *l, void *user)
             json_num(&j, "eval_causal", 6, l->eval_causal);
             json_num(&j, "eval_se", 4, l->eval_se);
             json_int(&j, "eval_windows", l->eval_windows);
+            json_num(&j, "eval_bpb", 6, l->eval_bpb);
         }
         json_end(&j);
     } else {
@@ -101,9 +102,13 @@ static void print_log(const train_log *l, void *user)
         mode_format_duration(eta, sizeof(eta), l->eta_s);
         printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  ETA %s\n",
                l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s, l->gflops, eta);
-        if (l->has_eval)
-            printf("eval   %6ld  held-out loss: topk %.4f  causal %.4f  (+- %.4f, %ld windows)\n",
-                   l->step, l->eval_topk, l->eval_causal, l->eval_se, l->eval_windows);
+        if (l->has_eval) {
+            char bpb[48] = "";
+            if (isfinite(l->eval_bpb))
+                snprintf(bpb, sizeof(bpb), "  %.4f bits per byte", l->eval_bpb);
+            printf("eval   %6ld  held-out loss: topk %.4f  causal %.4f  (+- %.4f, %ld windows)%s\n",
+                   l->step, l->eval_topk, l->eval_causal, l->eval_se, l->eval_windows, bpb);
+        }
     }
     fflush(stdout);
 }
@@ -262,7 +267,7 @@ static int cmd_version(void)
  * Training goes on when its log cannot be written, and says so at the end. */
 static int finish_output(int rc, int argc, char **argv)
 {
-    static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep",
+    static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep", "tokenize",
                                                "plan", "--version", "version", "--help", "-h",
                                                "help", "--help-keys", NULL };
     const char *sub = NULL;
@@ -306,6 +311,8 @@ static int run_command(int argc, char **argv)
          * of declarations: the README's table is this --markdown */
         return config_describe_keys(stdout, &mode_schema,
                                     argc > 2 && !strcmp(argv[2], "--markdown")) ? 1 : 0;
+    if (!strcmp(argv[1], "tokenize"))
+        return cmd_tokenize(argc, argv);
     if (!strcmp(argv[1], "flops") || !strcmp(argv[1], "plan") || !strcmp(argv[1], "--version") ||
         !strcmp(argv[1], "version")) {
         if (path_rc) {

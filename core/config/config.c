@@ -680,6 +680,12 @@ static int check_source(loader *L)
                          ": byte text (brown, .txt) with a text source, token files (.bin, .u32) "
                          "with a token file");
     }
+    int kt = key_index(SEC_DATA, "tokenizer");
+    if (strcmp(c->tokenizer, "none") != 0 && text_source(c->source)) {
+        cfg_ref a = key_ref(L, kt, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));
+        return fail_pair(L, &a, " to go with a token file (.bin, .u32: mode-exp tokenize), not "
+                         "the byte source ", &b, "");
+    }
     if (!text_source(c->source))
         return 0;
     if (L->origin[kv] != ORIGIN_DEFAULT && c->vocab != 256) {

@@ -56,6 +56,7 @@ typedef struct run_config {
     double val_fraction;       /* unused when val_source is set */
     char val_source[CFG_PATH_LEN]; /* none | brown | path to .txt, .bin or .u32: held out whole */
     int vocab;                 /* for .bin (<= 65536) and .u32 sources; 256 for text */
+    char tokenizer[CFG_PATH_LEN]; /* none | the SentencePiece model of a token file */
     /* [model] */
     int d_model, n_heads, d_ff;
     int n_layers;

@@ -42,6 +42,7 @@ const cfg_key config_keys[N_KEYS] = {
     { SEC_DATA, "val_fraction", K_DOUBLE, RC(val_fraction), 0, 1, MIN_OPEN | MAX_OPEN, NULL },
     { SEC_DATA, "val_source", K_HELD_OUT, RC(val_source), 0, 0, 0, NULL },
     { SEC_DATA, "vocab", K_INT, RC(vocab), 2, INT_MAX, 0, NULL },
+    { SEC_DATA, "tokenizer", K_STR, RC(tokenizer), 0, 0, 0, NULL },
     { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
@@ -110,6 +111,7 @@ void config_defaults(run_config *c, const config_schema *schema)
     c->batch = 8;
     c->val_fraction = 0.1;
     snprintf(c->val_source, sizeof(c->val_source), "none");
+    snprintf(c->tokenizer, sizeof(c->tokenizer), "none");
     c->vocab = 256;
     c->d_model = 128;
     c->n_heads = 4;

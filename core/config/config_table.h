@@ -50,7 +50,7 @@ typedef struct cfg_key {
 } cfg_key;
 
 /* The table, in the order config_to_ini() writes. */
-#define N_KEYS 27
+#define N_KEYS 28
 extern const cfg_key config_keys[N_KEYS];
 
 /* schema == NULL: the kinds core provides itself, no other section. */

@@ -2,6 +2,7 @@
  * held-out split, training samples and evaluation windows (MODEL.md "Data";
  * data.h says what is checked when). */
 #include "core/data/data.h"
+#include "core/data/tokenizer.h"
 
 #include "core/rng/pcg32.h"
 #include "core/util/file.h"
@@ -177,6 +178,13 @@ int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int
         snprintf(out, (size_t)out_len, "%s: %s; %s: %s", d->source->path, a, d->held_out->path, b);
     else
         snprintf(out, (size_t)out_len, "%s: %s", d->source->path, a);
+    if (d->tok) { /* "; tokenizer PATH: bytes ..." */
+        char t[DATA_FINGERPRINT_LEN];
+        if ((rc = file_fingerprint(d->tok_path, t, sizeof(t), err, err_len)))
+            return rc;
+        size_t at = strlen(out);
+        snprintf(out + at, (size_t)out_len - at, "; tokenizer %s: %s", d->tok_path, t);
+    }
     return 0;
 }
 
@@ -197,6 +205,45 @@ static int open_tokens(corpus *c, const char *path, int width, const char *type,
     }
     c->n_tokens = n / width;
     c->width = width;
+    return 0;
+}
+
+/* Brown's classes, one byte per token of c, from the file pos: read and
+ * checked whole (6 MB for Brown's bytes, less for its subword tokens), as a
+ * class out of range would index past the analysis tables. */
+static int read_labels(corpus *c, const char *pos, char *err, int err_len)
+{
+    corpus lc = { .fd = -1, .width = 1 };
+    long n = 0;
+    snprintf(lc.path, sizeof(lc.path), "%s", pos);
+    int rc = open_data_file(pos, &lc.fd, &n, err, err_len);
+    if (!rc && n != c->n_tokens) {
+        const char *unit = c->width == 1 ? "byte" : "token";
+        snprintf(err, (size_t)err_len, "%s: %ld labels for the %ld %ss of %s (expected one per %s)",
+                 pos, n, c->n_tokens, unit, c->path, unit);
+        rc = -EINVAL;
+    }
+    if (!rc && !(c->labels = malloc((size_t)(n > 0 ? n : 1)))) {
+        snprintf(err, (size_t)err_len, "%s: out of memory for its %ld labels", pos, n);
+        rc = -ENOMEM;
+    }
+    lc.n_tokens = n;
+    if (!rc)
+        rc = read_at(&lc, c->labels, 0, n, err, err_len);
+    if (lc.fd >= 0)
+        close(lc.fd);
+    if (rc)
+        return rc;
+    const uint8_t *labels = c->labels;
+    for (long i = 0; i < n; i++) {
+        if (labels[i] >= BROWN_CLASSES) {
+            snprintf(err, (size_t)err_len, "%s: label at offset %ld is %d, not below %d classes",
+                     pos, i, labels[i], BROWN_CLASSES);
+            return -EINVAL;
+        }
+    }
+    c->n_label_classes = BROWN_CLASSES;
+    c->label_names = brown_label_names;
     return 0;
 }
 
@@ -223,40 +270,7 @@ static int load_brown(corpus *c, const char *data_dir, char *err, int err_len)
     int rc = open_tokens(c, c->path, 1, "byte", err, err_len);
     if (rc)
         return rc;
-    /* Labels are read and checked whole: the corpus is small (6 MB), and a
-     * class out of range would index past the analysis tables. */
-    corpus lc = { .fd = -1, .width = 1 };
-    long n = 0;
-    snprintf(lc.path, sizeof(lc.path), "%s", pos);
-    rc = open_data_file(pos, &lc.fd, &n, err, err_len);
-    if (!rc && n != c->n_tokens) {
-        snprintf(err, (size_t)err_len,
-                 "%s: %ld labels for the %ld bytes of %s (expected one per byte)", pos, n,
-                 c->n_tokens, c->path);
-        rc = -EINVAL;
-    }
-    if (!rc && !(c->labels = malloc((size_t)n))) {
-        snprintf(err, (size_t)err_len, "%s: out of memory for its %ld labels", pos, n);
-        rc = -ENOMEM;
-    }
-    lc.n_tokens = n;
-    if (!rc)
-        rc = read_at(&lc, c->labels, 0, n, err, err_len);
-    if (lc.fd >= 0)
-        close(lc.fd);
-    if (rc)
-        return rc;
-    const uint8_t *labels = c->labels;
-    for (long i = 0; i < n; i++) {
-        if (labels[i] >= BROWN_CLASSES) {
-            snprintf(err, (size_t)err_len, "%s: label at offset %ld is %d, not below %d classes",
-                     pos, i, labels[i], BROWN_CLASSES);
-            return -EINVAL;
-        }
-    }
-    c->n_label_classes = BROWN_CLASSES;
-    c->label_names = brown_label_names;
-    return 0;
+    return read_labels(c, pos, err, err_len);
 }
 
 static int load_synthetic(corpus *c, char *err, int err_len)
@@ -310,6 +324,12 @@ static int load_corpus(corpus **out, int *vocab_out, const char *source, int voc
                      "as little-endian uint32 in a .u32 file", source, vocab);
         else
             rc = open_tokens(c, source, wide ? 4 : 2, wide ? "uint32" : "uint16", err, err_len);
+        /* the tokens' Brown classes beside them (mode-exp tokenize --labels) */
+        char pos[sizeof(c->path) + 8];
+        struct stat st;
+        snprintf(pos, sizeof(pos), "%.*s.pos", (int)(strlen(source) - 4), source);
+        if (!rc && stat(pos, &st) == 0)
+            rc = read_labels(c, pos, err, err_len);
         *vocab_out = vocab;
     } else {
         snprintf(err, (size_t)err_len,
@@ -440,6 +460,14 @@ int load_dataset(dataset **out, const char *source, const char *val_source, int 
     if (rc)
         goto fail;
     advise_random(&d->train);
+    if (d->source->width == 1) { /* bytes: one each */
+        if (!(d->token_bytes = malloc(256 * sizeof(float)))) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        for (int i = 0; i < 256; i++)
+            d->token_bytes[i] = 1.0f;
+    }
     *out = d;
     return 0;
 fail:
@@ -447,10 +475,59 @@ fail:
     return rc;
 }
 
+int file_fingerprint(const char *path, char *out, int out_len, char *err, int err_len)
+{
+    corpus c = { .fd = -1, .width = 1 };
+    snprintf(c.path, sizeof(c.path), "%s", path);
+    long n = 0;
+    int rc = open_data_file(path, &c.fd, &n, err, err_len);
+    c.n_tokens = n;
+    if (!rc)
+        rc = corpus_fingerprint(&c, out, out_len, err, err_len);
+    if (c.fd >= 0)
+        close(c.fd);
+    return rc;
+}
+
+int dataset_use_tokenizer(dataset *d, const char *path, char *err, int err_len)
+{
+    if (d->source->width == 1) {
+        snprintf(err, (size_t)err_len,
+                 "data.tokenizer %s: the source %s is bytes (V 256); a tokenizer goes with the "
+                 "token file it wrote (.bin or .u32: mode-exp tokenize)", path, d->source->path);
+        return -EINVAL;
+    }
+    tokenizer *t = NULL;
+    int rc = tokenizer_load(&t, path, err, err_len);
+    if (rc)
+        return rc;
+    if (tokenizer_vocab(t) != d->vocab) {
+        snprintf(err, (size_t)err_len,
+                 "data.tokenizer %s has %d pieces, data.vocab is %d: not the tokenizer of these "
+                 "tokens", path, tokenizer_vocab(t), d->vocab);
+        tokenizer_free(&t);
+        return -EINVAL;
+    }
+    float *b = malloc((size_t)d->vocab * sizeof(float));
+    if (!b) {
+        tokenizer_free(&t);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < d->vocab; i++)
+        b[i] = (float)tokenizer_piece_bytes(t, i);
+    free(d->token_bytes);
+    d->token_bytes = b;
+    d->tok = t;
+    snprintf(d->tok_path, sizeof(d->tok_path), "%s", path);
+    return 0;
+}
+
 void free_dataset(dataset **d)
 {
     if (!*d)
         return;
+    free((*d)->token_bytes);
+    tokenizer_free(&(*d)->tok);
     free_corpus(&(*d)->source);
     free_corpus(&(*d)->held_out);
     free(*d);

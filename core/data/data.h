@@ -4,7 +4,9 @@
  * Sources.
  *   .txt       bytes, one token each (V = 256).
  *   .bin       little-endian uint16 tokens, no header (MODEL.md); V is
- *              data.vocab, at most 65536.
+ *              data.vocab, at most 65536.  A FILE.pos beside FILE.bin (or
+ *              .u32) holds one Brown class per token (mode-exp tokenize
+ *              --labels): the tokens' label classes.
  *   .u32       little-endian uint32 tokens, no header, for V > 65536 (any V
  *              up to 2^31 - 1).  The extension is the only declaration of the
  *              width: a .bin is never read as 32 bits nor a .u32 as 16.
@@ -100,6 +102,12 @@ typedef struct dataset {
     corpus *held_out;   /* val_source's corpus, or NULL: a split of source */
     token_split train;  /* of source: all of it with val_source, else the head */
     token_split eval;   /* the tail of source, or all of held_out */
+    /* The bytes of text each token id stands for ([vocab]: 1 for byte
+     * sources, a tokenizer's pieces' lengths), what bits per byte divide
+     * by; NULL for token files without a tokenizer (bits per byte unknown) */
+    float *token_bytes;
+    struct tokenizer *tok;     /* dataset_use_tokenizer's, or NULL */
+    char tok_path[512];
 } dataset;
 
 /* source: "brown", "synthetic", or a path ending in .txt, .bin or .u32.
@@ -114,6 +122,15 @@ int load_dataset(dataset **out, const char *source, const char *val_source, int 
                  double val_fraction, int seq_len, const char *data_dir, char *err,
                  int err_len);
 void free_dataset(dataset **d);
+/* Subword tokens: the SentencePiece model at path (core/data/tokenizer.h)
+ * is the one that wrote the token files: its pieces must number the
+ * dataset's vocab, and the source must be a token file.  Sets token_bytes
+ * from its pieces; dataset_fingerprint then adds the model file's.  err
+ * names the file and what is wrong (missing, not a model, another vocab). */
+int dataset_use_tokenizer(dataset *d, const char *path, char *err, int err_len);
+/* The fingerprint of a file as corpus_fingerprint gives it: "bytes N
+ * fnv1a64 H (whole)" (a tokenizer model, the data). */
+int file_fingerprint(const char *path, char *out, int out_len, char *err, int err_len);
 /* The fingerprints of what a dataset reads (corpus_fingerprint), as
  * "PATH: bytes N fnv1a64 H (whole)", and "; " and the held-out file's with
  * val_source. */

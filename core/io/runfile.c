@@ -26,7 +26,7 @@ const char *const run_metric_cols[] = {
 };
 const int run_metric_count = (int)(sizeof(run_metric_cols) / sizeof(run_metric_cols[0]));
 const char *const run_eval_cols[] = { "step", "loss_topk", "loss_causal", "se_topk",
-                                      "se_causal", "windows" };
+                                      "se_causal", "windows", "bpb_topk", "bpb_causal" };
 const int run_eval_count = (int)(sizeof(run_eval_cols) / sizeof(run_eval_cols[0]));
 
 #define PIECES_DIR "records"

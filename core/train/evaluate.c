@@ -29,7 +29,9 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
         snprintf(err, (size_t)err_len, "evaluation: out of memory");
     /* sums over windows of the mean loss and of its square: the mean and
      * the spread of the per-window losses */
-    double sums[3] = { 0.0, 0.0, 0.0 }; /* and the executed forward FLOPs */
+    /* and the executed forward FLOPs, the nats of every predicted token and
+     * the bytes of text they stand for (bits per byte) */
+    double sums[5] = { 0.0, 0.0, 0.0, 0.0, 0.0 };
     /* rank r takes the list's entries r, r+P, ...; in chunks of the model's
      * batch.  Every rank runs the same number of forwards of the same size
      * (layers may talk to other ranks), padding with window 0 that does not
@@ -69,6 +71,10 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
             double l = seq_ce[i] / S;
             sums[0] += l;
             sums[1] += l * l;
+            sums[3] += seq_ce[i];
+            const token_t *t = tok + (size_t)i * (S + 1) + 1; /* the predicted tokens */
+            for (int p = 0; d->token_bytes && p < S; p++)
+                sums[4] += (double)d->token_bytes[t[p]];
         }
         sums[2] += r.flops_executed * real / cnt; /* the padding's share left out */
     }
@@ -79,7 +85,7 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
         return rc;
     rc = comm_fault(ctx ? ctx->comm : NULL, "eval");
     if (!rc)
-        rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 3);
+        rc = comm_allreduce_sum_double(ctx ? ctx->comm : NULL, sums, 5);
     if (rc) {
         snprintf(err, (size_t)err_len, "evaluation: its all-reduce failed (%s)", strerror(-rc));
         out->local_failure = true;
@@ -91,5 +97,6 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
     out->se = n > 1 ? sqrt(var > 0.0 ? var : 0.0) / sqrt((double)n) : (double)NAN;
     out->windows = n;
     out->flops_per_token = n > 0 ? sums[2] / ((double)n * S) : (double)NAN;
+    out->bpb = d->token_bytes && sums[4] > 0.0 ? sums[3] / sums[4] / log(2.0) : (double)NAN;
     return 0;
 }

@@ -208,6 +208,34 @@ static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
         snprintf(buf, len, "the loss");
 }
 
+/* A copy of the tokenizer model in the run folder (tokenizer.model), so
+ * that the checkpoint beside it decodes without the original path. */
+static int keep_tokenizer(trainer *t, const char *path, char *err, int err_len)
+{
+    char dst[MODE_PATH_MAX + 32], tmp[MODE_PATH_MAX + 40];
+    snprintf(dst, sizeof(dst), "%s/tokenizer.model", t->dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
+    FILE *in = fopen(path, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
+    char buf[65536];
+    size_t n;
+    int rc = in && out ? 0 : -errno;
+    while (!rc && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = -EIO;
+    if (in && ferror(in))
+        rc = -EIO;
+    if (in)
+        fclose(in);
+    if (out && fclose(out) != 0 && !rc)
+        rc = -EIO;
+    if (!rc && rename(tmp, dst) != 0)
+        rc = -errno;
+    if (rc)
+        snprintf(err, (size_t)err_len, "%s: cannot copy the tokenizer %s there (%s)", dst, path,
+                 strerror(-rc));
+    return rc;
+}
+
 /* Both held-out evaluations (collective); their row in the record. */
 static int evaluate_both(trainer *t, long done, long windows, train_log *lg, char *err,
                          int err_len, bool *local)
@@ -225,11 +253,12 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
     lg->eval_topk = topk.loss;
     lg->eval_causal = causal.loss;
     lg->eval_se = topk.se;
+    lg->eval_bpb = topk.bpb;
     lg->eval_windows = topk.windows;
     if (!t->rec)
         return 0;
     double row[] = { (double)done, topk.loss, causal.loss, topk.se, causal.se,
-                     (double)topk.windows };
+                     (double)topk.windows, topk.bpb, causal.bpb };
     return run_table_append(&t->rec->eval, row);
 }
 
@@ -556,6 +585,8 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         goto fail;
     rc = load_dataset(&t.d, cfg->source, cfg->val_source, cfg->vocab, cfg->val_fraction,
                       cfg->seq_len, o->data_dir, err, err_len);
+    if (!rc && strcmp(cfg->tokenizer, "none") != 0)
+        rc = dataset_use_tokenizer(t.d, cfg->tokenizer, err, err_len);
     if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
     if (!rc)
@@ -600,6 +631,9 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         }
     }
     if (ctx->rank == 0 && (rc = build_run_record(&t.rec, t.ini)))
+        goto fail;
+    /* the tokenizer beside the run's files: sample and eval find it there */
+    if (ctx->rank == 0 && t.d->tok && (rc = keep_tokenizer(&t, cfg->tokenizer, err, err_len)))
         goto fail;
     if ((rc = agree_msg(ctx, setup_stat_tables(&t), err, err_len)))
         goto fail;

@@ -19,6 +19,7 @@ typedef struct train_log {
     bool has_eval;          /* an evaluation ran at this step */
     double eval_topk, eval_causal;
     double eval_se;         /* the standard error of eval_topk over its windows */
+    double eval_bpb;        /* eval_topk's bits per byte (NaN: unknown) */
     long eval_windows;
 } train_log;
 
@@ -59,6 +60,9 @@ typedef struct eval_result {
     double loss, se;
     long windows;
     double flops_per_token; /* executed forward FLOPs per position, as routed */
+    /* bits per byte: the nats of every predicted token over the bytes of
+     * text they stand for (dataset.token_bytes), / ln 2; NaN when unknown */
+    double bpb;
     /* on failure: true when it was this rank's alone, inside a forward
      * whose collectives the other ranks may be waiting in (the caller must
      * end the job: docs/robustness.md); false when every rank agreed on it */

@@ -6,6 +6,7 @@ set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$2") compare=$(abspath "$3") config=$(abspath "$4")
+src=$(cd "$(dirname "$0")/../.." && pwd) # the repository
 enter_workdir
 
 run() { # dir ranks args...: train the tiny config into dir
@@ -518,6 +519,55 @@ upcycle)
 	grep -q "w1" err.txt || fail "width refusal: $(cat err.txt)"
 	mpirun -n 1 "$exe" "$config" --upcycle-noise 0.1 --quiet 2>err.txt &&
 		fail "--upcycle-noise without --init-from accepted"
+	;;
+tokens)
+	# Subword tokens: a BPE tokenizer trained on the repository's own prose
+	# (docs/*.md), the text as its tokens (round trip checked by tokenize),
+	# training on them with the tokenizer recorded, sampling text through
+	# it, evaluating a text file and bits per byte; bad tokenizers refused
+	# before any training.
+	cat "$src"/docs/*.md "$src"/README.md >corpus.txt
+	"$exe" tokenize corpus.txt tok --vocab 512 >t.txt 2>&1 || fail "tokenize: $(cat t.txt)"
+	[ -s tok.bin ] && [ -s tok.model ] || fail "tokenize wrote no tokens or model"
+	tk='data.source=tok.bin data.vocab=512 data.tokenizer=tok.model'
+	run s 2 $tk
+	[ -s s/tiny/tokenizer.model ] || fail "the run kept no tokenizer beside its checkpoint"
+	h5dump -a provenance/data s/tiny/run.h5 | grep -q "tokenizer tok.model: bytes" ||
+		fail "the run did not record its tokenizer's fingerprint"
+	b=$(h5dump -d eval/bpb_topk s/tiny/run.h5 | grep -o '[0-9]\.[0-9]*' | tail -n 1)
+	[ -n "$b" ] || fail "no bits per byte in the run file"
+	out=$("$exe" sample s/tiny/ckpt.h5 --prompt "The model" --tokens 12 2>&1) ||
+		fail "sample: $out"
+	echo "$out" | head -n 1 | grep -q "^The model" || fail "sample did not print text: $out"
+	echo "$out" | grep -q "# tokenizer s/tiny/tokenizer.model" || fail "sample's tokenizer: $out"
+	head -c 4000 "$src/README.md" >part.txt
+	out=$("$exe" eval s/tiny/ckpt.h5 --data part.txt --windows 4 2>&1) || fail "eval text: $out"
+	echo "$out" | grep -q "bits per byte" || fail "eval gave no bits per byte: $out"
+	# byte-level runs have bits per byte too: nats / ln 2
+	run y 1
+	awk -v l="$(h5dump -d eval/loss_topk y/tiny/run.h5 | grep -o '[0-9]\.[0-9]*' | tail -n 1)" \
+		-v b="$(h5dump -d eval/bpb_topk y/tiny/run.h5 | grep -o '[0-9]\.[0-9]*' | tail -n 1)" \
+		'BEGIN { exit !(b > 0 && (l / log(2) - b) ^ 2 < 1e-6) }' || fail "byte-level bits per byte"
+	# another tokenizer where the run's was: refused, naming both
+	"$exe" tokenize corpus.txt other --vocab 600 >/dev/null 2>&1 || fail "tokenize 600"
+	cp other.model s/tiny/tokenizer.model
+	"$exe" sample s/tiny/ckpt.h5 --prompt "The" --tokens 4 2>err.txt && fail "a swapped tokenizer accepted"
+	grep -q "is not the one the run used" err.txt || fail "swap message: $(cat err.txt)"
+	# missing, corrupt, another vocabulary: stopped before training
+	mpirun -n 1 "$exe" "$config" data.source=tok.bin data.vocab=512 data.tokenizer=none.model \
+		--quiet 2>err.txt && fail "a missing tokenizer accepted"
+	grep -q "none.model" err.txt || fail "missing: $(cat err.txt)"
+	head -c 3000 tok.bin >bad.model
+	mpirun -n 1 "$exe" "$config" data.source=tok.bin data.vocab=512 data.tokenizer=bad.model \
+		--quiet 2>err.txt && fail "a corrupt tokenizer accepted"
+	grep -q "not a SentencePiece model" err.txt || fail "corrupt: $(cat err.txt)"
+	mpirun -n 1 "$exe" "$config" data.source=tok.bin data.vocab=600 data.tokenizer=tok.model \
+		--quiet 2>err.txt && fail "a tokenizer of another vocabulary accepted"
+	grep -q "has 512 pieces, data.vocab is 600" err.txt || fail "vocab: $(cat err.txt)"
+	mpirun -n 1 "$exe" "$config" data.tokenizer=tok.model --quiet 2>err.txt &&
+		fail "a tokenizer with a byte source accepted"
+	grep -q "tokenizer" err.txt || fail "byte source: $(cat err.txt)"
+	[ ! -d out/tiny ] || fail "a refused run left a folder"
 	;;
 *)
 	fail "unknown test $test_name"

@@ -1,0 +1,198 @@
+/* mode-exp tokenize: a SentencePiece model trained on a text, the text as
+ * its tokens, and (with labels) each token's class (docs/tokens.md).
+ *
+ *   mode-exp tokenize TEXT OUT --vocab V [--type bpe|unigram] [--labels POS]
+ *   mode-exp tokenize brown --vocab V [--type ...]     (data/brown.txt and .pos)
+ *
+ * writes OUT.model (and OUT.vocab), OUT.bin (uint16; OUT.u32 past 65536),
+ * and OUT.pos with labels: the class of the first byte of each token that
+ * is not a space, else the space class.  The tokens must decode to the text
+ * byte for byte, else nothing is written. */
+#include "experiments/cli.h"
+
+#include "core/data/data.h"
+#include "core/data/tokenizer.h"
+#include "core/util/file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: mode-exp tokenize TEXT OUT --vocab V [--type bpe|unigram] [--labels POS]\n"
+    "       mode-exp tokenize brown --vocab V [--type bpe|unigram]\n"
+    "  Trains a SentencePiece model of V pieces on TEXT (byte fallback, no normalisation:\n"
+    "  any text round-trips) and writes OUT.model, OUT.bin (OUT.u32 past 65536 pieces) and,\n"
+    "  with --labels (one class byte per text byte, as brown.pos), OUT.pos: one class per\n"
+    "  token.  `brown`: data/brown.txt with data/brown.pos into data/brown-<type><V>.*\n"
+    "  ($MODE_DATA for data).  Use OUT.bin as data.source, V as data.vocab and OUT.model\n"
+    "  as data.tokenizer.\n";
+
+static int read_whole(const char *path, char **out, long *n, char *err, int err_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
+        return -ENOENT;
+    }
+    long cap = 1 << 20, len = 0;
+    char *b = malloc((size_t)cap);
+    size_t got;
+    while (b && (got = fread(b + len, 1, (size_t)(cap - len), f)) > 0) {
+        len += (long)got;
+        if (len == cap) {
+            char *nb = realloc(b, (size_t)cap * 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        snprintf(err, (size_t)err_len, "%s: %s", path, b ? "read error" : "out of memory");
+        return -EIO;
+    }
+    *out = b;
+    *n = len;
+    return 0;
+}
+
+static int write_whole(const char *path, const void *data, size_t n, char *err, int err_len)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0 || rename(tmp, path) != 0) {
+        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
+        return -EIO;
+    }
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *text = NULL, *out = NULL, *labels = NULL, *type = "bpe";
+    long vocab = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--vocab") && i + 1 < argc)
+            vocab = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc)
+            type = argv[++i];
+        else if (!strcmp(argv[i], "--labels") && i + 1 < argc)
+            labels = argv[++i];
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (argv[i][0] == '-' || (text && out)) {
+            fprintf(stderr, "mode-exp tokenize: unexpected '%s'\n%s", argv[i], usage);
+            return 2;
+        } else if (!text)
+            text = argv[i];
+        else
+            out = argv[i];
+    }
+    char bt[600], bp[600], bo[600];
+    if (text && !strcmp(text, "brown") && !out) {
+        const char *env = getenv("MODE_DATA"), *dir = env && *env ? env : "data";
+        snprintf(bt, sizeof(bt), "%s/brown.txt", dir);
+        snprintf(bp, sizeof(bp), "%s/brown.pos", dir);
+        snprintf(bo, sizeof(bo), "%s/brown-%s%ld", dir, type, vocab);
+        text = bt, labels = bp, out = bo;
+    }
+    if (!text || !out || vocab < 260 || vocab > (1L << 20) ||
+        (strcmp(type, "bpe") && strcmp(type, "unigram"))) {
+        fprintf(stderr, "mode-exp tokenize: expected TEXT OUT (or brown), --vocab from 260 "
+                        "(the 256 byte pieces and the control pieces) to %ld, --type bpe or "
+                        "unigram\n%s", 1L << 20, usage);
+        return 2;
+    }
+    char err[2048], mfile[700], tokens[700], pos[700];
+    snprintf(mfile, sizeof(mfile), "%s.model", out);
+    snprintf(tokens, sizeof(tokens), "%s.%s", out, vocab > 65536 ? "u32" : "bin");
+    snprintf(pos, sizeof(pos), "%s.pos", out);
+    char *txt = NULL, *lab = NULL;
+    long n = 0, nl = 0;
+    int rc = read_whole(text, &txt, &n, err, sizeof(err));
+    if (!rc && labels && !(rc = read_whole(labels, &lab, &nl, err, sizeof(err))) && nl != n) {
+        snprintf(err, sizeof(err), "%s: %ld labels for the %ld bytes of %s", labels, nl, n, text);
+        rc = -EINVAL;
+    }
+    if (!rc) {
+        printf("# training a %s tokenizer of %ld pieces on %s (%ld bytes)\n", type, vocab, text,
+               n);
+        fflush(stdout);
+        rc = tokenizer_train(text, out, (int)vocab, type, 2, err, sizeof(err));
+    }
+    tokenizer *tk = NULL;
+    if (!rc)
+        rc = tokenizer_load(&tk, mfile, err, sizeof(err));
+    if (!rc && tokenizer_vocab(tk) != vocab) {
+        snprintf(err, sizeof(err), "%s: %d pieces, asked for %ld", mfile, tokenizer_vocab(tk),
+                 vocab);
+        rc = -EINVAL;
+    }
+    int32_t *ids = NULL;
+    long n_ids = 0;
+    if (!rc)
+        rc = tokenizer_encode(tk, txt, (size_t)n, &ids, &n_ids, err, sizeof(err));
+    size_t dlen = 0;
+    char *back = rc ? NULL : tokenizer_decode(tk, ids, n_ids, &dlen);
+    if (!rc && (!back || dlen != (size_t)n || memcmp(back, txt, (size_t)n) != 0)) {
+        snprintf(err, sizeof(err), "the tokens of %s do not decode to it (%zu bytes back of %ld)",
+                 text, dlen, n);
+        rc = -EINVAL;
+    }
+    free(back);
+    /* the tokens, and each token's class from the bytes it stands for */
+    long off = 0;
+    unsigned char *cls = lab ? malloc((size_t)(n_ids > 0 ? n_ids : 1)) : NULL;
+    void *buf = rc ? NULL : malloc((size_t)(n_ids > 0 ? n_ids : 1) * (vocab > 65536 ? 4 : 2));
+    if (!rc && (!buf || (lab && !cls)))
+        rc = -ENOMEM;
+    for (long i = 0; !rc && i < n_ids; i++) {
+        if (vocab > 65536)
+            ((uint32_t *)buf)[i] = (uint32_t)ids[i];
+        else
+            ((uint16_t *)buf)[i] = (uint16_t)ids[i];
+        int b = tokenizer_piece_bytes(tk, ids[i]);
+        if (cls) {
+            unsigned char c = BROWN_SPACE;
+            for (int k = 0; k < b && off + k < n; k++)
+                if (lab[off + k] != BROWN_SPACE) {
+                    c = (unsigned char)lab[off + k];
+                    break;
+                }
+            cls[i] = c;
+        }
+        off += b;
+    }
+    if (!rc && off != n) {
+        snprintf(err, sizeof(err), "the pieces' bytes add up to %ld, not the text's %ld", off, n);
+        rc = -EINVAL;
+    }
+    if (!rc)
+        rc = write_whole(tokens, buf, (size_t)n_ids * (vocab > 65536 ? 4 : 2), err, sizeof(err));
+    if (!rc && cls)
+        rc = write_whole(pos, cls, (size_t)n_ids, err, sizeof(err));
+    if (!rc)
+        printf("# wrote %s (%ld tokens, %.3f bytes a token)%s%s, and %s\n"
+               "# train on it with data.source = %s, data.vocab = %ld, data.tokenizer = %s\n",
+               tokens, n_ids, (double)n / (double)(n_ids > 0 ? n_ids : 1), cls ? ", " : "",
+               cls ? pos : "", mfile, tokens, vocab, mfile);
+    else
+        fprintf(stderr, "mode-exp tokenize: %s\n", err);
+    free(buf);
+    free(cls);
+    free(ids);
+    tokenizer_free(&tk);
+    free(txt);
+    free(lab);
+    return rc ? 1 : 0;
+}
