@@ -46,6 +46,7 @@ static const opt options[] = {
     { "--steps", OPT_POSITIVE, OFF(steps), 1e6 },
     { "--windows", OPT_LONG, OFF(windows), 1e12 },
     { "--tokens", OPT_LONG, OFF(tokens), 1e9 },
+    { "--bench", OPT_POSITIVE, OFF(bench), 1e6 },
     { "--top-k", OPT_LONG, OFF(top_k), 2147483647.0 },
     { "--seed", OPT_LONG, OFF(seed), 9.2e18 },
     { "--temperature", OPT_DOUBLE, OFF(temperature), 1e9 },

@@ -25,6 +25,7 @@ typedef struct cli {
     const char *data, *mode, *prompt, *prompt_ids, *init_from;
     const char *routing, *routing_layers, *record, *csv, *dial;
     long windows, tokens, top_k, seed, steps;
+    long bench; /* sample --bench R: R timed sequences */
     double temperature;
     double upcycle_noise, upcycle_reinit;
 } cli;

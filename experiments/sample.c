@@ -29,6 +29,9 @@ static const char usage_sample[] =
     "  --prompt TEXT    a text prompt: bytes for byte-level models (vocab 256), encoded\n"
     "                   by the run's tokenizer for subword models (data.tokenizer)\n"
     "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
+    "  --bench R        then the decode benchmark: R more sequences from the prompt, each\n"
+    "                   to --tokens or the context's end, timed (tokens/s, ms a token,\n"
+    "                   the routed layers' shares); batch 1\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
     "                   only output of models whose vocabulary is not bytes\n"
     "  section.key=value  a kind's key changed for sampling (mod.capacity=0.25, ...), as\n"
@@ -78,6 +81,56 @@ static int sample_token(const float *logits, int V, double temperature, long top
             return v;
     }
     return best;
+}
+
+/* The decode benchmark (sample --bench R): R more sequences from the same
+ * prompt, each decoded with the KV cache to --tokens tokens or the context's
+ * end, timed from the first generated token's step to the last (sampling
+ * included, the prompt not); tokens/s of each sequence, and the routed
+ * layers' shares over all of them. */
+typedef struct decode_bench {
+    long seqs, tokens;
+    double seconds, best, worst; /* tokens/s of the fastest and slowest sequence */
+    long *took;                  /* [L] generated tokens that took layer l's block */
+} decode_bench;
+
+static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *prompt, long plen,
+                        int S, int V, pcg32 *rng, float *logits, double *p,
+                        unsigned char *taken, decode_bench *out)
+{
+    int L = m->dims.n_layers, rc = 0;
+    for (long r = 0; r < c->bench && !rc; r++) {
+        if ((rc = model_decode_begin(m, S)))
+            break;
+        token_t tok = prompt[0];
+        long gen = 0;
+        double t0 = 0.0;
+        for (int32_t pos = 0; pos < S - 1 && gen < c->tokens; pos++) {
+            if (pos == plen - 1)
+                t0 = mode_now(); /* the step whose logits give the first new token */
+            if ((rc = model_decode_step(m, ctx, tok, pos, logits, taken)))
+                break;
+            if (pos + 1 < plen) {
+                tok = prompt[pos + 1];
+                continue;
+            }
+            if (pos >= plen)
+                for (int l = 0; l < L; l++)
+                    out->took[l] += taken[l];
+            tok = (token_t)sample_token(logits, V, c->temperature, c->top_k, rng, p);
+            gen++;
+        }
+        double dt = mode_now() - t0;
+        if (rc || gen == 0 || dt <= 0.0)
+            continue;
+        double tps = (double)gen / dt;
+        out->best = out->seqs ? fmax(out->best, tps) : tps;
+        out->worst = out->seqs ? fmin(out->worst, tps) : tps;
+        out->seqs++;
+        out->tokens += gen;
+        out->seconds += dt;
+    }
+    return rc;
 }
 
 int cmd_sample(mode_ctx *ctx, int argc, char **argv)
@@ -259,6 +312,13 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         free(text);
         free(i32);
     }
+    decode_bench db = { .took = calloc((size_t)L, sizeof(long)) };
+    if (!rc && c.bench > 0) {
+        if (!db.took)
+            rc = -ENOMEM;
+        else if ((rc = bench_decode(m, ctx, &c, prompt, plen, S, V, &rng, logits, p, taken, &db)))
+            snprintf(err, sizeof(err), "decode benchmark failed: %s", strerror(-rc));
+    }
     if (!rc) {
         if (tk)
             printf("\n# tokenizer %s: %ld prompt tokens", tpath, plen);
@@ -269,6 +329,20 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
                ran_tokens ? gen_flops / (double)ran_tokens : 0.0, nominal);
         printf("# %ld tokens generated%s\n", generated,
                generated < c.tokens ? " (stopped at the model's context length)" : "");
+        if (db.seqs > 0) {
+            printf("# decode benchmark: %ld sequences of batch 1, %ld generated tokens from a "
+                   "%ld-token prompt: %.1f tokens/s (sequences %.1f to %.1f), %.3f ms a "
+                   "token\n", db.seqs, db.tokens, plen, (double)db.tokens / db.seconds,
+                   db.worst, db.best, 1e3 * db.seconds / (double)db.tokens);
+            long ran_b = db.tokens - db.seqs; /* the first token of each came from the prompt */
+            for (int l = 0; l < L; l++) {
+                const char *k = cfg.layers[l].kind;
+                if (strcmp(k, "dense"))
+                    printf("# decode benchmark: layer %d (%s): %.4f of generated tokens took "
+                           "its block\n", l, k,
+                           ran_b > 0 ? (double)db.took[l] / (double)ran_b : 0.0);
+            }
+        }
         if (c.routing)
             printf("# routing decisions: %s%s%s (seed %ld), not the learned ones\n",
                    route_policy_names[plan.policy], c.routing_layers ? " in layers " : "",
@@ -300,6 +374,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     } else {
         fprintf(stderr, "mode-exp sample: %s\n", err);
     }
+    free(db.took);
     free(prompt);
     free(seq);
     tokenizer_free(&tk);

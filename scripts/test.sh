@@ -133,11 +133,11 @@ run_suite sanitize build-asan -Dwerror=true -Dbuildtype=debugoptimized \
 
 # libFuzzer targets: clang, sanitizers, bounded runs from fixed seeds.
 unset ASAN_OPTIONS MODE_TEST_SANITIZED
-export CC=clang
+export CC=clang CXX=clang++ # one compiler's sanitizer runtime for C and C++
 test_args="--suite fuzz"
 run_suite fuzz build-fuzz -Dwerror=true -Dbuildtype=debugoptimized -Dfuzz=true \
 	-Db_sanitize=address,undefined -Db_lundef=false
-unset CC
+unset CC CXX
 
 if [ -n "$skips" ]; then
 	echo "skipped (neither passed nor failed; each says why):$skips"

@@ -1,0 +1,40 @@
+#!/bin/sh
+# The decode benchmark over trained checkpoints (README "Decoding speed"):
+# for every kind, `mode-exp sample CKPT --bench R` from one prompt to the
+# context's end, batch 1, one thread, in ROUNDS rounds that visit the kinds
+# in turn (so that each kind's and dense's numbers share the machine's
+# state); per kind the median tokens/s over rounds, its ratio to dense's in
+# the same round (median), the FLOPs decoding ran a token and the routed
+# layers' shares of generated tokens.
+#   scripts/bench-decode.sh DIR [ROUNDS] [R]    (DIR/<kind>/ckpt.h5 for each kind there)
+# MODE_EXP chooses the binary (default: the build tree's).
+set -eu
+dir=${1:?usage: bench-decode.sh DIR [ROUNDS] [R]}
+rounds=${2:-3} reps=${3:-5}
+exe=${MODE_EXP:-build/experiments/mode-exp}
+export OPENBLAS_NUM_THREADS=1
+kinds=$(cd "$dir" && for k in *; do [ -f "$k/ckpt.h5" ] && echo "$k"; done)
+echo "$kinds" | grep -qx dense || { echo "bench-decode: no $dir/dense/ckpt.h5 to compare with" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for r in $(seq 1 "$rounds"); do
+	for k in $kinds; do
+		"$exe" sample "$dir/$k/ckpt.h5" --prompt "The jury said" --tokens 1000 --seed "$r" \
+			--bench "$reps" --threads 1 >"$tmp/$k.$r" 2>&1 || { cat "$tmp/$k.$r" >&2; exit 1; }
+	done
+done
+tps() { sed -n 's/.*prompt: \([0-9.]*\) tokens\/s.*/\1/p' "$1"; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo "| kind | tokens/s (median of $rounds) | ms a token | x dense (same round, median) | FLOPs a token | share of tokens taking each routed layer |"
+echo "| --- | ---: | ---: | ---: | ---: | --- |"
+for k in $kinds; do
+	t=$(for r in $(seq 1 "$rounds"); do tps "$tmp/$k.$r"; done | median)
+	x=$(for r in $(seq 1 "$rounds"); do
+		awk -v a="$(tps "$tmp/$k.$r")" -v b="$(tps "$tmp/dense.$r")" 'BEGIN { print a / b }'
+	done | median)
+	f=$(sed -n 's/# decoding ran \([0-9.e+]*\) FLOPs.*/\1/p' "$tmp/$k.1")
+	sh=$(sed -n 's/# decode benchmark: layer \([0-9]*\) (\([a-z]*\)): \([0-9.]*\) of.*/\1 \2 \3/p' \
+		"$tmp/$k.1" | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3 }')
+	awk -v k="$k" -v t="$t" -v x="$x" -v f="$f" -v s="$sh" \
+		'BEGIN { printf "| %s | %.0f | %.3f | %.2f | %s | %s |\n", k, t, 1000 / t, x, f, (s == "" ? "-" : s) }'
+done
