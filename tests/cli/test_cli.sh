@@ -548,6 +548,10 @@ tokens)
 	awk -v l="$(h5dump -d eval/loss_topk y/tiny/run.h5 | grep -o '[0-9]\.[0-9]*' | tail -n 1)" \
 		-v b="$(h5dump -d eval/bpb_topk y/tiny/run.h5 | grep -o '[0-9]\.[0-9]*' | tail -n 1)" \
 		'BEGIN { exit !(b > 0 && (l / log(2) - b) ^ 2 < 1e-6) }' || fail "byte-level bits per byte"
+	# the decode benchmark: two timed sequences, tokens/s
+	"$exe" sample y/tiny/ckpt.h5 --prompt ab --tokens 8 --bench 2 >b.txt 2>&1 || fail "bench: $(cat b.txt)"
+	grep -q "decode benchmark: 2 sequences of batch 1, 16 generated tokens" b.txt ||
+		fail "decode benchmark: $(cat b.txt)"
 	# another tokenizer where the run's was: refused, naming both
 	"$exe" tokenize corpus.txt other --vocab 600 >/dev/null 2>&1 || fail "tokenize 600"
 	cp other.model s/tiny/tokenizer.model
