@@ -121,6 +121,13 @@ static void set_names(run_info *ri)
     } else if (!strcmp(held, "synthetic")) {
         ri->n_classes = SYNTH_CLASSES;
         ri->class_names = synthetic_label_names;
+    } else if (strcmp(ri->cfg.tokenizer, "none") != 0 ||
+               (strlen(held) > 4 && (!strcmp(held + strlen(held) - 4, ".bin") ||
+                                     !strcmp(held + strlen(held) - 4, ".u32")))) {
+        /* a token file with Brown's classes beside it (mode-exp tokenize
+         * --labels): the run recorded them when it had them */
+        ri->n_classes = BROWN_CLASSES;
+        ri->class_names = brown_label_names;
     }
 }
 

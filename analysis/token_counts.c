@@ -230,8 +230,8 @@ int tokens_count(const an_args *a, tokens_report *t)
         const run_info *ri = t->ris[r];
         if (!ri->labels || ri->n_classes == 0) {
             bool held = strcmp(ri->cfg.val_source, "none") != 0;
-            an_fail(a, rc, "%s: no token labels (data.%s = %s: only brown and synthetic have "
-                    "classes)", ri->path, held ? "val_source" : "source",
+            an_fail(a, rc, "%s: no token labels (data.%s = %s: only brown, synthetic and token "
+                    "files with a .pos of classes beside them have classes)", ri->path, held ? "val_source" : "source",
                     held ? ri->cfg.val_source : ri->cfg.source);
             return rc;
         }
