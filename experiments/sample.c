@@ -100,12 +100,12 @@ static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *pr
 {
     int L = m->dims.n_layers, rc = 0;
     for (long r = 0; r < c->bench && !rc; r++) {
-        if ((rc = model_decode_begin(m, S)))
+        if ((rc = model_decode_begin(m, (int)(plen + c->tokens))))
             break;
         token_t tok = prompt[0];
         long gen = 0;
         double t0 = 0.0;
-        for (int32_t pos = 0; pos < S - 1 && gen < c->tokens; pos++) {
+        for (int32_t pos = 0; pos < plen + c->tokens - 1 && gen < c->tokens; pos++) {
             if (pos == plen - 1)
                 t0 = mode_now(); /* the step whose logits give the first new token */
             if ((rc = model_decode_step(m, ctx, tok, pos, logits, taken)))
@@ -228,8 +228,9 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             rc = -EINVAL;
         }
     }
-    if (!rc && plen >= S) {
-        snprintf(err, sizeof(err), "prompt of %ld tokens: the model's context is %d", plen, S);
+    if (!rc && plen + c.tokens > (1L << 30)) {
+        snprintf(err, sizeof(err), "prompt of %ld tokens and --tokens %ld: too long", plen,
+                 c.tokens);
         rc = -EINVAL;
     }
     routing_cli rt;
@@ -251,7 +252,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             m->route = &plan;
         }
     }
-    if (!rc && (rc = model_decode_begin(m, S)))
+    /* past the context (S) each layer attends to the last S positions */
+    if (!rc && (rc = model_decode_begin(m, (int)(plen + c.tokens))))
         snprintf(err, sizeof(err), "cannot start decoding: %s", strerror(-rc));
     float *logits = malloc((size_t)V * sizeof(float));
     double *p = malloc((size_t)V * sizeof(double));
@@ -271,7 +273,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     }
     token_t tok = prompt[0];
     double flops = 0.0, gen_flops = 0.0;
-    for (int32_t pos = 0; !rc && pos < S - 1 && generated < c.tokens; pos++) {
+    for (int32_t pos = 0; !rc && pos < plen + c.tokens - 1 && generated < c.tokens; pos++) {
         /* the products decoding really runs, counted (matmul.h) */
         flops = 0.0;
         flops_count(&flops);
@@ -328,7 +330,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
                "model's nominal forward: %.4g a token)\n",
                ran_tokens ? gen_flops / (double)ran_tokens : 0.0, nominal);
         printf("# %ld tokens generated%s\n", generated,
-               generated < c.tokens ? " (stopped at the model's context length)" : "");
+               plen + generated > S ? " (past the context: a sliding window of the last S)" : "");
         if (db.seqs > 0) {
             printf("# decode benchmark: %ld sequences of batch 1, %ld generated tokens from a "
                    "%ld-token prompt: %.1f tokens/s (sequences %.1f to %.1f), %.3f ms a "

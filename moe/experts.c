@@ -990,6 +990,8 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
     int d = ex->d, N = ex->N, K = c->top_k, E = c->experts;
     if (ex->local != E) /* decoding computes every expert here */
         return -EINVAL;
+    if (pos > 0 && pos % ex->S == 0) /* past the context: each S positions anew */
+        experts_decode_reset(ex);
     float *p = ex->dec, lse;
     long seq = a->window ? a->window[0] : a->seq0;
     if (c->expert_choice) { /* the causal rule: every expert with l > 0 */

@@ -270,10 +270,27 @@ void free_block_decode(kv_cache *kv, mlp_cache *mlp1, float **scratch)
     *scratch = NULL;
 }
 
+/* Decoding past the context: the cache keeps the rows of the last S
+ * positions (pos - S, pos], a sliding window; the oldest leave first. */
+static void kv_slide(kv_cache *c, int32_t pos, int S, int d)
+{
+    int drop = 0;
+    while (drop < c->n && c->pos[drop] <= pos - S)
+        drop++;
+    if (drop == 0)
+        return;
+    int keep = c->n - drop;
+    memmove(c->k, c->k + (size_t)drop * d, (size_t)keep * d * sizeof(float));
+    memmove(c->v, c->v + (size_t)drop * d, (size_t)keep * d * sizeof(float));
+    memmove(c->pos, c->pos + drop, (size_t)keep * sizeof(int32_t));
+    c->n = keep;
+}
+
 int attn_decode_kv(kv_cache *c, const float *x, int32_t pos, const attn_weights *w,
                    const fwd_args *a)
 {
     const model_dims *dm = a->dims;
+    kv_slide(c, pos, dm->seq_len, dm->d_model);
     int d = dm->d_model, n = c->n;
     if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
         return -EINVAL;
@@ -291,6 +308,7 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
                 const fwd_args *a)
 {
     const model_dims *dm = a->dims;
+    kv_slide(c, pos, dm->seq_len, dm->d_model);
     int d = dm->d_model, dh = dm->d_head, n = c->n;
     if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
         return -EINVAL;

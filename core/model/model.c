@@ -413,8 +413,19 @@ double model_flops_per_seq(const model *m, double *per_layer)
 int model_decode_begin(model *m, int max_len)
 {
     const model_dims *dm = &m->dims;
-    if (max_len > dm->seq_len)
-        return -EINVAL; /* RoPE's table and the training length */
+    if (max_len < 1)
+        return -EINVAL;
+    /* past the training length: RoPE's table for every position (the
+     * first S rows are the same numbers), the caches a window of S */
+    if (max_len > m->rope->max_pos) {
+        rope_table *t = NULL;
+        if (build_rope_table(&t, max_len, dm->d_head))
+            return -ENOMEM;
+        free_rope_table(&m->rope);
+        m->rope = t;
+    }
+    m->dec_len = max_len;
+    max_len = max_len < dm->seq_len ? max_len : dm->seq_len;
     if (!m->dec_x[0]) {
         m->dec_x[0] = alloc_floats((size_t)dm->d_model);
         m->dec_x[1] = alloc_floats((size_t)dm->d_model);
@@ -438,7 +449,7 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
 {
     const model_dims *dm = &m->dims;
     int d = dm->d_model;
-    if (token >= (token_t)dm->vocab || pos < 0 || pos >= dm->seq_len)
+    if (token >= (token_t)dm->vocab || pos < 0 || pos >= m->dec_len)
         return -ERANGE;
     batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
     fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);

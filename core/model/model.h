@@ -51,6 +51,7 @@ typedef struct model {
     rope_table *rope;
     float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
     float *dec_u;            /* [d] */
+    int dec_len;             /* positions model_decode_begin allowed */
     bool has_exits;          /* a layer is an exit point (layer_kind exit_point) */
     unsigned char *active;   /* [max_seq*S] with exits: tokens still in the stack */
     float *head_in;          /* [max_seq*S][d] with exits: the exited tokens' head inputs */
@@ -114,7 +115,11 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b);
  * (when not NULL) says whether layer l's block ran for this token (at an
  * exit point: whether the token left the stack there; after that no later
  * layer runs it, each only takes its keys and values).  The logits equal
- * those of a FWD_EVAL_CAUSAL forward over the whole prefix. */
+ * those of a FWD_EVAL_CAUSAL forward over the whole prefix.  max_len may
+ * pass the training length S: past it each layer attends to a sliding
+ * window, the rows of the last S positions (RoPE is relative: the window
+ * sees what a sequence of S would), and the experts' capacity counters
+ * start again every S positions. */
 int model_decode_begin(model *m, int max_len);
 int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float *logits,
                       unsigned char *taken);
