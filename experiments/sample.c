@@ -210,9 +210,9 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     }
     bool ids = c.ids || (V != 256 && !tk); /* text from a byte-level model or a tokenizer */
     if (!rc && c.prompt && V != 256 && !tk) {
-        snprintf(err, sizeof(err), "%s: vocab %d and no tokenizer: a text prompt is bytes, for "
-                 "a byte-level model (vocab 256); give this model's token ids with --prompt-ids",
-                 c.config, V);
+        snprintf(err, sizeof(err), "%s: vocab %d: a text prompt is bytes, for a byte-level "
+                 "model (vocab 256), and the run had no tokenizer (data.tokenizer); give this "
+                 "model's token ids with --prompt-ids", c.config, V);
         rc = -EINVAL;
     }
     /* with a tokenizer the text is printed whole at the end: a piece alone
