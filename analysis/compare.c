@@ -48,11 +48,11 @@ static void write_md(FILE *f, const an_runset *rs)
     bool lad = rs->ladder.n_points >= 2;
     fprintf(f, "| group | n | layers | capacity | params | FLOPs/fwd/seq | train FLOPs | steps/s | "
                "loss top-k | 95%% CI | SE |%s%s loss causal | 95%% CI | SE |%s precision | "
-               "recall | causal capacity |\n",
+               "recall | causal capacity | bits per byte (top-k) |\n",
             vs ? " Δ top-k | p |" : "", lad ? " x dense FLOPs |" : "",
             vs ? " Δ causal | p |" : "");
     fprintf(f, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |%s%s "
-               "---: | ---: | ---: |%s ---: | ---: | ---: |\n",
+               "---: | ---: | ---: |%s ---: | ---: | ---: | ---: |\n",
             vs ? " ---: | ---: |" : "", lad ? " ---: |" : "", vs ? " ---: | ---: |" : "");
     for (int j = 0; j < rs->g.n_groups; j++) {
         const run_group *grp = &rs->g.groups[j];
@@ -90,9 +90,11 @@ static void write_md(FILE *f, const an_runset *rs)
                                       : fmt_num(b[11], 64, st->vs_causal.diff, 4, true),
                     j == rs->baseline ? "" : b[10]);
         }
-        fprintf(f, " %s | %s | %s |\n", fmt_num(b[12], 64, st->rule[RT_PRECISION], 3, false),
+        char bpb[64];
+        fprintf(f, " %s | %s | %s | %s |\n", fmt_num(b[12], 64, st->rule[RT_PRECISION], 3, false),
                 fmt_num(b[13], 64, st->rule[RT_RECALL], 3, false),
-                fmt_num(b[14], 64, st->rule[RT_CAUSAL_CAP], 3, false));
+                fmt_num(b[14], 64, st->rule[RT_CAUSAL_CAP], 3, false),
+                fmt_num(bpb, sizeof(bpb), st->bpb_topk, 4, false));
     }
     /* what the statistics are over, where not every replicate is complete */
     bool first = true;
@@ -125,7 +127,7 @@ static void write_runs_csv(FILE *f, const an_runset *rs)
     }
     fputs(",seed,init_seed,data_seed,run,layers,capacity,params,params_from,flops_per_seq,"
           "steps,planned,complete,steps_per_s,eval_step,loss_topk,se_topk,loss_causal,"
-          "se_causal,eval_windows,precision,recall,causal_capacity,used,file\n", f);
+          "se_causal,eval_windows,precision,recall,causal_capacity,bpb_topk,used,file\n", f);
     for (int i = 0; i < rs->n; i++) {
         const an_run *r = &rs->runs[i];
         csv_field(f, rs->g.groups[rs->g.group_of[i]].name);
@@ -155,6 +157,7 @@ static void write_runs_csv(FILE *f, const an_runset *rs)
         csv_num(f, r->windows);
         for (int k = 0; k < RT_COUNT; k++)
             csv_num(f, r->rule[k]);
+        csv_num(f, r->bpb_topk);
         fprintf(f, ",%d,", an_run_used(rs, i));
         csv_field(f, r->path);
         fputc('\n', f);

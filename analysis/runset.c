@@ -39,6 +39,7 @@ static void read_eval(const run_info *ri, an_run *r)
     double step = run_last_value(ri, "eval/step", &n);
     r->eval_step = n > 0 && isfinite(step) ? (long)step : -1;
     r->loss_topk = run_last_value(ri, "eval/loss_topk", NULL);
+    r->bpb_topk = run_last_value(ri, "eval/bpb_topk", NULL);
     r->loss_causal = run_last_value(ri, "eval/loss_causal", NULL);
     r->se_topk = run_last_value(ri, "eval/se_topk", NULL);
     r->se_causal = run_last_value(ri, "eval/se_causal", NULL);
@@ -157,7 +158,7 @@ static void group_stats(an_runset *rs, int gi)
     double flops = 0.0;
     double *topk = malloc((size_t)grp->n * sizeof(double));
     double *causal = malloc((size_t)grp->n * sizeof(double));
-    double se[2] = { 0, 0 }, sps = 0.0, rule[RT_COUNT] = { 0 };
+    double se[2] = { 0, 0 }, sps = 0.0, bpb = 0.0, rule[RT_COUNT] = { 0 };
     int n_se[2] = { 0, 0 }, n_sps = 0, n_rule[RT_COUNT] = { 0 };
     st->eval_lo = -1;
     st->eval_hi = -1;
@@ -183,6 +184,7 @@ static void group_stats(an_runset *rs, int gi)
             sps += r->steps_per_s;
             n_sps++;
         }
+        bpb += r->bpb_topk; /* NaN when any replicate's is unknown */
         for (int k = 0; k < RT_COUNT; k++)
             if (isfinite(r->rule[k])) {
                 rule[k] += r->rule[k];
@@ -192,6 +194,7 @@ static void group_stats(an_runset *rs, int gi)
     summarize(topk, st->used, &st->topk);
     summarize(causal, st->used, &st->causal);
     st->train_flops = st->used ? flops / st->used : (double)NAN;
+    st->bpb_topk = st->used ? bpb / st->used : (double)NAN;
     st->mult = (multiplier){ (double)NAN, (double)NAN, (double)NAN, false };
     if (rs->ladder.n_points >= 2 && topk)
         st->mult = ladder_multiplier(&rs->ladder, topk, st->used, st->train_flops,

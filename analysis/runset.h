@@ -38,6 +38,7 @@ typedef struct an_run {
     double loss_topk, loss_causal; /* the last evaluation's losses (NaN without) */
     double se_topk, se_causal;     /* their standard errors over windows (NaN in older files) */
     double windows;                /* the windows of that evaluation (NaN in older files) */
+    double bpb_topk;               /* its bits per byte (NaN: unknown, or older files) */
     double rule[RT_COUNT];   /* the causal rule over routed layers, NaN without */
 } an_run;
 
@@ -52,6 +53,7 @@ typedef struct an_group_stats {
     double steps_per_s, rule[RT_COUNT];  /* means */
     welch_result vs_topk, vs_causal;     /* against the baseline (diff NaN without one) */
     double train_flops;       /* mean over the replicates used */
+    double bpb_topk;          /* mean bits per byte of the replicates used (NaN: unknown) */
     multiplier mult;          /* dense-equivalent compute (ladder.h), NaN without a ladder */
 } an_group_stats;
 
