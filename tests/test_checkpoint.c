@@ -228,7 +228,7 @@ static void test_run_file_holes(void **state)
             assert_int_equal(run_record_flush(r, path, s, err, sizeof(err)), 0);
     }
     /* a late piece of step 12: one evaluation row */
-    double row[6] = { 12, 1.5, 1.6, 0.01, 0.01, 4 };
+    double row[8] = { 12, 1.5, 1.6, 0.01, 0.01, 4, 2.1, 2.2 }; /* ..., windows, bpb */
     assert_int_equal(run_table_append(&r->eval, row), 0);
     assert_int_equal(run_record_flush_late(r, path, 12, err, sizeof(err)), 0);
     run_reader *rd = NULL;

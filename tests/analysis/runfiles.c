@@ -84,8 +84,9 @@ static int add_rows(run_record *r, const long *steps, int n, double wall_end, do
     }
     for (int i = n - 2; !rc && i < n; i++) {
         double late = i == n - 1 ? 0.0 : 0.05; /* the earlier evaluation is worse */
-        double row[6] = { (double)steps[i], loss + late, loss_causal + late, 0.002, 0.003,
-                          i == n - 1 ? 2048 : 16 };
+        double row[8] = { (double)steps[i], loss + late, loss_causal + late, 0.002, 0.003,
+                          i == n - 1 ? 2048 : 16, (loss + late) / log(2.0),
+                          (loss_causal + late) / log(2.0) }; /* bytes: bpb = nats / ln 2 */
         rc = run_table_append(&r->eval, row);
     }
     return rc;
