@@ -113,7 +113,9 @@ echo "== release tests under OpenBLAS's $second kernels (this machine's own: ${o
 # Nor the analysis and sweep suites: they check tables, figures and runs
 # against the run files the same build wrote, equal by construction on any
 # kernel set; the numbers are the unit, cli and mpi suites'.
-test_args="--no-suite valgrind --no-suite robust --no-suite analysis --no-suite sweep"
+# Nor the cli tests of options and files (balance, upcycle, tokens: suite
+# plumbing), whose numbers the moe and ranks tests already check here.
+test_args="--no-suite valgrind --no-suite robust --no-suite analysis --no-suite sweep --no-suite plumbing"
 OPENBLAS_CORETYPE=$second run_tests build-ci build-ci.$second.test.log
 test_args=""
 # Leaks are checked by one test of this build (tests/sanitize/leaks.sh: every
