@@ -43,6 +43,7 @@ typedef struct curves_fig {
     group_curve *gc;
     int width, height, legend_cols, n_items, max_n;
     legend_item *items;
+    bool bpb; /* bits per byte on the y axis */
 } curves_fig;
 
 static const char *const x_labels[X_COUNT] = { "training FLOPs (nominal)", "wall time (s)",
@@ -88,12 +89,32 @@ static int read_curve(const an_args *a, const char *path, curve *c)
         an_fail(a, rc, "%s: /metrics/step, train_flops or wall_s missing or uneven", ri->path);
         goto done;
     }
+    /* bits per byte; a byte-level run's file older than them: nats / ln 2 */
+    bool bpb = a->bpb, bytes = ri->cfg.vocab == 256 && !strcmp(ri->cfg.tokenizer, "none");
+    if (bpb && bytes && run_read_column(ri, "eval/bpb_topk", &topk, &n2) == 0)
+        free(topk);
+    else if (bpb && bytes)
+        bpb = false;
+    topk = NULL;
+    n2 = 0;
     if (run_read_column(ri, "eval/step", &es, &ne) ||
-        run_read_column(ri, "eval/loss_topk", &topk, &n2) ||
-        run_read_column(ri, "eval/loss_causal", &causal, &n3) || n2 != ne || n3 != ne) {
-        an_fail(a, rc, "%s: /eval/step, loss_topk or loss_causal missing or uneven", ri->path);
+        run_read_column(ri, bpb ? "eval/bpb_topk" : "eval/loss_topk", &topk, &n2) ||
+        run_read_column(ri, bpb ? "eval/bpb_causal" : "eval/loss_causal", &causal, &n3) ||
+        n2 != ne || n3 != ne) {
+        an_fail(a, rc, "%s: /eval/step, %s or %s missing or uneven", ri->path,
+                a->bpb ? "bpb_topk" : "loss_topk", a->bpb ? "bpb_causal" : "loss_causal");
         goto done;
     }
+    for (long i = 0; a->bpb && !bpb && i < ne; i++) { /* bytes: one per token */
+        topk[i] /= log(2.0);
+        causal[i] /= log(2.0);
+    }
+    for (long i = 0; a->bpb && i < ne; i++)
+        if (!isfinite(topk[i])) {
+            an_fail(a, rc, "%s: no bits per byte (a token file without a tokenizer, or a run "
+                    "file older than them)", ri->path);
+            goto done;
+        }
     if (ne == 0) {
         an_fail(a, rc, "%s: no held-out evaluations (run.eval_every = %ld)", ri->path,
                 ri->cfg.eval_every);
@@ -295,7 +316,8 @@ static void draw_curves(cairo_t *cr, void *user)
         plot_axes ax = { .x = k * CV_PANEL_W + 80, .y = CV_TOP + 30, .w = CV_PANEL_W - 104,
                          .h = CV_PANEL_H - 86, .y0 = y0, .y1 = y1, .logx = k == X_FLOPS };
         range_of(f, k, ax.logx, &ax.x0, &ax.x1);
-        plot_axes_draw(cr, &ax, x_titles[k], x_labels[k], "held-out loss (nats/token)");
+        plot_axes_draw(cr, &ax, x_titles[k], x_labels[k],
+                       f->bpb ? "held-out bits per byte" : "held-out loss (nats/token)");
         for (int j = 0; j < f->rs->g.n_groups; j++) {
             const group_curve *g = &f->gc[j];
             if (g->n_runs > 1)
@@ -327,7 +349,7 @@ int cmd_curves(const an_args *a)
     if (an_read_runs(a, &rs))
         return EXIT_BAD_INPUT;
     int G = rs.g.n_groups, rc = EXIT_BAD_INPUT;
-    curves_fig f = { .rs = &rs };
+    curves_fig f = { .rs = &rs, .bpb = a->bpb };
     f.gc = calloc((size_t)G, sizeof(group_curve));
     f.items = calloc((size_t)G + 3, sizeof(legend_item));
     if (!f.gc || !f.items) {

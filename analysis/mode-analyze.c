@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 
 enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32,
-       OPT_LADDER = 64 };
+       OPT_LADDER = 64, OPT_BPB = 128 };
 enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
 
 typedef struct an_command {
@@ -61,8 +61,10 @@ static const an_command commands[] = {
       "FLOPs (log scale), wall time and steps, one colour per group of replicates\n"
       "(runs whose configs differ only in [run] name, out, seed, init_seed,\n"
       "data_seed): the mean over the replicates at each evaluation they all reached,\n"
-      "in a band from the lowest to the highest replicate. Writes curves.png.\n",
-      "RUN.h5|DIR ...", 1, MANY, 0, cmd_curves },
+      "in a band from the lowest to the highest replicate. Writes curves.png.\n"
+      "--bpb: bits per byte (eval/bpb_*) instead of nats per token, so that byte\n"
+      "and subword runs of one corpus share an axis (runs without it are refused).\n",
+      "RUN.h5|DIR ... [--bpb]", 1, MANY, OPT_BPB, cmd_curves },
     { "compare", "a table of groups of replicates: sizes, speed, losses, spread",
       "One row per group of replicates (runs whose configs differ only in [run]\n"
       "name, out, seed, init_seed, data_seed; the group is the run name without\n"
@@ -292,6 +294,8 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
             a->svg = true;
         } else if ((c->options & OPT_ALL_STEPS) && !strcmp(argv[i], "--all-steps")) {
             a->all_steps = true;
+        } else if ((c->options & OPT_BPB) && !strcmp(argv[i], "--bpb")) {
+            a->bpb = true;
         } else if ((v = opt_value(argc, argv, &i, "--out", &missing))) {
             a->out = v;
         } else if ((c->options & OPT_STEP) && (v = opt_value(argc, argv, &i, "--step", &missing))) {

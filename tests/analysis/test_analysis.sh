@@ -110,6 +110,9 @@ curves)
 		fail "curves"
 	png c/curves.png 1340 444 444
 	"$an" curves m/tiny/run.h5 >/dev/null || fail "curves of one run"
+	# bits per byte on the y axis (byte-level runs: nats / ln 2)
+	"$an" curves d/tiny/run.h5 m/tiny/run.h5 --bpb --out cb | grep -q "^wrote cb/curves.png$" ||
+		fail "curves --bpb"
 	png m/tiny/curves.png 1340 444 444
 	;;
 compare)
