@@ -755,13 +755,18 @@ static int shared_forward(experts *ex, const fwd_args *a, float *y, const float 
     for (int i = 0; i < n; i++) {
         float *yr = y + (size_t)i * d;
         const float *so = ex->sh_out + (size_t)i * d, *ro = ex->sh_rout + (size_t)i * d;
+        if (!train) { /* the routed part is in y already: no share to measure */
+            for (int e = 0; e < d; e++)
+                yr[e] += so[e];
+            continue;
+        }
         double ss = 0.0, rr = 0.0;
         for (int e = 0; e < d; e++) {
-            yr[e] += so[e] + (train ? ro[e] : 0.0f);
+            yr[e] += so[e] + ro[e];
             ss += (double)so[e] * (double)so[e];
-            rr += train ? (double)ro[e] * (double)ro[e] : 0.0;
+            rr += (double)ro[e] * (double)ro[e];
         }
-        if (train && ss + rr > 0.0)
+        if (ss + rr > 0.0)
             share += sqrt(ss) / (sqrt(ss) + sqrt(rr));
     }
     if (train)

@@ -143,9 +143,6 @@ int experts_validate(const experts_params *p, bool noop, int model_d_ff, char *e
         snprintf(err, (size_t)err_len,
                  "bias_rate %g: expected 0 with router %s (the bias balances a learned gate)",
                  p->bias_rate, router_names[p->router]);
-    else if (p->experts < 1 || p->experts > MOE_MAX_EXPERTS)
-        snprintf(err, (size_t)err_len, "experts %d: expected 1 to %d", p->experts,
-                 MOE_MAX_EXPERTS);
     else if (p->top_k < 1 || p->top_k > N)
         snprintf(err, (size_t)err_len, "top_k %d: expected 1 to %d (the gate's columns)", p->top_k,
                  N);
