@@ -30,6 +30,7 @@ typedef struct an_args {
     int fit_sizes;                     /* --fit-sizes N (isoflop): 0 the default (5), -1 all */
     const char *ladder;                /* --ladder DIR: dense runs at several budgets, for the
                                           dense-equivalent compute multiplier (ladder.h) */
+    bool no_ladder;                    /* reading --ladder's own runs: fit no ladder of them */
 } an_args;
 
 int cmd_heatmap(const an_args *a);

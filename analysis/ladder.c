@@ -96,32 +96,58 @@ static int budget_index(double *budgets, int *n, double v)
     return (*n)++;
 }
 
-bool ladder_from_runs(const an_runset *rs, ladder_fit *f)
+static bool all_dense(const an_run *r)
+{
+    bool dense = r->cfg->n_layers > 0;
+    for (int l = 0; l < r->cfg->n_layers; l++)
+        dense &= !strcmp(r->cfg->layers[l].kind, "dense");
+    return dense && r->complete && isfinite(r->loss_topk) && r->train_flops > 0.0;
+}
+
+int ladder_from_runs(const an_runset *rs, const an_runset *more, ladder_fit *f, char *err,
+                     int err_len)
 {
     memset(f, 0, sizeof(*f));
-    f->c = malloc((size_t)(rs->n + 1) * sizeof(double));
-    f->l = malloc((size_t)(rs->n + 1) * sizeof(double));
-    f->budget_of = malloc((size_t)(rs->n + 1) * sizeof(int));
-    double *budgets = malloc((size_t)(rs->n + 1) * sizeof(double));
+    const an_runset *sets[2] = { rs, more };
+    int n_max = rs->n + (more ? more->n : 0) + 1;
+    f->c = malloc((size_t)n_max * sizeof(double));
+    f->l = malloc((size_t)n_max * sizeof(double));
+    f->budget_of = malloc((size_t)n_max * sizeof(int));
+    double *budgets = malloc((size_t)n_max * sizeof(double));
     if (!f->c || !f->l || !f->budget_of || !budgets) {
         free(budgets);
         free_ladder_fit(f);
-        return false;
+        snprintf(err, (size_t)err_len, "out of memory");
+        return -1;
     }
+    /* one model: a line through dense runs of two sizes or sequence lengths
+     * would mix two scaling curves */
+    const an_run *first = NULL;
     int executed = 0;
-    for (int i = 0; i < rs->n; i++) {
-        const an_run *r = &rs->runs[i];
-        bool dense = r->cfg->n_layers > 0;
-        for (int l = 0; l < r->cfg->n_layers; l++)
-            dense &= !strcmp(r->cfg->layers[l].kind, "dense");
-        if (!dense || !r->complete || !isfinite(r->loss_topk) || !(r->train_flops > 0.0))
-            continue;
-        double key = r->cfg->flops_budget > 0 ? r->cfg->flops_budget : (double)r->cfg->steps;
-        f->c[f->n_points] = r->train_flops;
-        f->l[f->n_points] = r->loss_topk;
-        f->budget_of[f->n_points++] = budget_index(budgets, &f->n_budgets, key);
-        executed += r->executed;
-    }
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; sets[s] && i < sets[s]->n; i++) {
+            const an_run *r = &sets[s]->runs[i];
+            if (!all_dense(r))
+                continue;
+            if (!first)
+                first = r;
+            else if (r->size.params != first->size.params ||
+                     r->cfg->seq_len != first->cfg->seq_len) {
+                snprintf(err, (size_t)err_len, "the dense runs differ in their model: %s has "
+                         "%lld parameters and sequences of %d, %s %lld and %d; a ladder is "
+                         "one model at several budgets", first->path,
+                         (long long)first->size.params, first->cfg->seq_len, r->path,
+                         (long long)r->size.params, r->cfg->seq_len);
+                free(budgets);
+                free_ladder_fit(f);
+                return -1;
+            }
+            double key = r->cfg->flops_budget > 0 ? r->cfg->flops_budget : (double)r->cfg->steps;
+            f->c[f->n_points] = r->train_flops;
+            f->l[f->n_points] = r->loss_topk;
+            f->budget_of[f->n_points++] = budget_index(budgets, &f->n_budgets, key);
+            executed += r->executed;
+        }
     f->executed = executed > 0;
     bool ok = f->n_budgets >= 2 && fit(f);
     if (ok)
@@ -131,7 +157,7 @@ bool ladder_from_runs(const an_runset *rs, ladder_fit *f)
     free(budgets);
     if (!ok)
         free_ladder_fit(f);
-    return ok;
+    return ok ? 1 : 0;
 }
 
 bool ladder_from_points(const double *c, const double *l, const int *budget, int n,

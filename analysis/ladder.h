@@ -32,10 +32,13 @@ typedef struct multiplier {
     bool extrapolated;           /* L outside the ladder's losses */
 } multiplier;
 
-/* The ladder of rs: its complete runs whose layers are all dense, at two
- * budgets or more (their training FLOPs, counted as each run's
- * run.flops_count says).  Returns false (and an empty fit) without one. */
-bool ladder_from_runs(const struct an_runset *rs, ladder_fit *f);
+/* The ladder of rs and more (NULL: rs alone): their complete runs whose
+ * layers are all dense, at two budgets or more (their training FLOPs,
+ * counted as each run's run.flops_count says).  Returns 1 with a fit, 0
+ * (and an empty fit) without one, -1 with a message in err when the dense
+ * runs are not one model (parameters or sequence length differ). */
+int ladder_from_runs(const struct an_runset *rs, const struct an_runset *more, ladder_fit *f,
+                     char *err, int err_len);
 /* The same from points given directly, point i at training FLOPs c[i] with
  * loss l[i] in budget budget[i] (the isoFLOP dense frontier: each seed's
  * optimum at each budget). */

@@ -81,8 +81,9 @@ static const an_command commands[] = {
       "                     compute multiplier of every group (\"x dense FLOPs\": what\n"
       "                     dense would need for its loss, over its FLOPs, with a 95%\n"
       "                     bootstrap interval; ~ where the ladder is extrapolated);\n"
-      "                     default: the given runs' own dense ones, when they span\n"
-      "                     two budgets or more\n"
+      "                     the given runs' own dense ones and DIR's (without it the\n"
+      "                     given runs' alone), when they span two budgets or more;\n"
+      "                     they must be one model (parameters, sequence length)\n"
       "Prints it and writes compare.md, compare.csv (one row per run: group, the\n"
       "keys that vary, the seeds, the numbers) and compare_groups.csv.\n",
       "RUN.h5|DIR ... [--baseline GROUP] [--ladder DIR]", 1, MANY, OPT_BASELINE | OPT_LADDER,

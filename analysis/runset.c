@@ -235,23 +235,29 @@ static int choose_baseline(const an_args *a, an_runset *rs)
     return 0;
 }
 
-/* --ladder DIR: the dense ladder from the runs of another folder. */
-static int read_ladder(const an_args *a, ladder_fit *f)
+/* --ladder DIR: the dense ladder from the runs of another folder and rs's
+ * own dense runs (a study's dense baseline is the ladder's rung at its
+ * budget). */
+static int read_ladder(const an_args *a, const an_runset *rs, ladder_fit *f)
 {
-    char **paths = NULL, err[RUN_PATH_LEN + 256];
+    char **paths = NULL, err[2 * RUN_PATH_LEN + 256];
     int n = 0;
     if (list_run_files(a->ladder, &paths, &n, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "--ladder %s", err);
     an_args b = *a;
     b.ladder = NULL;
     b.baseline = NULL;
+    b.no_ladder = true;
     an_runset lr;
     int rc = an_read_run_paths(&b, (const char *const *)paths, n, &lr);
     free_run_files(&paths, n);
     if (rc)
         return rc;
-    bool ok = ladder_from_runs(&lr, f);
+    err[0] = '\0';
+    int ok = ladder_from_runs(rs, &lr, f, err, (int)sizeof(err));
     an_free_runs(&lr);
+    if (ok < 0)
+        return an_fail(a, EXIT_BAD_INPUT, "--ladder %s: %s", a->ladder, err);
     if (!ok)
         return an_fail(a, EXIT_BAD_INPUT, "--ladder %s: no dense ladder there (complete runs of "
                        "dense layers only, at two training budgets or more, whose loss falls "
@@ -295,13 +301,16 @@ int an_read_run_paths(const an_args *a, const char *const *paths, int n, an_runs
     }
     for (int j = 0; j < rs->g.n_groups; j++)
         group_stats(rs, j);
-    /* the dense ladder: --ladder's runs, else these runs' own dense ones */
-    if (a->ladder && read_ladder(a, &rs->ladder)) {
+    /* the dense ladder: these runs' own dense ones, and --ladder's */
+    if (a->ladder && read_ladder(a, rs, &rs->ladder)) {
         an_free_runs(rs);
         return EXIT_BAD_INPUT;
     }
-    if (!a->ladder)
-        ladder_from_runs(rs, &rs->ladder);
+    if (!a->ladder && !a->no_ladder) {
+        char err[2 * RUN_PATH_LEN + 256];
+        if (ladder_from_runs(rs, NULL, &rs->ladder, err, (int)sizeof(err)) < 0)
+            fprintf(stderr, "mode-analyze: no dense-equivalent multiplier: %s\n", err);
+    }
     for (int j = 0; rs->ladder.n_points >= 2 && j < rs->g.n_groups; j++)
         group_stats(rs, j);
     if (choose_baseline(a, rs)) {

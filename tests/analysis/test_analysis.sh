@@ -471,6 +471,25 @@ ladder)
 	grep -q "x dense FLOPs" none/compare.md && fail "a multiplier column without a ladder"
 	"$an" compare ladder/mod --ladder ladder/mod >out.txt 2>err.txt && fail "a ladder of no dense run"
 	grep -q "no dense ladder there" err.txt || fail "$(cat err.txt)"
+	# --ladder adds its runs to the study's own dense ones: the study's
+	# dense runs at 2e9 are the middle rung of a ladder whose ends lie
+	# elsewhere (a fit through the ends alone is the same line here, so
+	# the legend's count is what tells)
+	mkdir -p split/study split/rungs
+	cp -r ladder/mod/* ladder/dense/dense-2e+09-* split/study/
+	cp -r ladder/dense/dense-1e+09-* ladder/dense/dense-4e+09-* split/rungs/
+	"$an" compare split/study --ladder split/rungs --out split/o >/dev/null || fail "the split ladder"
+	grep -q "through 6 dense runs at 3 budgets" split/o/compare.md ||
+		fail "the study's own dense runs left out of --ladder's"
+	grep -q "^| mod-2e+09 | 2 | .* | 2.00 \[2.00, 2.00\] |" split/o/compare.md ||
+		fail "the split ladder's multiplier"
+	# a ladder is one model: a dense run of another size is refused by name
+	"$write_runs" . iso || fail "write_runs iso"
+	mkdir -p mixed
+	cp -r split/rungs/* iso/iso-1e9-d24x2-dense-s2 mixed/
+	"$an" compare split/study --ladder mixed >out.txt 2>err.txt && fail "a ladder of two models"
+	grep -q "the dense runs differ in their model: .* has 9296 parameters .*iso-1e9-d24x2-dense-s2/run.h5 17784" err.txt ||
+		fail "$(cat err.txt)"
 	;;
 routing)
 	# The routing analytics of an expert and a depth-routed run: the tables
