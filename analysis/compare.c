@@ -41,6 +41,49 @@ static void write_legend(FILE *f, const an_runset *rs)
     fprintf(f, "\n\n");
 }
 
+/* Seeds a side that would find group j's top-k difference to the baseline
+ * with 80% power were it the true one (stats.h), at the two groups' pooled
+ * sd; -1 without a test (one replicate on either side, the baseline itself)
+ * or beyond 10000. */
+static int power_seeds(const an_runset *rs, int j)
+{
+    if (rs->baseline < 0 || j == rs->baseline)
+        return -1;
+    const sample_summary *a = &rs->stats[j].topk, *b = &rs->stats[rs->baseline].topk;
+    if (a->n < 2 || b->n < 2)
+        return -1;
+    return seeds_for_power(a->mean - b->mean, sqrt(0.5 * (a->sd * a->sd + b->sd * b->sd)), 0.8,
+                           10000);
+}
+
+/* The power paragraph under the table: how many seeds each difference
+ * would need. */
+static void write_power(FILE *f, const an_runset *rs)
+{
+    bool first = true;
+    for (int j = 0; j < rs->g.n_groups; j++) {
+        const sample_summary *a = &rs->stats[j].topk, *b;
+        if (rs->baseline < 0 || j == rs->baseline || a->n < 2 ||
+            (b = &rs->stats[rs->baseline].topk)->n < 2)
+            continue;
+        if (first)
+            fprintf(f, "\nPower: the seeds a side that would give Welch's test an 80%% chance "
+                       "of p < 0.05 on Δ top-k, were the difference seen the true one and the "
+                       "spread the two groups' pooled sd (two-sample t, equal seeds):");
+        int n = power_seeds(rs, j);
+        char nb[32];
+        if (n > 0)
+            snprintf(nb, sizeof(nb), "%d", n);
+        else
+            snprintf(nb, sizeof(nb), "%s", a->mean == b->mean ? "none would" : "over 10000");
+        fprintf(f, "%s %s %s (Δ %+.4f, pooled sd %.4f)", first ? "" : ";", rs->g.groups[j].name,
+                nb, a->mean - b->mean, sqrt(0.5 * (a->sd * a->sd + b->sd * b->sd)));
+        first = false;
+    }
+    if (!first)
+        fprintf(f, ".\n");
+}
+
 static void write_md(FILE *f, const an_runset *rs)
 {
     write_legend(f, rs);
@@ -96,6 +139,7 @@ static void write_md(FILE *f, const an_runset *rs)
                 fmt_num(b[14], 64, st->rule[RT_CAUSAL_CAP], 3, false),
                 fmt_num(bpb, sizeof(bpb), st->bpb_topk, 4, false));
     }
+    write_power(f, rs);
     /* what the statistics are over, where not every replicate is complete */
     bool first = true;
     for (int j = 0; j < rs->g.n_groups; j++) {
@@ -193,7 +237,7 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
           "loss_causal_ci_lo,loss_causal_ci_hi,se_causal,baseline,diff_topk,t_topk,df_topk,"
           "p_topk,diff_causal,t_causal,df_causal,p_causal,precision,recall,causal_capacity,"
           "in_progress,train_flops,flops_count,dense_multiplier,dense_multiplier_lo,"
-          "dense_multiplier_hi,dense_multiplier_extrapolated\n", f);
+          "dense_multiplier_hi,dense_multiplier_extrapolated,seeds_for_80pct_power\n", f);
     for (int j = 0; j < rs->g.n_groups; j++) {
         const an_group_stats *st = &rs->stats[j];
         const an_run *r = &rs->runs[rs->g.groups[j].members[0]];
@@ -225,7 +269,11 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
         csv_num(f, st->mult.m);
         csv_num(f, st->mult.lo);
         csv_num(f, st->mult.hi);
-        fprintf(f, ",%d\n", st->mult.extrapolated);
+        fprintf(f, ",%d,", st->mult.extrapolated);
+        int n80 = power_seeds(rs, j);
+        if (n80 > 0)
+            fprintf(f, "%d", n80);
+        fputc('\n', f);
     }
 }
 

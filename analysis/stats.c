@@ -295,6 +295,21 @@ void welch_test(const sample_summary *a, const sample_summary *b, welch_result *
     w->p = beta_inc_reg(0.5 * w->df, 0.5, w->df / (w->df + w->t * w->t));
 }
 
+int seeds_for_power(double diff, double sd, double power, int cap)
+{
+    if (!isfinite(diff) || !isfinite(sd) || sd < 0.0 || diff == 0.0)
+        return -1;
+    if (sd == 0.0)
+        return 2;
+    for (int n = 2; n <= cap; n++) {
+        double df = 2.0 * n - 2.0, shift = fabs(diff) / (sd * sqrt(2.0 / n));
+        double crit = student_t_quantile(0.5 + 0.5 * STATS_LEVEL, df);
+        if (1.0 - student_t_cdf(crit - shift, df) >= power)
+            return n;
+    }
+    return -1;
+}
+
 void wilson_interval(double k, double n, double z, double *lo, double *hi)
 {
     if (!(n > 0.0)) {

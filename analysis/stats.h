@@ -91,6 +91,16 @@ typedef struct welch_result {
 } welch_result;
 void welch_test(const sample_summary *a, const sample_summary *b, welch_result *w);
 
+/* Seeds a side that a two-sided two-sample t-test at the 5% level needs to
+ * find a true difference diff with probability power, when the replicates
+ * of each side spread by sd (equal n): the smallest n >= 2 with
+ * P(T_{2n-2} > t_{0.975, 2n-2} - |diff| / (sd sqrt(2/n))) >= power, the
+ * noncentral t approximated by the central one shifted by its
+ * noncentrality (within one seed of the exact answer from n = 5 up).  -1
+ * when diff is 0 or not finite, sd is not finite, or no n up to cap will
+ * do. */
+int seeds_for_power(double diff, double sd, double power, int cap);
+
 /* The Wilson score interval of a proportion: k successes of n trials at the
  * normal quantile z (STATS_Z95 for 95%); [NaN, NaN] when n <= 0.  Unlike
  * p -+ z sqrt(p(1-p)/n) it stays inside [0, 1] and is sound near 0 and 1. */

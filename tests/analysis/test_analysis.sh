@@ -258,6 +258,13 @@ groups)
 	grep -q "^| a | 3 | .* | 1.6474 ± 0.0034 | \[1.6389, 1.6559\] | 0.0020 | +0.0064 | 0.068 |" g/compare.md ||
 		fail "a's row: $(grep '^| a ' g/compare.md)"
 	grep -q "Welch's two-sided t-test" g/compare.md || fail "the test is not named"
+	# power: a's +0.0064 at a pooled sd of 0.0026 (effect 2.46) needs 4 seeds a
+	# side (the exact noncentral t by simulation: power 0.62 at 3, 0.83 at 4)
+	[ "$(field $gc $a seeds_for_80pct_power)" = 4 ] || fail "a's seeds for 80% power"
+	[ -z "$(field $gc $c seeds_for_80pct_power)$(field $gc $d seeds_for_80pct_power)" ] ||
+		fail "a power without a test"
+	grep -q "^Power: .* a 4 (Δ +0.0064, pooled sd 0.0026); b 3 (Δ +0.0126, pooled sd 0.0026)\.$" g/compare.md ||
+		fail "the power line: $(grep '^Power' g/compare.md)"
 	# another baseline: b against a, p = 0.0892005 (the same reference)
 	"$an" compare known --out h --baseline a >/dev/null || fail "--baseline a"
 	close "$(field h/compare_groups.csv "$(row h/compare_groups.csv group b)" p_topk)" 0.08920052236 1e-6 ||

@@ -260,6 +260,28 @@ static void test_wilson(void **state)
     assert_true(isnan(lo) && isnan(hi));
 }
 
+static void test_power(void **state)
+{
+    (void)state;
+    /* Cohen's table (two-sided 5%, power 0.8, seeds a side; the exact
+     * noncentral t): effect 0.5 -> 64, 0.8 -> 26, 1 -> 17, 2 -> 6; the
+     * shifted central t is within one of it */
+    static const double effect[] = { 0.5, 0.8, 1.0, 2.0 };
+    static const int exact[] = { 64, 26, 17, 6 };
+    for (int i = 0; i < 4; i++) {
+        int n = seeds_for_power(0.01 * effect[i], 0.01, 0.8, 1000);
+        assert_true(n >= exact[i] - 1 && n <= exact[i] + 1);
+        /* the sign of the difference does not matter, its scale does not */
+        assert_int_equal(seeds_for_power(-3.0 * effect[i], 3.0, 0.8, 1000), n);
+    }
+    /* more power needs more seeds; a difference of 0 or beyond the cap none */
+    assert_true(seeds_for_power(0.005, 0.01, 0.9, 1000) > seeds_for_power(0.005, 0.01, 0.8, 1000));
+    assert_int_equal(seeds_for_power(0.0, 0.01, 0.8, 1000), -1);
+    assert_int_equal(seeds_for_power(0.0001, 0.01, 0.8, 1000), -1);
+    assert_int_equal(seeds_for_power(0.01, 0.0, 0.8, 1000), 2);
+    assert_int_equal(seeds_for_power(NAN, 0.01, 0.8, 1000), -1);
+}
+
 static void test_palette(void **state)
 {
     (void)state;
@@ -284,7 +306,7 @@ int main(void)
         cmocka_unit_test(test_permutation),  cmocka_unit_test(test_variance_overlap),
         cmocka_unit_test(test_tail_mean),    cmocka_unit_test(test_kinds_summary),
         cmocka_unit_test(test_palette),     cmocka_unit_test(test_student_t),
-        cmocka_unit_test(test_summary_welch), cmocka_unit_test(test_wilson),
+        cmocka_unit_test(test_summary_welch), cmocka_unit_test(test_wilson), cmocka_unit_test(test_power),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
