@@ -3,10 +3,16 @@
  *   counterfactual: each policy's paired difference to the learned
  *     decisions with its 95% interval (1.96 standard errors over windows),
  *     overall and per token class, one panel per CSV;
+ *     and pooled over the replicates of one model (checkpoints whose folders
+ *     differ only in a trailing -s<seed>): each difference's mean over the
+ *     seeds, its sd, 95% interval and one-sample t-test, beside the mean
+ *     within-run standard error (counterfactual.md, counterfactual.csv);
  *   dial: held-out loss against executed forward FLOPs per token, one
  *     curve per checkpoint, 95% intervals from the standard errors. */
 #include "analysis/analyze.h"
+#include "analysis/runset.h"
 #include "analysis/stats.h"
+#include "core/util/student.h"
 
 #include <errno.h>
 #include <math.h>
@@ -163,6 +169,154 @@ static void draw_cf(cairo_t *cr, void *user)
     }
 }
 
+/* ---- counterfactual, pooled over seeds --------------------------------------------- */
+
+enum { CF_KEYS = 512, CF_SEEDS = 64 };
+
+typedef struct cf_key {
+    char group[CF_FIELD], mode[32], policy[CF_FIELD], cls[64];
+    double diff[CF_SEEDS], se[CF_SEEDS], loss[CF_SEEDS];
+    int n, alone; /* the seeds, those whose own paired test gives p < 0.05 */
+} cf_key;
+
+/* The model a checkpoint is a replicate of: its folder's name without a
+ * trailing -s<digits> (mode-exp sweep's seeds), else the file's path. */
+static void cf_group(const char *ckpt, char *out, int len)
+{
+    const char *slash = strrchr(ckpt, '/');
+    if (!slash || slash == ckpt) {
+        snprintf(out, (size_t)len, "%s", ckpt);
+        return;
+    }
+    const char *start = slash - 1;
+    while (start > ckpt && start[-1] != '/')
+        start--;
+    int n = (int)(slash - start);
+    int e = n;
+    while (e > 0 && start[e - 1] >= '0' && start[e - 1] <= '9')
+        e--;
+    if (e < n && e >= 2 && start[e - 1] == 's' && start[e - 2] == '-')
+        n = e - 2;
+    snprintf(out, (size_t)len, "%.*s", n, start);
+}
+
+static int cf_pool(const csv_rows *t, int n_tables, cf_key *keys)
+{
+    int nk = 0;
+    for (int f = 0; f < n_tables; f++) {
+        int pc = col_of(&t[f], "policy"), cc = col_of(&t[f], "class"),
+            mc = col_of(&t[f], "mode");
+        for (int i = 0; i < t[f].n; i++) {
+            if (!strcmp(t[f].cell[i][pc], "learned"))
+                continue;
+            char g[CF_FIELD];
+            cf_group(t[f].cell[i][0], g, (int)sizeof(g));
+            int k = 0;
+            while (k < nk && (strcmp(keys[k].group, g) || strcmp(keys[k].mode, t[f].cell[i][mc]) ||
+                              strcmp(keys[k].policy, t[f].cell[i][pc]) ||
+                              strcmp(keys[k].cls, t[f].cell[i][cc])))
+                k++;
+            if (k == nk) {
+                if (nk == CF_KEYS)
+                    continue;
+                memset(&keys[nk], 0, sizeof(keys[nk]));
+                snprintf(keys[nk].group, CF_FIELD, "%s", g);
+                snprintf(keys[nk].mode, 32, "%s", t[f].cell[i][mc]);
+                snprintf(keys[nk].policy, CF_FIELD, "%s", t[f].cell[i][pc]);
+                snprintf(keys[nk].cls, 64, "%s", t[f].cell[i][cc]);
+                nk++;
+            }
+            cf_key *q = &keys[k];
+            if (q->n == CF_SEEDS)
+                continue;
+            q->diff[q->n] = num(&t[f], i, "diff");
+            q->se[q->n] = num(&t[f], i, "diff_se");
+            q->loss[q->n] = num(&t[f], i, "loss");
+            q->alone += num(&t[f], i, "p") < 0.05;
+            q->n++;
+        }
+    }
+    return nk;
+}
+
+/* mean -+ sd over the seeds, the 95% interval, the one-sample t-test's p */
+static void cf_row(const cf_key *q, sample_summary *s, double *p, double *se)
+{
+    summarize(q->diff, q->n, s);
+    *p = (double)NAN;
+    if (s->n >= 2 && s->sd > 0.0) {
+        double tt = fabs(s->mean) / (s->sd / sqrt(s->n));
+        *p = 2.0 * (1.0 - student_t_cdf(tt, s->n - 1));
+    }
+    double sum = 0.0;
+    int m = 0;
+    for (int i = 0; i < q->n; i++)
+        if (isfinite(q->se[i])) {
+            sum += q->se[i];
+            m++;
+        }
+    *se = m ? sum / m : (double)NAN;
+}
+
+static int cf_write_pooled(const an_args *a, const cf_key *keys, int nk)
+{
+    char path[RUN_PATH_LEN + 64];
+    an_text t = { 0 };
+    if (an_out_path(a, NULL, "counterfactual.md", path, (int)sizeof(path)) ||
+        an_text_begin(a, &t, path))
+        return EXIT_BAD_INPUT;
+    fprintf(t.f, "Counterfactual routing pooled over the replicates of each model (checkpoints "
+                 "whose folders differ only in -s<seed>). Δ: the loss under the policy minus "
+                 "the loss with the learned decisions on the same windows (paired), mean ± sd "
+                 "over the n checkpoints, the 95%% interval of the mean (Student's t, n - 1 "
+                 "degrees of freedom) and a one-sample t-test of it against 0 (p); SE: the mean "
+                 "within-checkpoint paired standard error (its windows as units); alone: the "
+                 "checkpoints whose own paired test gives p < 0.05. Class: of the predicted "
+                 "token.\n\n| model | mode | policy | class | n | loss | Δ | 95%% CI | p | SE | "
+                 "alone |\n| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+                 "---: |\n");
+    for (int k = 0; k < nk; k++) {
+        sample_summary s, l;
+        double p, se;
+        cf_row(&keys[k], &s, &p, &se);
+        summarize(keys[k].loss, keys[k].n, &l);
+        char b[5][64];
+        fmt_mean_sd(b[0], 64, &s, 4);
+        fmt_interval(b[1], 64, &s, 4);
+        fmt_p(b[2], 64, p);
+        fprintf(t.f, "| %s | %s | %s | %s | %d | %.4f | %s | %s | %s | %s | %d/%d |\n",
+                keys[k].group, keys[k].mode, keys[k].policy, keys[k].cls, keys[k].n, l.mean,
+                b[0], b[1], b[2], fmt_num(b[3], 64, se, 4, false), keys[k].alone, keys[k].n);
+    }
+    if (an_text_commit(a, &t) ||
+        an_out_path(a, NULL, "counterfactual.csv", path, (int)sizeof(path)) ||
+        an_text_begin(a, &t, path)) {
+        an_text_abort(&t);
+        return EXIT_BAD_INPUT;
+    }
+    fputs("model,mode,policy,class,n,loss_mean,diff_mean,diff_sd,diff_ci_lo,diff_ci_hi,p,"
+          "se_within,alone\n", t.f);
+    for (int k = 0; k < nk; k++) {
+        sample_summary s, l;
+        double p, se;
+        cf_row(&keys[k], &s, &p, &se);
+        summarize(keys[k].loss, keys[k].n, &l);
+        fprintf(t.f, "%s,%s,%s,%s,%d", keys[k].group, keys[k].mode, keys[k].policy,
+                keys[k].cls, keys[k].n);
+        csv_num(t.f, l.mean);
+        csv_num(t.f, s.mean);
+        csv_num(t.f, s.sd);
+        csv_num(t.f, s.ci_lo);
+        csv_num(t.f, s.ci_hi);
+        csv_num(t.f, p);
+        csv_num(t.f, se);
+        fprintf(t.f, ",%d\n", keys[k].alone);
+    }
+    int rc = an_text_commit(a, &t) ? EXIT_BAD_INPUT : 0;
+    an_text_abort(&t);
+    return rc;
+}
+
 int cmd_counterfactual(const an_args *a)
 {
     cf_fig fg = { .n = a->n_files, .names = a->files };
@@ -173,6 +327,12 @@ int cmd_counterfactual(const an_args *a)
     char path[RUN_PATH_LEN + 64];
     if (!rc && !(rc = an_out_path(a, NULL, "counterfactual.png", path, (int)sizeof(path))))
         rc = an_save_figure(a, path, CF_PANEL_W, CF_PANEL_H * a->n_files + 20, draw_cf, &fg);
+    cf_key *keys = rc ? NULL : malloc(CF_KEYS * sizeof(cf_key));
+    if (!rc && !keys)
+        rc = an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    if (!rc)
+        rc = cf_write_pooled(a, keys, cf_pool(fg.t, fg.n, keys));
+    free(keys);
     for (int i = 0; fg.t && i < a->n_files; i++)
         free(fg.t[i].cell);
     free(fg.t);

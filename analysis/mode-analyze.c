@@ -154,7 +154,10 @@ static const an_command commands[] = {
       "Draws the tables of mode-exp eval --routing ... --csv: each policy's paired\n"
       "difference to the learned decisions with its 95% interval (1.96 standard\n"
       "errors over windows), overall (all) and per class of the predicted token;\n"
-      "one panel per CSV. Writes counterfactual.png.\n",
+      "one panel per CSV. Writes counterfactual.png, and counterfactual.md and\n"
+      "counterfactual.csv: the differences pooled over each model's replicates\n"
+      "(checkpoints whose folders differ only in -s<seed>): mean, sd, 95% interval\n"
+      "and one-sample t-test over the seeds, the mean within-run standard error.\n",
       "CF.csv ...", 1, 16, 0, cmd_counterfactual },
     { "dial", "the compute dial: held-out loss against executed FLOPs per token",
       "Draws the tables of mode-exp eval --dial KEY=V1,V2,... --csv: the loss with\n"

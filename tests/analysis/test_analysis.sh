@@ -543,6 +543,20 @@ counterfactual)
 		--csv cf.csv --record a.h5 >cf.txt || fail "eval --routing: $(cat cf.txt)"
 	"$an" counterfactual cf.csv --out f >/dev/null || fail "counterfactual"
 	png f/counterfactual.png 760 350 350
+	# pooled over replicates: tables with known differences for two seeds
+	# of one model (folders x-s1, x-s2) and one of another; the mean, sd,
+	# interval and one-sample t over the seeds (t = 4 on 1 df: p 0.156)
+	h=checkpoint,mode,policy,class,tokens,windows,loss,se,diff,diff_se,p,identical_windows,flops_per_token
+	printf '%s\n%s\n%s\n' "$h" "o/x-s1/ckpt.h5,topk,learned,all,10,2,1.0,0.1,0,0,1,2,5" \
+		"o/x-s1/ckpt.h5,topk,random,all,10,2,1.5,0.1,0.5,0.01,0.001,0,5" >p1.csv
+	printf '%s\n%s\n' "$h" "o/x-s2/ckpt.h5,topk,random,all,10,2,1.3,0.1,0.3,0.03,0.2,0,5" >p2.csv
+	printf '%s\n%s\n' "$h" "o/y-s1/ckpt.h5,topk,random,all,10,2,1.1,0.1,0.1,0.03,0.2,0,5" >p3.csv
+	"$an" counterfactual p1.csv p2.csv p3.csv --out pool >/dev/null || fail "counterfactual pooled"
+	grep -q "^| x | topk | random | all | 2 | 1.4000 | 0.4000 ± 0.1414 | \[-0.8706, 1.6706\] | 0.156 | 0.0200 | 1/2 |$" \
+		pool/counterfactual.md || fail "x pooled: $(grep '^| x' pool/counterfactual.md)"
+	grep -q "^| y | topk | random | all | 1 | 1.1000 | 0.1000 ± - | - | - | 0.0300 | 0/1 |$" \
+		pool/counterfactual.md || fail "y alone: $(grep '^| y' pool/counterfactual.md)"
+	[ "$(grep -c '^x,topk,random,all,2,' pool/counterfactual.csv)" = 1 ] || fail "the pooled CSV"
 	"$exe" eval m/tiny/ckpt.h5 --windows 24 --dial mod.causal_threshold=-1,0,1 --csv dial.csv \
 		>/dev/null || fail "eval --dial"
 	[ "$(wc -l <dial.csv)" -eq 4 ] || fail "dial.csv: $(cat dial.csv)"
