@@ -191,7 +191,7 @@ static int make_points(const an_args *a, iso_data *d)
 }
 
 /* N* of a group: the vertex's, or the best sampled size's own count. */
-static double iso_n_opt(const iso_data *d, const iso_group *g)
+double iso_n_opt(const iso_data *d, const iso_group *g)
 {
     if (g->fit.status == ISOFIT_INTERIOR)
         return exp(g->fit.x_opt);
@@ -598,16 +598,20 @@ int cmd_isoflop(const an_args *a)
         an_fail(a, EXIT_BAD_INPUT, "%s", err);
         goto done;
     }
-    if (an_read_run_paths(a, (const char *const *)paths, n_paths, &d->rs))
+    an_args quiet = *a; /* dense runs of many sizes are no ladder: the frontier is */
+    quiet.no_ladder = true;
+    if (an_read_run_paths(&quiet, (const char *const *)paths, n_paths, &d->rs))
         goto done;
     if (collect_runs(a, d) || index_runs(a, d) || make_points(a, d) || fit_groups(a, d))
         goto done;
     frontier_multipliers(d);
+    isoflop_laws(d);
     /* the output folder: --out, else the sweep's folder */
     an_args o = *a;
     if (!o.out)
         o.out = d->dir;
     write_frontier_md(stdout, d);
+    isoflop_laws_md(stdout, d);
     for (int i = 0; i < d->n_runs; i++)
         if (d->runs[i].why) {
             const an_run *r = &d->rs.runs[d->runs[i].run];
@@ -618,6 +622,12 @@ int cmd_isoflop(const an_args *a)
         an_text_begin(&o, &t, path))
         goto done;
     write_md(t.f, d);
+    isoflop_laws_md(t.f, d);
+    if (an_text_commit(&o, &t) ||
+        an_out_path(&o, NULL, "isoflop_law.csv", path, (int)sizeof(path)) ||
+        an_text_begin(&o, &t, path))
+        goto done;
+    isoflop_laws_csv(t.f, d);
     if (an_text_commit(&o, &t) || an_out_path(&o, NULL, "isoflop.csv", path, (int)sizeof(path)) ||
         an_text_begin(&o, &t, path))
         goto done;

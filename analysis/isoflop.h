@@ -5,6 +5,7 @@
 
 #include "analysis/isofit.h"
 #include "analysis/runset.h"
+#include "analysis/scaling.h"
 
 enum { ISO_MAX_BUDGETS = 16, ISO_MAX_KINDS = 8, ISO_KIND_LEN = 64, ISO_MAX_SEEDS = 64 };
 /* The sizes an isoFLOP parabola goes through by default: the best and two on
@@ -28,6 +29,20 @@ typedef struct iso_point {
     sample_summary loss, loss_causal; /* over its usable replicates */
     int n_runs;
 } iso_point;
+
+/* One kind's parametric law over all its usable runs (scaling.h), and at
+ * each budget the optimum it gives, with 95% intervals from a bootstrap
+ * that resamples each size's seeds. */
+enum { ISO_LAW_BOOT = 100 };
+typedef struct iso_law {
+    scaling_law law;
+    double kappa, gamma;      /* training FLOPs per token = kappa N^gamma */
+    double n_lo, n_hi;        /* the sizes fitted */
+    int n_runs, n_boot;       /* runs fitted; bootstrap refits that converged */
+    double n_opt[ISO_MAX_BUDGETS], l_opt[ISO_MAX_BUDGETS];
+    double n_ci[ISO_MAX_BUDGETS][2], l_ci[ISO_MAX_BUDGETS][2];
+    bool outside[ISO_MAX_BUDGETS]; /* N* outside the sizes fitted */
+} iso_law;
 
 /* One budget and kind: the fit through the sizes' means, and the spread of
  * the optima of the fits through each seed's points alone. */
@@ -60,7 +75,17 @@ typedef struct iso_data {
     int fit_sizes; /* the sizes around the best one each fit goes through; 0: all */
     ladder_fit ladder; /* the dense frontier (each seed's optimum at each budget) as a ladder */
     multiplier mult[ISO_MAX_BUDGETS][ISO_MAX_KINDS]; /* a kind's optimum in dense compute */
+    iso_law laws[ISO_MAX_KINDS];
 } iso_data;
+
+/* N* of a group: the parabola's vertex, or the best sampled size's count. */
+double iso_n_opt(const iso_data *d, const iso_group *g);
+
+/* The parametric laws of every kind (isolaw.c). */
+void isoflop_laws(iso_data *d);
+/* Their section of isoflop.md, and the rows of isoflop_law.csv. */
+void isoflop_laws_md(FILE *f, const iso_data *d);
+void isoflop_laws_csv(FILE *f, const iso_data *d);
 
 
 /* isoflop.png */

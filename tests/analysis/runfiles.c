@@ -408,3 +408,49 @@ int write_ladder_runs(const char *dir, char *err, int err_len)
     free(c);
     return rc;
 }
+
+int write_law_runs(const char *dir, char *err, int err_len)
+{
+    static const double budgets[3] = { 1e9, 2e9, 4e9 };
+    static const int widths[4][2] = { { 16, 32 }, { 24, 48 }, { 32, 64 }, { 48, 96 } };
+    char out[1024];
+    int rc;
+    run_config *c = begin_runs(dir, "law", out, sizeof(out), &rc, err, err_len);
+    if (!c)
+        return rc;
+    for (int b = 0; !rc && b < 3; b++)
+        for (int z = 0; !rc && z < 4; z++)
+            for (int seed = 1; !rc && seed <= 2; seed++) {
+                char name[96], settings[512], *ini = NULL;
+                snprintf(name, sizeof(name), "law-%.0e-d%d-s%d", budgets[b], widths[z][0], seed);
+                snprintf(settings, sizeof(settings),
+                         "[run]\nseed = %d\nflops_budget = %g\n[model]\nd_model = %d\n"
+                         "n_heads = 2\nd_ff = %d\nlayers = dense x 2\n",
+                         seed, budgets[b], widths[z][0], widths[z][1]);
+                if ((rc = resolve(name, out, "[data]\nseq_len = 8\nbatch = 4\n", settings, c,
+                                  &ini, err, err_len)))
+                    break;
+                double step_flops = 0.0;
+                run_record *r = NULL;
+                rc = build_run_record(&r, ini);
+                free(ini);
+                if (!rc)
+                    rc = add_model_records(r, true, c, &step_flops);
+                double params = 0.0;
+                for (int i = 0; !rc && i < r->n_blobs; i++)
+                    if (!strcmp(r->blobs[i].path, "model/parameters"))
+                        params = (double)*(const int64_t *)r->blobs[i].data;
+                long planned = (long)(c->flops_budget / step_flops);
+                /* on the law of runfiles.h, D the tokens of the planned steps */
+                double tokens = (double)planned * 4 * 8;
+                double loss = LAW_E + LAW_A * pow(params, -LAW_ALPHA) + LAW_B * pow(tokens, -LAW_BETA);
+                const long steps[] = { planned / 2, planned };
+                if (!rc)
+                    rc = add_rows(r, steps, 2, 10.0, step_flops, loss, loss);
+                if (!rc)
+                    rc = write_record(r, out, name, planned, err, err_len);
+                free_run_record(&r);
+            }
+    free(c);
+    return rc;
+}

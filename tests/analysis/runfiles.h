@@ -45,4 +45,15 @@ int write_iso_runs(const char *dir, char *err, int err_len);
  * line gives at twice its FLOPs: a dense-equivalent multiplier of 2. */
 int write_ladder_runs(const char *dir, char *err, int err_len);
 
+/* DIR/law/: dense runs at 3 budgets (1e9, 2e9, 4e9) x 4 sizes (d_model 16,
+ * 24, 32, 48) x seeds 1, 2, each evaluated at the loss of a known
+ * parametric law L = E + A N^-alpha + B D^-beta (N its parameters, D the
+ * tokens of its planned steps), for isoflop's approach-3 fit. */
+#define LAW_E 1.2
+#define LAW_A 40.0
+#define LAW_ALPHA 0.35
+#define LAW_B 20.0
+#define LAW_BETA 0.3
+int write_law_runs(const char *dir, char *err, int err_len);
+
 #endif

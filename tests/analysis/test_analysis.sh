@@ -498,6 +498,29 @@ ladder)
 	grep -q "the dense runs differ in their model: .* has 9296 parameters .*iso-1e9-d24x2-dense-s2/run.h5 17784" err.txt ||
 		fail "$(cat err.txt)"
 	;;
+law)
+	# The parametric law (Hoffmann et al.'s approach 3) of runs on a known
+	# law (runfiles.h: E 1.2, A 40, alpha 0.35, B 20, beta 0.3) recovered,
+	# and its optimum beside the parabolas' (the two approaches agree to 2%
+	# on exact data); one budget alone gives no law
+	"$write_runs" . law || fail "write_runs law"
+	"$an" isoflop law --out lw >lw.txt || fail "isoflop of the law: $(cat lw.txt)"
+	grep -q "^| dense | 24 | 1.2000 | 40 | 0.350 | 20 | 0.300 | " lw/isoflop.md ||
+		fail "the law: $(grep '^| dense | 24' lw/isoflop.md)"
+	[ "$(wc -l <lw/isoflop_law.csv)" -eq 4 ] || fail "isoflop_law.csv: $(cat lw/isoflop_law.csv)"
+	for r in 1 2 3; do   # the budgets, ascending
+		close "$(field lw/isoflop_law.csv $r budget)" "$(echo "$r" | awk '{ print 1e9 * 2 ^ ($1 - 1) }')" 1e-12 ||
+			fail "row $r's budget"
+		n3=$(field lw/isoflop_law.csv $r n_opt)
+		close "$n3" "$(field lw/isoflop_law.csv $r parabola_n_opt)" 0.02 ||
+			fail "approach 3's N* $n3 in row $r"
+	done
+	mkdir -p one
+	cp -r law/law-1e+09-* one/
+	"$an" isoflop one --out on >/dev/null || fail "isoflop of one budget"
+	grep -q "^| dense | 8 | no fit (it needs 5 usable runs or more at two budgets" on/isoflop.md ||
+		fail "a law from one budget"
+	;;
 routing)
 	# The routing analytics of an expert and a depth-routed run: the tables
 	# and the figure; the expert x class matrix holds every first choice

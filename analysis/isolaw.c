@@ -1,0 +1,256 @@
+/* mode-analyze isoflop's second approach: the parametric law L(N, D) of
+ * Hoffmann et al. 2022 (approach 3, scaling.h) fitted over every usable run
+ * of a kind, whatever its budget, and the compute-optimal N*(C) and L*(C)
+ * it gives at each budget, beside the per-budget parabolas (approach 2).
+ * The intervals: a bootstrap that resamples, for every size and budget, its
+ * seeds with replacement and refits from the full fit. */
+#include "analysis/isoflop.h"
+
+#include "core/rng/pcg32.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The tokens a run trained on: steps x sequences x positions. */
+static double run_tokens(const an_run *r)
+{
+    return (double)r->done * r->cfg->batch * r->cfg->seq_len;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The 2.5% and 97.5% points of v[n] (sorted here), by the nearest rank. */
+static void percentiles(double *v, int n, double ci[2])
+{
+    if (n < 2) {
+        ci[0] = ci[1] = (double)NAN;
+        return;
+    }
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    ci[0] = v[(int)floor(0.025 * (n - 1) + 0.5)];
+    ci[1] = v[(int)floor(0.975 * (n - 1) + 0.5)];
+}
+
+static void optima(const iso_data *d, const iso_law *w, const scaling_law *law, double *n_opt,
+                   double *l_opt, bool *outside)
+{
+    for (int b = 0; b < d->n_b; b++) {
+        bool edge;
+        scaling_optimum(law, w->kappa, w->gamma, d->budgets[b], w->n_lo / 100.0,
+                        w->n_hi * 100.0, &n_opt[b], &l_opt[b], &edge);
+        if (edge) {
+            n_opt[b] = l_opt[b] = (double)NAN;
+        }
+        if (outside)
+            outside[b] = edge || n_opt[b] < w->n_lo || n_opt[b] > w->n_hi;
+    }
+}
+
+static void fit_kind(iso_data *d, int k)
+{
+    iso_law *w = &d->laws[k];
+    memset(w, 0, sizeof(*w));
+    int m = 0;
+    double *n = malloc((size_t)d->n_runs * 4 * sizeof(double));
+    int *pt = malloc((size_t)d->n_runs * sizeof(int));
+    if (!n || !pt) {
+        free(n);
+        free(pt);
+        return;
+    }
+    double *t = n + d->n_runs, *l = t + d->n_runs, *c = l + d->n_runs;
+    w->n_lo = HUGE_VAL;
+    w->n_hi = 0.0;
+    for (int i = 0; i < d->n_runs; i++) {
+        const iso_run *r = &d->runs[i];
+        if (r->k != k || !r->usable)
+            continue;
+        const an_run *ar = &d->rs.runs[r->run];
+        n[m] = (double)ar->size.params;
+        t[m] = run_tokens(ar);
+        l[m] = ar->loss_topk;
+        c[m] = ar->train_flops;
+        pt[m++] = r->point;
+        w->n_lo = fmin(w->n_lo, n[m - 1]);
+        w->n_hi = fmax(w->n_hi, n[m - 1]);
+    }
+    w->n_runs = m;
+    /* one budget leaves N and D in one line: the law is not determined */
+    int n_budgets = 0;
+    for (int b = 0; b < d->n_b; b++) {
+        bool any = false;
+        for (int i = 0; i < d->n_runs; i++)
+            any |= d->runs[i].k == k && d->runs[i].usable && d->runs[i].b == b;
+        n_budgets += any;
+    }
+    if (n_budgets < 2 || scaling_fit(n, t, l, m, &w->law) || flops_per_token_fit(n, t, c, m, &w->kappa, &w->gamma)) {
+        w->law.ok = false;
+        free(n);
+        free(pt);
+        return;
+    }
+    optima(d, w, &w->law, w->n_opt, w->l_opt, w->outside);
+    /* the bootstrap: each point's replicates drawn with replacement */
+    double (*bn)[ISO_MAX_BUDGETS] = malloc(ISO_LAW_BOOT * sizeof(*bn));
+    double (*bll)[ISO_MAX_BUDGETS] = malloc(ISO_LAW_BOOT * sizeof(*bll));
+    double *rn = malloc((size_t)m * 3 * sizeof(double));
+    if (bn && bll && rn) {
+        double *rt = rn + m, *rl = rt + m;
+        for (int s = 0; s < ISO_LAW_BOOT; s++) {
+            pcg32 g;
+            pcg32_keyed(&g, 0x1a3, (uint64_t)k, (uint64_t)s, 0);
+            for (int i = 0; i < m; i++) {
+                /* the replicates of i's point: draw one of them */
+                int same = 0;
+                for (int j = 0; j < m; j++)
+                    same += pt[j] == pt[i];
+                int pick = (int)pcg32_bounded(&g, (uint32_t)same), j = 0;
+                for (; j < m; j++)
+                    if (pt[j] == pt[i] && pick-- == 0)
+                        break;
+                rn[i] = n[j];
+                rt[i] = t[j];
+                rl[i] = l[j];
+            }
+            scaling_law f;
+            if (scaling_refit(rn, rt, rl, m, &w->law, &f))
+                continue;
+            optima(d, w, &f, bn[w->n_boot], bll[w->n_boot], NULL);
+            w->n_boot++;
+        }
+        for (int b = 0; b < d->n_b; b++) {
+            double *v = malloc((size_t)(w->n_boot + 1) * 2 * sizeof(double));
+            if (!v)
+                break;
+            int nv = 0, nl = 0;
+            for (int s = 0; s < w->n_boot; s++) {
+                if (isfinite(bn[s][b]))
+                    v[nv++] = bn[s][b];
+            }
+            percentiles(v, nv, w->n_ci[b]);
+            for (int s = 0; s < w->n_boot; s++)
+                if (isfinite(bll[s][b]))
+                    v[nl++] = bll[s][b];
+            percentiles(v, nl, w->l_ci[b]);
+            free(v);
+        }
+    }
+    free(bn);
+    free(bll);
+    free(rn);
+    free(n);
+    free(pt);
+}
+
+void isoflop_laws(iso_data *d)
+{
+    for (int k = 0; k < d->n_k; k++)
+        fit_kind(d, k);
+}
+
+/* v to 4 decimals, "-" when not finite */
+static const char *num(char *buf, int len, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, (size_t)len, "%.4f", v);
+    else
+        snprintf(buf, (size_t)len, "-");
+    return buf;
+}
+
+void isoflop_laws_md(FILE *f, const iso_data *d)
+{
+    fprintf(f, "\n## The parametric fit (Hoffmann et al. 2022, approach 3)\n\n"
+               "Per kind, over every usable run at every budget: L(N, D) = E + A / N^alpha + "
+               "B / D^beta (N parameters, D training tokens), minimising the Huber loss "
+               "(delta 1e-3) of log L's residuals from the best of a grid of starts; the "
+               "training FLOPs per token as kappa N^gamma from the runs; at each budget C the "
+               "N* that minimises L(N, C / (kappa N^gamma)) and its L*. 95%% intervals: %d "
+               "bootstrap refits, each size's seeds drawn with replacement. Agree: approach 3's "
+               "interval for N* meets the range of the parabolas' N* (approach 2, above: the "
+               "fit through the means and those through each seed's points).\n\n",
+            ISO_LAW_BOOT);
+    fprintf(f, "| kind | runs | E | A | alpha | B | beta | kappa | gamma | refits |\n"
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int k = 0; k < d->n_k; k++) {
+        const iso_law *w = &d->laws[k];
+        if (!w->law.ok) {
+            fprintf(f, "| %s | %d | no fit (it needs 5 usable runs or more at two budgets or "
+                       "more) | | | | | | | |\n", d->kinds[k], w->n_runs);
+            continue;
+        }
+        fprintf(f, "| %s | %d | %.4f | %.4g | %.3f | %.4g | %.3f | %.3g | %.3f | %d |\n",
+                d->kinds[k], w->n_runs, exp(w->law.e), exp(w->law.a), w->law.alpha,
+                exp(w->law.b), w->law.beta, w->kappa, w->gamma, w->n_boot);
+    }
+    fprintf(f, "\n| budget | kind | N* (approach 3) | 95%% CI | L* | 95%% CI | N* (parabola) | "
+               "loss* (parabola) | agree |\n"
+               "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    for (int b = 0; b < d->n_b; b++)
+        for (int k = 0; k < d->n_k; k++) {
+            const iso_law *w = &d->laws[k];
+            if (!w->law.ok)
+                continue;
+            char bl[32], n3[32], lo[32], hi[32], np[32], s[4][32];
+            number_label(bl, (int)sizeof(bl), d->budgets[b], 4);
+            fmt_params(n3, (int)sizeof(n3), w->n_opt[b]);
+            fmt_params(lo, (int)sizeof(lo), w->n_ci[b][0]);
+            fmt_params(hi, (int)sizeof(hi), w->n_ci[b][1]);
+            double pn = iso_n_opt(d, &d->groups[b][k]);
+            fmt_params(np, (int)sizeof(np), pn);
+            /* agree: approach 3's interval meets the parabolas' (the seeds'
+             * optima and the fit through their means) */
+            const iso_group *g = &d->groups[b][k];
+            double plo = pn, phi = pn;
+            for (int s2 = 0; s2 < g->n_seeds; s2++) {
+                plo = fmin(plo, g->seed_n[s2]);
+                phi = fmax(phi, g->seed_n[s2]);
+            }
+            bool agree = isfinite(pn) && plo <= w->n_ci[b][1] && phi >= w->n_ci[b][0];
+            fprintf(f, "| %s | %s | %s%s | [%s, %s] | %s | [%s, %s] | %s | %s | %s |\n", bl,
+                    d->kinds[k], w->outside[b] ? "~" : "", n3, lo, hi,
+                    num(s[0], 32, w->l_opt[b]), num(s[1], 32, w->l_ci[b][0]),
+                    num(s[2], 32, w->l_ci[b][1]), np,
+                    num(s[3], 32, d->groups[b][k].fit.y_opt),
+                    isfinite(w->n_ci[b][0]) ? (agree ? "yes" : "no") : "-");
+        }
+    fprintf(f, "\n(~: N* outside the sizes fitted, where the law extrapolates.)\n");
+}
+
+void isoflop_laws_csv(FILE *f, const iso_data *d)
+{
+    fputs("kind,runs,E,A,alpha,B,beta,kappa,gamma,refits,budget,n_opt,n_opt_lo,n_opt_hi,"
+          "loss_opt,loss_opt_lo,loss_opt_hi,outside,parabola_n_opt,parabola_loss_opt\n", f);
+    for (int k = 0; k < d->n_k; k++) {
+        const iso_law *w = &d->laws[k];
+        if (!w->law.ok)
+            continue;
+        for (int b = 0; b < d->n_b; b++) {
+            fprintf(f, "%s,%d", d->kinds[k], w->n_runs);
+            csv_num(f, exp(w->law.e));
+            csv_num(f, exp(w->law.a));
+            csv_num(f, w->law.alpha);
+            csv_num(f, exp(w->law.b));
+            csv_num(f, w->law.beta);
+            csv_num(f, w->kappa);
+            csv_num(f, w->gamma);
+            fprintf(f, ",%d", w->n_boot);
+            csv_num(f, d->budgets[b]);
+            csv_num(f, w->n_opt[b]);
+            csv_num(f, w->n_ci[b][0]);
+            csv_num(f, w->n_ci[b][1]);
+            csv_num(f, w->l_opt[b]);
+            csv_num(f, w->l_ci[b][0]);
+            csv_num(f, w->l_ci[b][1]);
+            fprintf(f, ",%d", w->outside[b]);
+            csv_num(f, iso_n_opt(d, &d->groups[b][k]));
+            csv_num(f, d->groups[b][k].fit.y_opt);
+            fputc('\n', f);
+        }
+    }
+}

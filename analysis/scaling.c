@@ -1,0 +1,291 @@
+#include "analysis/scaling.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NP = 5, REFINE = 16, NM_EVALS = 6000 };
+
+typedef struct pts {
+    const double *ln_n, *ln_d, *ln_l;
+    int n;
+} pts;
+
+static double lse3(double x, double y, double z)
+{
+    double m = fmax(x, fmax(y, z));
+    return m + log(exp(x - m) + exp(y - m) + exp(z - m));
+}
+
+static double huber(double r)
+{
+    double a = fabs(r);
+    return a <= SCALING_HUBER_DELTA ? 0.5 * r * r
+                                    : SCALING_HUBER_DELTA * (a - 0.5 * SCALING_HUBER_DELTA);
+}
+
+/* p: a, b, e, alpha, beta */
+static double objective(const pts *q, const double *p)
+{
+    double s = 0.0;
+    for (int i = 0; i < q->n; i++)
+        s += huber(lse3(p[0] - p[3] * q->ln_n[i], p[1] - p[4] * q->ln_d[i], p[2]) - q->ln_l[i]);
+    return isfinite(s) ? s : HUGE_VAL;
+}
+
+/* Nelder-Mead (the standard coefficients: reflection 1, expansion 2,
+ * contraction 1/2, shrink 1/2), restarted once from its result. */
+static double nelder_mead(const pts *q, double *x)
+{
+    static const double step[NP] = { 1.0, 1.0, 0.5, 0.1, 0.1 };
+    double best = objective(q, x);
+    for (int restart = 0; restart < 2; restart++) {
+        double s[NP + 1][NP], f[NP + 1];
+        for (int i = 0; i <= NP; i++) {
+            memcpy(s[i], x, sizeof(s[i]));
+            if (i)
+                s[i][i - 1] += step[i - 1];
+            f[i] = objective(q, s[i]);
+        }
+        int evals = NP + 1;
+        while (evals < NM_EVALS) {
+            /* order: s[0] best, s[NP] worst */
+            for (int i = 1; i <= NP; i++)
+                for (int j = i; j > 0 && f[j] < f[j - 1]; j--) {
+                    double t = f[j];
+                    f[j] = f[j - 1];
+                    f[j - 1] = t;
+                    for (int k = 0; k < NP; k++) {
+                        t = s[j][k];
+                        s[j][k] = s[j - 1][k];
+                        s[j - 1][k] = t;
+                    }
+                }
+            if (f[NP] - f[0] <= 1e-15 * fabs(f[0]) + 1e-300)
+                break;
+            double c[NP] = { 0 }, r[NP], e[NP], k[NP];
+            for (int i = 0; i < NP; i++)
+                for (int j = 0; j < NP; j++)
+                    c[j] += s[i][j] / NP;
+            for (int j = 0; j < NP; j++)
+                r[j] = c[j] + (c[j] - s[NP][j]);
+            double fr = objective(q, r);
+            evals++;
+            if (fr < f[0]) {
+                for (int j = 0; j < NP; j++)
+                    e[j] = c[j] + 2.0 * (c[j] - s[NP][j]);
+                double fe = objective(q, e);
+                evals++;
+                memcpy(s[NP], fe < fr ? e : r, sizeof(s[NP]));
+                f[NP] = fe < fr ? fe : fr;
+                continue;
+            }
+            if (fr < f[NP - 1]) {
+                memcpy(s[NP], r, sizeof(s[NP]));
+                f[NP] = fr;
+                continue;
+            }
+            /* contraction, outside or inside */
+            bool outside = fr < f[NP];
+            for (int j = 0; j < NP; j++)
+                k[j] = outside ? c[j] + 0.5 * (r[j] - c[j]) : c[j] + 0.5 * (s[NP][j] - c[j]);
+            double fk = objective(q, k);
+            evals++;
+            if (fk < (outside ? fr : f[NP])) {
+                memcpy(s[NP], k, sizeof(s[NP]));
+                f[NP] = fk;
+                continue;
+            }
+            for (int i = 1; i <= NP; i++) {
+                for (int j = 0; j < NP; j++)
+                    s[i][j] = s[0][j] + 0.5 * (s[i][j] - s[0][j]);
+                f[i] = objective(q, s[i]);
+                evals++;
+            }
+        }
+        int b = 0;
+        for (int i = 1; i <= NP; i++)
+            if (f[i] < f[b])
+                b = i;
+        if (f[b] <= best) {
+            best = f[b];
+            memcpy(x, s[b], sizeof(s[b]));
+        }
+    }
+    return best;
+}
+
+/* The usable points as logs; returns their count (-1: out of memory). */
+static int make_pts(const double *n, const double *d, const double *l, int count, pts *q,
+                    double **buf)
+{
+    *buf = malloc((size_t)(count > 0 ? count : 1) * 3 * sizeof(double));
+    if (!*buf)
+        return -1;
+    double *ln_n = *buf, *ln_d = ln_n + count, *ln_l = ln_d + count;
+    int m = 0;
+    for (int i = 0; i < count; i++)
+        if (isfinite(n[i]) && isfinite(d[i]) && isfinite(l[i]) && n[i] > 0 && d[i] > 0 &&
+            l[i] > 0) {
+            ln_n[m] = log(n[i]);
+            ln_d[m] = log(d[i]);
+            ln_l[m++] = log(l[i]);
+        }
+    *q = (pts){ ln_n, ln_d, ln_l, m };
+    return m;
+}
+
+static void store(scaling_law *f, const double *p, double obj, int n)
+{
+    f->a = p[0];
+    f->b = p[1];
+    f->e = p[2];
+    f->alpha = p[3];
+    f->beta = p[4];
+    f->objective = obj;
+    f->n = n;
+    f->ok = isfinite(obj);
+}
+
+double scaling_loss(const scaling_law *f, double n, double d)
+{
+    return exp(f->e) + exp(f->a - f->alpha * log(n)) + exp(f->b - f->beta * log(d));
+}
+
+typedef struct start {
+    double p[NP], f;
+} start;
+
+static int by_objective(const void *x, const void *y)
+{
+    double a = ((const start *)x)->f, b = ((const start *)y)->f;
+    return (a > b) - (a < b);
+}
+
+int scaling_fit(const double *n, const double *d, const double *l, int count, scaling_law *f)
+{
+    memset(f, 0, sizeof(*f));
+    double *buf;
+    pts q;
+    int m = make_pts(n, d, l, count, &q, &buf);
+    if (m < NP) {
+        free(buf);
+        return -EINVAL;
+    }
+    /* Hoffmann et al.'s grid of starts: alpha, beta in 0..2 by 0.5, e in
+     * -1..1 by 0.5, a, b in 0..25 by 5 */
+    enum { G = 5 * 5 * 5 * 6 * 6 };
+    start *g = malloc(G * sizeof(start));
+    if (!g) {
+        free(buf);
+        return -ENOMEM;
+    }
+    int k = 0;
+    for (int ia = 0; ia < 6; ia++)
+        for (int ib = 0; ib < 6; ib++)
+            for (int ie = 0; ie < 5; ie++)
+                for (int ial = 0; ial < 5; ial++)
+                    for (int ibe = 0; ibe < 5; ibe++, k++) {
+                        double p[NP] = { 5.0 * ia, 5.0 * ib, -1.0 + 0.5 * ie, 0.5 * ial,
+                                         0.5 * ibe };
+                        memcpy(g[k].p, p, sizeof(p));
+                        g[k].f = objective(&q, p);
+                    }
+    qsort(g, G, sizeof(start), by_objective);
+    double best[NP], fb = HUGE_VAL;
+    memcpy(best, g[0].p, sizeof(best));
+    for (int i = 0; i < REFINE; i++) {
+        double x[NP];
+        memcpy(x, g[i].p, sizeof(x));
+        double fx = nelder_mead(&q, x);
+        if (fx < fb) {
+            fb = fx;
+            memcpy(best, x, sizeof(x));
+        }
+    }
+    free(g);
+    free(buf);
+    store(f, best, fb, m);
+    return f->ok ? 0 : -EINVAL;
+}
+
+int scaling_refit(const double *n, const double *d, const double *l, int count,
+                  const scaling_law *start_at, scaling_law *f)
+{
+    memset(f, 0, sizeof(*f));
+    double *buf;
+    pts q;
+    int m = make_pts(n, d, l, count, &q, &buf);
+    if (m < NP) {
+        free(buf);
+        return -EINVAL;
+    }
+    double x[NP] = { start_at->a, start_at->b, start_at->e, start_at->alpha, start_at->beta };
+    double fx = nelder_mead(&q, x);
+    free(buf);
+    store(f, x, fx, m);
+    return f->ok ? 0 : -EINVAL;
+}
+
+int flops_per_token_fit(const double *n, const double *d, const double *c, int count,
+                        double *kappa, double *gamma)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, x0 = NAN;
+    int m = 0;
+    bool two = false;
+    for (int i = 0; i < count; i++) {
+        if (!(n[i] > 0 && d[i] > 0 && c[i] > 0) || !isfinite(n[i] * d[i] * c[i]))
+            continue;
+        double x = log(n[i]), y = log(c[i] / d[i]);
+        if (m == 0)
+            x0 = x;
+        two |= fabs(x - x0) > 1e-12;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+        m++;
+    }
+    *kappa = *gamma = (double)NAN;
+    if (!two)
+        return -EINVAL;
+    double mx = sx / m, my = sy / m;
+    *gamma = (sxy / m - mx * my) / (sxx / m - mx * mx);
+    *kappa = exp(my - *gamma * mx);
+    return 0;
+}
+
+static double loss_at(const scaling_law *f, double kappa, double gamma, double c, double ln_n)
+{
+    double n = exp(ln_n);
+    return scaling_loss(f, n, c / (kappa * pow(n, gamma)));
+}
+
+void scaling_optimum(const scaling_law *f, double kappa, double gamma, double c, double n_lo,
+                     double n_hi, double *n_opt, double *l_opt, bool *at_edge)
+{
+    const double phi = 0.5 * (sqrt(5.0) - 1.0);
+    double lo = log(n_lo), hi = log(n_hi);
+    double x1 = hi - phi * (hi - lo), x2 = lo + phi * (hi - lo);
+    double f1 = loss_at(f, kappa, gamma, c, x1), f2 = loss_at(f, kappa, gamma, c, x2);
+    for (int it = 0; it < 200 && hi - lo > 1e-10; it++) {
+        if (f1 <= f2) {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - phi * (hi - lo);
+            f1 = loss_at(f, kappa, gamma, c, x1);
+        } else {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + phi * (hi - lo);
+            f2 = loss_at(f, kappa, gamma, c, x2);
+        }
+    }
+    double x = 0.5 * (lo + hi);
+    *n_opt = exp(x);
+    *l_opt = loss_at(f, kappa, gamma, c, x);
+    *at_edge = x - log(n_lo) < 1e-6 || log(n_hi) - x < 1e-6;
+}
