@@ -21,6 +21,7 @@
  * layer kinds ("dense", "dense+mod").  Runs short of their planned steps,
  * or without an evaluation at the last step, are listed and left out. */
 #include "analysis/isoflop.h"
+#include "analysis/isolaw.h"
 
 #include "analysis/rundir.h"
 
@@ -190,13 +191,6 @@ static int make_points(const an_args *a, iso_data *d)
     return 0;
 }
 
-/* N* of a group: the vertex's, or the best sampled size's own count. */
-double iso_n_opt(const iso_data *d, const iso_group *g)
-{
-    if (g->fit.status == ISOFIT_INTERIOR)
-        return exp(g->fit.x_opt);
-    return g->best >= 0 ? d->points[g->best].params : (double)NAN;
-}
 
 /* The fits of one seed's points of budget b and kind k: its optimum. */
 static bool seed_optimum(const iso_data *d, int b, int k, uint64_t seed, double *x, double *y,

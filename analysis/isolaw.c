@@ -4,7 +4,7 @@
  * it gives at each budget, beside the per-budget parabolas (approach 2).
  * The intervals: a bootstrap that resamples, for every size and budget, its
  * seeds with replacement and refits from the full fit. */
-#include "analysis/isoflop.h"
+#include "analysis/isolaw.h"
 
 #include "core/rng/pcg32.h"
 
@@ -16,6 +16,14 @@
 static double run_tokens(const an_run *r)
 {
     return (double)r->done * r->cfg->batch * r->cfg->seq_len;
+}
+
+/* N* of a group: the vertex's, or the best sampled size's own count. */
+double iso_n_opt(const iso_data *d, const iso_group *g)
+{
+    if (g->fit.status == ISOFIT_INTERIOR)
+        return exp(g->fit.x_opt);
+    return g->best >= 0 ? d->points[g->best].params : (double)NAN;
 }
 
 static int cmp_double(const void *x, const void *y)
