@@ -18,10 +18,13 @@ AN=${MODE_ANALYZE:-build/analysis/mode-analyze}
 OUT=out/capacity-deep
 [ -d "$OUT" ] || mpirun -n "$P" "$EXE" sweep experiments/capacity-deep.ini
 mkdir -p "$OUT/counterfactual"
+# the complete runs only (a run in progress rewrites its checkpoint), as the
+# sweep itself sees them
+complete=$("$EXE" sweep experiments/capacity-deep.ini --dry-run |
+	awk '$3 == "steps" && $4 == "complete" && $1 !~ /^dense-/ { print $1 }')
 csvs=
-for d in "$OUT"/capacity-*-s* "$OUT"/router-random-s*; do
-	[ -f "$d/ckpt.h5" ] || continue
-	n=$(basename "$d")
+for n in $complete; do
+	d="$OUT/$n"
 	csv="$OUT/counterfactual/$n.csv"
 	if [ ! -f "$csv" ]; then
 		rec="$OUT/counterfactual/$n.record.h5"
