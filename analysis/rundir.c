@@ -1,5 +1,7 @@
 #include "analysis/rundir.h"
 
+#include "core/io/runfile.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +31,19 @@ static int add_if_run(char ***paths, int *n, const char *dir, const char *name)
     if (stat(p, &st) || !S_ISREG(st.st_mode)) {
         free(p);
         return 0;
+    }
+    /* a run that has just started (no step recorded yet) is left out with a
+     * note, so that a sweep's folder can be analysed while it runs */
+    run_reader *rd = NULL;
+    char err[64];
+    if (!open_run_reader(&rd, p, err, (int)sizeof(err))) {
+        bool started = run_reader_has(rd, "metrics/step") || run_reader_has(rd, "routing/loss");
+        close_run_reader(&rd);
+        if (!started) {
+            fprintf(stderr, "mode-analyze: %s: no step recorded yet; left out\n", p);
+            free(p);
+            return 0;
+        }
     }
     char **grown = realloc(*paths, (size_t)(*n + 1) * sizeof(char *));
     if (!grown) {
