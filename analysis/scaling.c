@@ -231,7 +231,7 @@ int scaling_refit(const double *n, const double *d, const double *l, int count,
 int flops_per_token_fit(const double *n, const double *d, const double *c, int count,
                         double *kappa, double *gamma)
 {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, x0 = NAN;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, x0 = (double)NAN;
     int m = 0;
     bool two = false;
     for (int i = 0; i < count; i++) {

@@ -279,7 +279,7 @@ static void test_power(void **state)
     assert_int_equal(seeds_for_power(0.0, 0.01, 0.8, 1000), -1);
     assert_int_equal(seeds_for_power(0.0001, 0.01, 0.8, 1000), -1);
     assert_int_equal(seeds_for_power(0.01, 0.0, 0.8, 1000), 2);
-    assert_int_equal(seeds_for_power(NAN, 0.01, 0.8, 1000), -1);
+    assert_int_equal(seeds_for_power((double)NAN, 0.01, 0.8, 1000), -1);
 }
 
 static void test_palette(void **state)

@@ -110,7 +110,7 @@ static void test_edge(void **state)
 static void test_too_few(void **state)
 {
     (void)state;
-    double n[4] = { 1e4, 2e4, 4e4, NAN }, d[4] = { 1e6, 1e6, 1e6, 1e6 }, l[4] = { 2, 1.9, 1.8, 1.7 };
+    double n[4] = { 1e4, 2e4, 4e4, (double)NAN }, d[4] = { 1e6, 1e6, 1e6, 1e6 }, l[4] = { 2, 1.9, 1.8, 1.7 };
     scaling_law f;
     assert_int_equal(scaling_fit(n, d, l, 4, &f), -EINVAL);
     assert_false(f.ok);
