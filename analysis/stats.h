@@ -96,7 +96,8 @@ void welch_test(const sample_summary *a, const sample_summary *b, welch_result *
  * of each side spread by sd (equal n): the smallest n >= 2 with
  * P(T_{2n-2} > t_{0.975, 2n-2} - |diff| / (sd sqrt(2/n))) >= power, the
  * noncentral t approximated by the central one shifted by its
- * noncentrality (within one seed of the exact answer from n = 5 up).  -1
+ * noncentrality (within one seed of the exact answer at the effects of
+ * Cohen's table, 6 to 64 seeds; tests/analysis/test_analysis_stats.c).  -1
  * when diff is 0 or not finite, sd is not finite, or no n up to cap will
  * do. */
 int seeds_for_power(double diff, double sd, double power, int cap);
