@@ -84,6 +84,8 @@ static const an_command commands[] = {
       "                     the given runs' own dense ones and DIR's (without it the\n"
       "                     given runs' alone), when they span two budgets or more;\n"
       "                     they must be one model (parameters, sequence length)\n"
+      "Under the table, the power analysis: the seeds a side that would give each\n"
+      "difference to the baseline an 80% chance of p < 0.05 at the pooled sd.\n"
       "Prints it and writes compare.md, compare.csv (one row per run: group, the\n"
       "keys that vary, the seeds, the numbers) and compare_groups.csv.\n",
       "RUN.h5|DIR ... [--baseline GROUP] [--ladder DIR]", 1, MANY, OPT_BASELINE | OPT_LADDER,
