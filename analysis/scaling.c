@@ -163,24 +163,15 @@ static int by_objective(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-int scaling_fit(const double *n, const double *d, const double *l, int count, scaling_law *f)
+/* The grid's best start: Hoffmann et al.'s grid (alpha, beta in 0..2 by
+ * 0.5, e in -1..1 by 0.5, a, b in 0..25 by 5) scored, the REFINE best
+ * refined by Nelder-Mead.  Returns the objective; -1 when out of memory. */
+static double grid_fit(const pts *q, double *best)
 {
-    memset(f, 0, sizeof(*f));
-    double *buf;
-    pts q;
-    int m = make_pts(n, d, l, count, &q, &buf);
-    if (m < NP) {
-        free(buf);
-        return -EINVAL;
-    }
-    /* Hoffmann et al.'s grid of starts: alpha, beta in 0..2 by 0.5, e in
-     * -1..1 by 0.5, a, b in 0..25 by 5 */
     enum { G = 5 * 5 * 5 * 6 * 6 };
     start *g = malloc(G * sizeof(start));
-    if (!g) {
-        free(buf);
-        return -ENOMEM;
-    }
+    if (!g)
+        return -1.0;
     int k = 0;
     for (int ia = 0; ia < 6; ia++)
         for (int ib = 0; ib < 6; ib++)
@@ -190,28 +181,28 @@ int scaling_fit(const double *n, const double *d, const double *l, int count, sc
                         double p[NP] = { 5.0 * ia, 5.0 * ib, -1.0 + 0.5 * ie, 0.5 * ial,
                                          0.5 * ibe };
                         memcpy(g[k].p, p, sizeof(p));
-                        g[k].f = objective(&q, p);
+                        g[k].f = objective(q, p);
                     }
     qsort(g, G, sizeof(start), by_objective);
-    double best[NP], fb = HUGE_VAL;
-    memcpy(best, g[0].p, sizeof(best));
+    double fb = HUGE_VAL;
+    memcpy(best, g[0].p, NP * sizeof(double));
     for (int i = 0; i < REFINE; i++) {
         double x[NP];
         memcpy(x, g[i].p, sizeof(x));
-        double fx = nelder_mead(&q, x);
+        double fx = nelder_mead(q, x);
         if (fx < fb) {
             fb = fx;
             memcpy(best, x, sizeof(x));
         }
     }
     free(g);
-    free(buf);
-    store(f, best, fb, m);
-    return f->ok ? 0 : -EINVAL;
+    return fb;
 }
 
-int scaling_refit(const double *n, const double *d, const double *l, int count,
-                  const scaling_law *start_at, scaling_law *f)
+/* The fit through the usable points: from start alone, or (NULL) from the
+ * grid. */
+static int fit_points(const double *n, const double *d, const double *l, int count,
+                      const scaling_law *from, scaling_law *f)
 {
     memset(f, 0, sizeof(*f));
     double *buf;
@@ -221,11 +212,29 @@ int scaling_refit(const double *n, const double *d, const double *l, int count,
         free(buf);
         return -EINVAL;
     }
-    double x[NP] = { start_at->a, start_at->b, start_at->e, start_at->alpha, start_at->beta };
-    double fx = nelder_mead(&q, x);
+    double x[NP], fx;
+    if (from) {
+        double p[NP] = { from->a, from->b, from->e, from->alpha, from->beta };
+        memcpy(x, p, sizeof(x));
+        fx = nelder_mead(&q, x);
+    } else if ((fx = grid_fit(&q, x)) < 0.0) {
+        free(buf);
+        return -ENOMEM;
+    }
     free(buf);
     store(f, x, fx, m);
     return f->ok ? 0 : -EINVAL;
+}
+
+int scaling_fit(const double *n, const double *d, const double *l, int count, scaling_law *f)
+{
+    return fit_points(n, d, l, count, NULL, f);
+}
+
+int scaling_refit(const double *n, const double *d, const double *l, int count,
+                  const scaling_law *start_at, scaling_law *f)
+{
+    return fit_points(n, d, l, count, start_at, f);
 }
 
 int flops_per_token_fit(const double *n, const double *d, const double *c, int count,

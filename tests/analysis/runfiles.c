@@ -301,6 +301,15 @@ int write_huge_runs(const char *dir, char *err, int err_len)
 /* The losses of an isoFLOP study with known optima: seed s of kind k has
  * loss 0.5 (ln N - ln N*_s)^2 + L*_{k,s}, ln N*_s = the middle of the sizes'
  * ln N + 0.1 (s - 2), L*_{dense,s} = 1.50 + 0.01 s, L*_{mod,s} = that + 0.02. */
+/* The parameter count add_model_records wrote into r. */
+static double record_params(const run_record *r)
+{
+    for (int i = 0; i < r->n_blobs; i++)
+        if (!strcmp(r->blobs[i].path, "model/parameters"))
+            return (double)*(const int64_t *)r->blobs[i].data;
+    return 0.0;
+}
+
 int write_iso_runs(const char *dir, char *err, int err_len)
 {
     static const int widths[3][2] = { { 16, 32 }, { 24, 48 }, { 32, 64 } }; /* d_model, d_ff */
@@ -332,10 +341,7 @@ int write_iso_runs(const char *dir, char *err, int err_len)
                     free(ini);
                     if (!rc)
                         rc = add_model_records(r, true, c, &step_flops);
-                    double params = 0.0;
-                    for (int i = 0; !rc && i < r->n_blobs; i++)
-                        if (!strcmp(r->blobs[i].path, "model/parameters"))
-                            params = (double)*(const int64_t *)r->blobs[i].data;
+                    double params = rc ? 0.0 : record_params(r);
                     if (pass == 0) { /* the range of ln N over the dense sizes */
                         if (k == 0 && z == 0)
                             ln_lo = log(params);
@@ -436,10 +442,7 @@ int write_law_runs(const char *dir, char *err, int err_len)
                 free(ini);
                 if (!rc)
                     rc = add_model_records(r, true, c, &step_flops);
-                double params = 0.0;
-                for (int i = 0; !rc && i < r->n_blobs; i++)
-                    if (!strcmp(r->blobs[i].path, "model/parameters"))
-                        params = (double)*(const int64_t *)r->blobs[i].data;
+                double params = rc ? 0.0 : record_params(r);
                 long planned = (long)(c->flops_budget / step_flops);
                 /* on the law of runfiles.h, D the tokens of the planned steps */
                 double tokens = (double)planned * 4 * 8;
