@@ -14,6 +14,7 @@
 #ifndef MODE_MOE_EXPERTS_H
 #define MODE_MOE_EXPERTS_H
 
+#include "moe/experts_gate.h"
 #include "moe/experts_kind.h"
 
 #include "core/model/block.h"
@@ -46,16 +47,8 @@ void experts_decode_reset(experts *ex);
 int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, float *const *w,
                    int capacity, int32_t pos);
 
-/* After an optimizer step (every rank, the same loads): the balancing
- * bias moved against each expert's load error over the step's global
- * batch (when updated), the loads reset.  Nothing without bias_rate. */
-void experts_step_end(experts *ex, float *const *w, bool updated);
-
-/* Statistics of the last FWD_TRAIN forward (their counts: experts_kind.h):
- * sums (add over ranks) and their columns. */
-void experts_stat_name(const experts_cfg *c, int col, char *buf, int len);
-void experts_stat_sums(const experts *ex, double *sums);
-void experts_stat_columns(const experts_cfg *c, const double *sums, double *cols);
+/* The balancing bias after an optimizer step and the statistics of a
+ * training forward: experts_gate.h. */
 
 /* Routing record of the last forward: chosen columns [n][top_k] (int32, -1
  * for a dropped assignment), gate weights [n][top_k]. */
