@@ -170,8 +170,12 @@ static const an_command commands[] = {
       "For two files of mode-exp eval --record on the same windows (A, then B): the\n"
       "per-token loss difference B - A overall, by class of the predicted token and\n"
       "by position bucket, each with its standard error over windows and a paired\n"
-      "t-test. Prints it and writes lossdiff.md, lossdiff.csv and lossdiff.png.\n",
-      "A.h5 B.h5", 2, 2, 0, cmd_lossdiff },
+      "t-test. Prints it and writes lossdiff.md, lossdiff.csv and lossdiff.png.\n"
+      "Several pairs (A1 B1 A2 B2 ..., up to 16: replicates, each pair on its own\n"
+      "windows): each pair's table, and the differences pooled over the pairs (mean,\n"
+      "sd, 95% interval and one-sample t-test over the pairs, the mean within-pair\n"
+      "standard error) first in lossdiff.md, in lossdiff_pooled.csv and drawn.\n",
+      "A.h5 B.h5 [A2.h5 B2.h5 ...]", 2, 32, 0, cmd_lossdiff },
     { "report", "every analysis of a folder of runs on one HTML page",
       "Writes DIR/report.html (with --out, OUT/report.html), a self-contained page\n"
       "(images as data URIs) with the runs and their state, and grouped by\n"

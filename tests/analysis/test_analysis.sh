@@ -589,6 +589,22 @@ counterfactual)
 	"$an" lossdiff a.h5 b.h5 --out f >ld.txt || fail "lossdiff: $(cat ld.txt)"
 	grep -q "^| all | 768 | .* | +0.0000 | 0.0000 |" f/lossdiff.md || fail "a run against itself"
 	png f/lossdiff.png 780 640 640
+	# pooled over pairs: (a, d) and (a, a), d the same checkpoint at another
+	# capacity on the same windows: the pooled difference is half of (a, d)'s
+	# and its one-sample t over the two pairs is 1 on 1 df (p 0.5 exactly)
+	"$exe" eval m/tiny/ckpt.h5 mod.capacity=0.5 --mode topk --windows 24 --record d.h5 \
+		>/dev/null || fail "record d"
+	"$an" lossdiff a.h5 d.h5 --out g1 >/dev/null || fail "lossdiff a d"
+	"$an" lossdiff a.h5 d.h5 a.h5 a.h5 --out g2 >/dev/null || fail "lossdiff pooled"
+	one=$(awk -F, '$1 == "all" {print $6}' g1/lossdiff.csv)
+	awk -F, -v one="$one" '$1 == "all" { d = $7 - one / 2; if (d < 0) d = -d
+		exit !(one != 0 && $3 == 2 && d <= 1e-8 * (one < 0 ? -one : one) + 1e-12 && $11 == 0.5) }' \
+		g2/lossdiff_pooled.csv || fail "pooled: $(head -2 g2/lossdiff_pooled.csv), one pair $one"
+	grep -q "^# B - A pooled over 2 pairs" g2/lossdiff.md || fail "the pooled table first"
+	[ "$(grep -c '^all,all,' g2/lossdiff.csv)" = 2 ] || fail "each pair's rows"
+	png g2/lossdiff.png 780 640 640
+	"$an" lossdiff a.h5 d.h5 a.h5 >out.txt 2>err.txt && fail "lossdiff of an odd count"
+	grep -q "give pairs" err.txt || fail "$(cat err.txt)"
 	"$an" routing a.h5 --out f >/dev/null || fail "routing analytics of an eval record"
 	"$exe" eval m/tiny/ckpt.h5 --mode topk --windows 12 --record c.h5 >/dev/null || fail "record c"
 	"$an" lossdiff a.h5 c.h5 >out.txt 2>err.txt && fail "lossdiff of other windows"
