@@ -457,3 +457,32 @@ int write_law_runs(const char *dir, char *err, int err_len)
     free(c);
     return rc;
 }
+
+int write_started_run(const char *dir, char *err, int err_len)
+{
+    char out[1024], sub[1100], path[1200];
+    int rc;
+    run_config *c = begin_runs(dir, "started", out, sizeof(out), &rc, err, err_len);
+    if (!c)
+        return rc;
+    char *ini = NULL;
+    run_record *r = NULL;
+    double step_flops = 0.0;
+    rc = resolve("mod-started", out, "[data]\nseq_len = 8\nbatch = 4\n",
+                 "[run]\nseed = 3\nflops_budget = 2e9\n[model]\nd_model = 16\nn_heads = 2\n"
+                 "d_ff = 32\nlayers = dense, mod\n[mod]\ncapacity = 0.25\n",
+                 c, &ini, err, err_len);
+    if (!rc)
+        rc = build_run_record(&r, ini);
+    free(ini);
+    if (!rc)
+        rc = add_model_records(r, true, c, &step_flops);
+    snprintf(sub, sizeof(sub), "%s/mod-started", out);
+    snprintf(path, sizeof(path), "%s/run.h5", sub);
+    /* what a trainer has written before its first records piece: the header */
+    if (!rc && !(rc = make_dir(sub, err, err_len)))
+        rc = run_record_write_header(r, path, err, err_len);
+    free_run_record(&r);
+    free(c);
+    return rc;
+}

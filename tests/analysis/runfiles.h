@@ -56,4 +56,9 @@ int write_ladder_runs(const char *dir, char *err, int err_len);
 #define LAW_BETA 0.3
 int write_law_runs(const char *dir, char *err, int err_len);
 
+/* DIR/started/mod-started/run.h5: a run as a trainer leaves it before its
+ * first records piece (its header only: configuration and model, no step),
+ * "dense, mod" as write_ladder_runs's mod runs, seed 3. */
+int write_started_run(const char *dir, char *err, int err_len);
+
 #endif

@@ -486,6 +486,15 @@ ladder)
 	cp -r ladder/mod/* ladder/dense/dense-2e+09-* split/study/
 	cp -r ladder/dense/dense-1e+09-* ladder/dense/dense-4e+09-* split/rungs/
 	"$an" compare split/study --ladder split/rungs --out split/o >/dev/null || fail "the split ladder"
+	# a run that has just started (its header, no step yet) in a folder being
+	# analysed is left out with a note, the rest analysed as without it
+	"$write_runs" . started || fail "write_runs started"
+	cp -r started/mod-started split/study/
+	"$an" compare split/study --ladder split/rungs --out split/s >out.txt 2>err.txt ||
+		fail "a folder with a started run: $(cat err.txt)"
+	grep -q "mod-started/run.h5: no step recorded yet; left out" err.txt || fail "the note: $(cat err.txt)"
+	grep -q "mod-started" split/s/compare.md && fail "the started run in the table"
+	cmp -s split/o/compare.csv split/s/compare.csv || fail "the table changed by a started run"
 	grep -q "through 6 dense runs at 3 budgets" split/o/compare.md ||
 		fail "the study's own dense runs left out of --ladder's"
 	grep -q "^| mod-2e+09 | 2 | .* | 2.00 \[2.00, 2.00\] |" split/o/compare.md ||
