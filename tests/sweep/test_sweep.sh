@@ -352,6 +352,15 @@ examples)
 	"$exe" sweep "$examples/capacity-deep.ini" --dry-run >deep.txt 2>&1 || fail "deep: $(cat deep.txt)"
 	grep -q "^dense-s2  *1284 steps" deep.txt && grep -q "^capacity-0.125-s1  *2282 steps" deep.txt ||
 		fail "capacity-deep.ini: steps differ from its comment"
+	"$exe" sweep "$examples/ladder.ini" --dry-run >lad.txt 2>&1 || fail "ladder.ini: $(cat lad.txt)"
+	grep -q "^flops_budget-1e13-s1  *841 steps" lad.txt && grep -q "^flops_budget-4e13-s1  *3367 steps" lad.txt ||
+		fail "ladder.ini: steps differ from its comment"
+	"$exe" sweep "$examples/s512.ini" --dry-run >s512.txt 2>&1 || fail "s512.ini: $(cat s512.txt)"
+	grep -q ": 6 runs into out/s512/" s512.txt && grep -q "^router-learned-s3  *2167 steps" s512.txt ||
+		fail "s512.ini: runs or steps differ from its comment"
+	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
+	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
+		fail "synthetic.ini: runs or steps differ from its comment"
 	"$exe" sweep "$examples/mode-kinds.ini" --dry-run >kinds.txt 2>&1 || fail "kinds: $(cat kinds.txt)"
 	grep -q ": 12 runs into out/mode-kinds/" kinds.txt || fail "mode-kinds.ini header"
 	"$exe" sweep "$examples/isoflop.ini" --dry-run >iso.txt 2>&1 || fail "isoflop.ini: $(cat iso.txt)"
