@@ -568,13 +568,7 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
     long seq = a->window ? a->window[0] : a->seq0;
     if (c->expert_choice) { /* the causal rule: every expert with l > 0 */
         linear_forward(NULL, p, m, w[0], 1, d, N, 0.0f);
-        float mx = p[0];
-        for (int e = 1; e < N; e++)
-            mx = p[e] > mx ? p[e] : mx;
-        double sum = 0.0;
-        for (int e = 0; e < N; e++)
-            sum += exp((double)(p[e] - mx));
-        lse = (float)((double)mx + log(sum));
+        lse = experts_lse(p, N);
         int first = E;
         for (int e = 0; e < N; e++) {
             bool take = p[e] > 0.0f;

@@ -70,6 +70,18 @@ void experts_stat_columns(const experts_cfg *c, const double *s, double *cols)
         cols[at] = tokens > 0 ? *more / tokens : 0.0;
 }
 
+/* The log-sum-exp of the logits l[N] (the max taken out, summed in double). */
+float experts_lse(const float *l, int N)
+{
+    float mx = l[0];
+    for (int e = 1; e < N; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    double s = 0.0;
+    for (int e = 0; e < N; e++)
+        s += exp((double)(l[e] - mx));
+    return (float)((double)mx + log(s));
+}
+
 /* The chosen columns' weights: their probabilities, divided by their sum
  * with renormalize (a column of -1 adds nothing). */
 static void set_weights(const experts_cfg *c, const float *p, const int32_t *col, float *weight)
@@ -93,13 +105,7 @@ static void gate_row(const experts_cfg *c, float *p, float *logit, float *lse, i
                      const float *bias, int32_t *col, float *weight, unsigned char *used)
 {
     int K = c->top_k;
-    float mx = p[0];
-    for (int e = 1; e < N; e++)
-        mx = p[e] > mx ? p[e] : mx;
-    double s = 0.0;
-    for (int e = 0; e < N; e++)
-        s += exp((double)(p[e] - mx));
-    *lse = (float)((double)mx + log(s));
+    *lse = experts_lse(p, N);
     if (logit)
         memcpy(logit, p, (size_t)N * sizeof(float));
     for (int e = 0; e < N; e++)
@@ -231,13 +237,7 @@ int experts_ec_gate(experts *ex, const fwd_args *a, const float *m, const row_se
     linear_forward(NULL, ex->probs, m, wg, n, ex->d, E, 0.0f);
     for (int i = 0; i < n; i++) {
         float *p = ex->probs + (size_t)i * E;
-        float mx = p[0];
-        for (int e = 1; e < E; e++)
-            mx = p[e] > mx ? p[e] : mx;
-        double sum = 0.0;
-        for (int e = 0; e < E; e++)
-            sum += exp((double)(p[e] - mx));
-        ex->lse[i] = (float)((double)mx + log(sum));
+        ex->lse[i] = experts_lse(p, E);
         for (int e = 0; e < E; e++) {
             ex->col[(size_t)i * E + e] = e;
             ex->choice[(size_t)i * E + e] = causal && p[e] > 0.0f ? e : -1;

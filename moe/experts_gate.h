@@ -38,6 +38,9 @@ int experts_ec_gate(experts *ex, const fwd_args *a, const float *m, const row_se
  * ex->dec_col and ex->dec_weight, with evaluation's row policies. */
 void experts_gate_token(experts *ex, const fwd_args *a, float *p, float *lse, const float *m,
                         float *const *w, long seq, int32_t pos);
+/* The log-sum-exp of the logits l[N]: the gate's, expert choice's and
+ * decoding's one rule. */
+float experts_lse(const float *l, int N);
 /* The balance loss's load fraction of column e in the rows [r0, r1) of
  * one sequence: its own (Switch), or the global batch's. */
 double experts_load_frac(const experts *ex, int e, int r0, int r1);
