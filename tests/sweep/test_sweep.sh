@@ -358,6 +358,9 @@ examples)
 	"$exe" sweep "$examples/s512.ini" --dry-run >s512.txt 2>&1 || fail "s512.ini: $(cat s512.txt)"
 	grep -q ": 6 runs into out/s512/" s512.txt && grep -q "^router-learned-s3  *2167 steps" s512.txt ||
 		fail "s512.ini: runs or steps differ from its comment"
+	"$exe" sweep "$examples/capacity-deep-bpe.ini" --dry-run >bpe.txt 2>&1 || fail "bpe: $(cat bpe.txt)"
+	grep -q ": 6 runs into out/capacity-deep-bpe/" bpe.txt && grep -q "^learned-s2  *1563 steps" bpe.txt &&
+		grep -q "^router-random-s3  *1564 steps" bpe.txt || fail "capacity-deep-bpe.ini: runs or steps differ from its comment"
 	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
 	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
 		fail "synthetic.ini: runs or steps differ from its comment"
