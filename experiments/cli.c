@@ -173,23 +173,59 @@ int choose_threads(const cli *c, mode_ctx *ctx)
     return t;
 }
 
-/* Load a checkpoint into a model for nseq sequences (eval, sample): with
- * sharded, each rank holds its share of the experts (eval runs the forward
- * with expert parallelism); without, every rank holds all of them (sampling
- * decodes one token at a time, every expert local).  Collective. */
+/* Whether kind k reads the section of over (its first len characters). */
+static bool reads_section(const layer_kind *k, const char *over, size_t len)
+{
+    for (const kind_group *g = k->groups; g && g->group; g++)
+        if (strlen(g->group->section) == len && !strncmp(over, g->group->section, len))
+            return true;
+    return false;
+}
+
+/* The length of an override's section; is_layer: [layer.N]. */
+static size_t section_len(const char *over, bool *is_layer)
+{
+    const char *dot = strchr(over, '.');
+    size_t len = dot ? (size_t)(dot - over) : strlen(over);
+    *is_layer = len > 6 && !strncmp(over, "layer.", 6);
+    return len;
+}
+
 /* Whether an override's section is a kind's: [layer.N], or a group that a
  * kind of the schema reads. */
 static bool kind_section(const char *over)
 {
-    const char *dot = strchr(over, '.');
-    size_t len = dot ? (size_t)(dot - over) : strlen(over);
-    if (len > 6 && !strncmp(over, "layer.", 6))
+    bool is_layer;
+    size_t len = section_len(over, &is_layer);
+    if (is_layer)
         return true;
     for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
-        for (const kind_group *g = (*k)->groups; g && g->group; g++)
-            if (strlen(g->group->section) == len && !strncmp(over, g->group->section, len))
-                return true;
+        if (reads_section(*k, over, len))
+            return true;
     return false;
+}
+
+/* Whether a layer of the model reads the override's section ([layer.N]
+ * the config checks itself); else err names the model's kinds: a dial no
+ * layer reads would change nothing. */
+static int read_by_model(const run_config *c, const char *over, char *err, int err_len)
+{
+    bool is_layer;
+    size_t len = section_len(over, &is_layer);
+    if (is_layer)
+        return 0;
+    char kinds[256] = "";
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_schema.kinds, c->layers[l].kind);
+        if (reads_section(k, over, len))
+            return 0;
+        if (!strstr(kinds, k->name))
+            snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds), "%s%s",
+                     kinds[0] ? ", " : "", k->name);
+    }
+    snprintf(err, (size_t)err_len, "%s: no layer of this model (%s) reads [%.*s], so it would "
+             "change nothing", over, kinds, (int)len, over);
+    return -EINVAL;
 }
 
 /* The overrides must keep every layer's tensors: a checkpoint's are fixed. */
@@ -219,6 +255,10 @@ static int same_tensors(const run_config *a, const run_config *b, const char *ov
     return 0;
 }
 
+/* Load a checkpoint into a model for nseq sequences (eval, sample): with
+ * sharded, each rank holds its share of the experts (eval runs the forward
+ * with expert parallelism); without, every rank holds all of them (sampling
+ * decodes one token at a time, every expert local).  Collective. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
                           bool sharded, int n_over, char *const *over, char *err, int err_len)
 {
@@ -236,6 +276,8 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
                      "run's own keys are the checkpoint's", over[i]);
             rc = -EINVAL;
         }
+    for (int i = 0; !rc && i < n_over; i++)
+        rc = read_by_model(cfg, over[i], err, err_len);
     if (!rc && n_over > 0) {
         run_config *dialled = malloc(sizeof(*dialled));
         rc = dialled ? config_load_string(dialled, meta.config, label, n_over, over,

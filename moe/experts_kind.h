@@ -75,6 +75,7 @@ typedef struct experts_cfg {
     double bias_rate;   /* > 0: the expert_bias tensor, nudged after each step */
     int shared;         /* shared experts, each d_ff wide: one SwiGLU shared * d_ff wide */
     double eval_capacity_factor; /* evaluation and decoding's; < 0: capacity_factor's */
+    double noop_bias;   /* integrated: added to the no-op column's score for the choice */
 } experts_cfg;
 
 /* Gate columns: E, or E+1 with the no-op. */

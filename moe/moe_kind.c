@@ -13,6 +13,24 @@ static const kind_group moe_groups[] = {
     { NULL, 0 },
 };
 
+static const kind_key integrated_keys[] = {
+    { "noop_bias", KEY_REAL, 0, "0", -1e6, 1e6, 0, NULL,
+      "b, added to the no-op column's score for the top-k choice only (no weight, no loss): "
+      "a dial of evaluation and sampling, higher sends more tokens past the experts; 0: "
+      "MODEL.md", 0 },
+    { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
+};
+
+static const key_group integrated_group = {
+    .section = "integrated", .keys = integrated_keys, .size = sizeof(double), .check = NULL,
+};
+
+static const kind_group integrated_groups[] = {
+    { &experts_group, offsetof(moe_params, experts) },
+    { &integrated_group, offsetof(moe_params, noop_bias) },
+    { NULL, 0 },
+};
+
 void moe_layout(buf_plan *p, moe_state *s, const model_dims *dims, int max_seq)
 {
     int S = dims->seq_len, rows = max_seq * S, d = dims->d_model;
@@ -37,7 +55,10 @@ experts_cfg moe_cfg_of(const layer_spec *s, const layer_kind *k, const model_dim
 {
     if (k == &ec_kind)
         return ec_cfg_of((const ec_params *)(const void *)s->params, dims);
-    return experts_cfg_of(&moe_params_of(s)->experts, dims, k == &integrated_kind);
+    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, k == &integrated_kind);
+    if (k == &integrated_kind)
+        c.noop_bias = moe_params_of(s)->noop_bias;
+    return c;
 }
 
 static int validate_of(const layer_spec *s, const model_dims *dims, bool noop, char *err,
@@ -144,7 +165,7 @@ const layer_kind moe_kind = {
 
 const layer_kind integrated_kind = {
     .name = "integrated",
-    .groups = moe_groups,
+    .groups = integrated_groups,
     .validate = integrated_validate,
     .tensors = integrated_tensors,
     .flops = integrated_flops,

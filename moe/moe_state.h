@@ -5,9 +5,10 @@
 
 #include "moe/experts_kind.h"
 
-/* Their parameters: the [moe] keys alone. */
+/* Their parameters: the [moe] keys, and integrated's [integrated] key. */
 typedef struct moe_params {
     experts_params experts;
+    double noop_bias; /* integrated: added to the no-op column's score for the choice */
 } moe_params;
 
 static inline const moe_params *moe_params_of(const layer_spec *s)

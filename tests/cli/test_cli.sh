@@ -404,6 +404,24 @@ executed)
 	[ -n "$sanitized" ] && budget=2e9
 	run x 1 "$cfg" run.steps=0 run.flops_budget=$budget run.flops_count=executed
 	run n 1 "$cfg" run.steps=0 run.flops_budget=$budget
+	# the no-op dial (integrated.noop_bias): 0 is the model as trained;
+	# 1e6 sends every token to the no-op and -1e6 none, which is what the
+	# noop-all and noop-none policies evaluate: the same losses and FLOPs
+	# (equal by construction: the same expert rows and weights, or none)
+	ev() { "$exe" eval x/tiny/ckpt.h5 --mode topk --windows 16 --json "$@"; }
+	lf() { sed 's/.*"loss": \([^,]*\),.*"flops_per_token": \([^,}]*\).*/\1 \2/'; }
+	pol=$(ev --routing noop-all,noop-none)
+	[ "$(ev integrated.noop_bias=0 | lf)" = "$(echo "$pol" | grep '"learned"' | lf)" ] ||
+		fail "noop_bias 0 is not the trained model"
+	[ "$(ev integrated.noop_bias=1e6 | lf)" = "$(echo "$pol" | grep '"noop-all"' | lf)" ] ||
+		fail "noop_bias 1e6 is not noop-all: $(ev integrated.noop_bias=1e6) / $pol"
+	[ "$(ev integrated.noop_bias=-1e6 | lf)" = "$(echo "$pol" | grep '"noop-none"' | lf)" ] ||
+		fail "noop_bias -1e6 is not noop-none"
+	"$exe" eval x/tiny/ckpt.h5 --windows 4 integrated.noop_bias=0.5 moe.experts=2 >/dev/null 2>err.txt &&
+		fail "a dial that changes the tensors accepted"
+	"$exe" eval n/tiny/ckpt.h5 --windows 4 mod.capacity=0.5 >/dev/null 2>err.txt &&
+		fail "a key no layer of the model reads accepted"
+	grep -q "no layer of this model (dense, integrated) reads \[mod\]" err.txt || fail "$(cat err.txt)"
 	spent=$(h5dump -a train_flops_executed x/tiny/ckpt.h5 | sed -n 's/.*(0): \(.*\)/\1/p')
 	nsteps=$(h5dump -d metrics/step x/tiny/run.h5 | grep -o '[0-9]*' | tail -n 1)
 	awk -v s="$spent" -v b="$budget" -v n="$nsteps" 'BEGIN { d = s - b; if (d < 0) d = -d;
