@@ -6,20 +6,23 @@
 # state); per kind the median tokens/s over rounds, its ratio to dense's in
 # the same round (median), the FLOPs decoding ran a token and the routed
 # layers' shares of generated tokens.
-#   scripts/bench-decode.sh DIR [ROUNDS] [R]    (DIR/<kind>/ckpt.h5 for each kind there)
+#   scripts/bench-decode.sh DIR [ROUNDS] [R] [SUFFIX]
+# (DIR/<kind>SUFFIX/ckpt.h5 for each kind there, one of them dense; SUFFIX
+# picks one seed of a sweep's runs: -s1 for DIR/dense-s1, DIR/mod-s1, ...)
 # MODE_EXP chooses the binary (default: the build tree's).
 set -eu
-dir=${1:?usage: bench-decode.sh DIR [ROUNDS] [R]}
-rounds=${2:-3} reps=${3:-5}
+dir=${1:?usage: bench-decode.sh DIR [ROUNDS] [R] [SUFFIX]}
+rounds=${2:-3} reps=${3:-5} suffix=${4:-}
 exe=${MODE_EXP:-build/experiments/mode-exp}
 export OPENBLAS_NUM_THREADS=1
-kinds=$(cd "$dir" && for k in *; do [ -f "$k/ckpt.h5" ] && echo "$k"; done)
-echo "$kinds" | grep -qx dense || { echo "bench-decode: no $dir/dense/ckpt.h5 to compare with" >&2; exit 1; }
+kinds=$(cd "$dir" && for k in *"$suffix"; do [ -f "$k/ckpt.h5" ] && echo "${k%"$suffix"}"; done)
+echo "$kinds" | grep -qx dense ||
+	{ echo "bench-decode: no $dir/dense$suffix/ckpt.h5 to compare with" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for r in $(seq 1 "$rounds"); do
 	for k in $kinds; do
-		"$exe" sample "$dir/$k/ckpt.h5" --prompt "The jury said" --tokens 1000 --seed "$r" \
+		"$exe" sample "$dir/$k$suffix/ckpt.h5" --prompt "The jury said" --tokens 1000 --seed "$r" \
 			--bench "$reps" --threads 1 >"$tmp/$k.$r" 2>&1 || { cat "$tmp/$k.$r" >&2; exit 1; }
 	done
 done
