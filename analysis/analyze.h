@@ -24,6 +24,7 @@ typedef struct an_args {
     long step;                         /* --step N, or -1: the last recorded */
     long seq;                          /* --seq I */
     bool all_steps;                    /* --all-steps */
+    bool predicted;                    /* --predicted: a position's class is its next token's */
     bool bpb;                          /* --bpb: bits per byte instead of nats (curves) */
     const char *baseline;              /* --baseline GROUP, or NULL: "dense" when there is one */
     const char *key;                   /* --key section.key (sweep) */

@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 
 enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32,
-       OPT_LADDER = 64, OPT_BPB = 128 };
+       OPT_LADDER = 64, OPT_BPB = 128, OPT_PREDICTED = 256 };
 enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
 
 typedef struct an_command {
@@ -110,8 +110,11 @@ static const an_command commands[] = {
       "with the position; routers that pick the same positions in every sequence.\n"
       "  --step N      a recorded step (default: the last)\n"
       "  --all-steps   pool every recorded step\n"
+      "  --predicted   class a position by the token it predicts (the next one),\n"
+      "                not the one it holds\n"
       "Prints it and writes tokens.md, tokens.csv and tokens.png.\n",
-      "RUN.h5 ... [--step N | --all-steps]", 1, MANY, OPT_STEP | OPT_ALL_STEPS, cmd_tokens },
+      "RUN.h5 ... [--step N | --all-steps] [--predicted]", 1, MANY,
+      OPT_STEP | OPT_ALL_STEPS | OPT_PREDICTED, cmd_tokens },
     { "isoflop", "isoFLOP fits with their uncertainty: loss against parameters per budget",
       "For a folder of runs with training-FLOP budgets (run.flops_budget; mode-exp\n"
       "sweep with an [isoflop] design): the final held-out loss (top-k) against the\n"
@@ -304,6 +307,8 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
             a->svg = true;
         } else if ((c->options & OPT_ALL_STEPS) && !strcmp(argv[i], "--all-steps")) {
             a->all_steps = true;
+        } else if ((c->options & OPT_PREDICTED) && !strcmp(argv[i], "--predicted")) {
+            a->predicted = true;
         } else if ((c->options & OPT_BPB) && !strcmp(argv[i], "--bpb")) {
             a->bpb = true;
         } else if ((v = opt_value(argc, argv, &i, "--out", &missing))) {

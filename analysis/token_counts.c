@@ -32,13 +32,14 @@ typedef struct token_samples {
 } token_samples;
 
 /* Add one step's record of a layer of replicate run into its counts and
- * samples. */
+ * samples; next: position i classed by the token it predicts, the window's
+ * token i + 1 (a window holds S + 1 labels), else by the one it holds. */
 static void count_record(const run_info *ri, const layer_record *rec, int bucket_len, int run,
-                         token_layer *tl, token_samples *ts)
+                         bool next, token_layer *tl, token_samples *ts)
 {
     for (int r = 0; r < ri->R; r++)
         for (int i = 0; i < ri->S; i++) {
-            int label = ri->labels[(long)r * (ri->S + 1) + i];
+            int label = ri->labels[(long)r * (ri->S + 1) + i + (next ? 1 : 0)];
             int took = layer_record_taken(rec, ri->S, r, i) ? TK_TOOK : TK_SKIPPED;
             if (label < ri->n_classes) {
                 tl->cls[label][took] += 1.0;
@@ -155,7 +156,7 @@ static int count_layers(const an_args *a, tokens_report *t)
                     goto fail;
                 }
                 if (layer_record_any(&rec)) {
-                    count_record(rr, &rec, t->bucket_len, r, tl, &ts);
+                    count_record(rr, &rec, t->bucket_len, r, a->predicted, tl, &ts);
                     if (s == s1) {
                         overlap(rr, &rec, tl);
                         overlaps++;
@@ -251,6 +252,7 @@ int tokens_count(const an_args *a, tokens_report *t)
     t->last = t->ri->steps[s1];
     t->n_steps = s1 - s0 + 1;
     t->own_last = a->step < 0;
+    t->predicted = a->predicted;
     t->bucket_len = (t->ri->S + TK_BUCKETS - 1) / TK_BUCKETS;
     t->layers = calloc((size_t)t->ri->cfg.n_layers, sizeof(token_layer));
     if (!t->layers || count_layers(a, t))

@@ -40,6 +40,7 @@ typedef struct tokens_report {
     int n_layers;
     long first, last;          /* the steps pooled (of the first run) */
     bool own_last;             /* no --step: each replicate's own last recorded step */
+    bool predicted;            /* --predicted: positions classed by their next token */
     int n_steps;
     int bucket_len;            /* positions per bucket (the last may be shorter) */
 } tokens_report;

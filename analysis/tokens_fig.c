@@ -85,7 +85,8 @@ static void draw_tokens(cairo_t *cr, void *user)
     plot_axes ac = { .x = 80, .y = TF_TOP + 30, .w = TF_CLASS_W - 100, .h = TF_PANEL_H - 86,
                      .x0 = 0, .x1 = ri->n_classes, .y0 = 0, .y1 = ymax,
                      .xcats = ri->class_names, .n_xcats = ri->n_classes };
-    plot_axes_draw(cr, &ac, "by token class", "class", "take rate");
+    plot_axes_draw(cr, &ac, t->predicted ? "by class of the predicted token" : "by token class",
+                   "class", "take rate");
     double group = 0.8 / t->n_layers;
     for (int c = 0; c < ri->n_classes; c++)
         for (int k = 0; k < t->n_layers; k++) {

@@ -8,7 +8,8 @@
 # routing (a random k, the k lowest scores); then
 #   - compare: the final losses, learned against random, with the power
 #     analysis (seeds a side for the difference seen);
-#   - tokens: the share of each difficulty class each router takes;
+#   - tokens: the share of each difficulty class each router takes, by the
+#     class of the token a position holds and of the one it predicts;
 #   - lossdiff: the random router's model minus the learned one's, per
 #     difficulty, seed by seed and pooled over the three seeds;
 #   - counterfactual: what the learned model loses without its choices.
@@ -52,8 +53,12 @@ for n in $complete; do
 done
 [ -n "$pairs" ] || { echo "study-synthetic: no seed with both routers complete in $OUT" >&2; exit 1; }
 "$AN" compare "$OUT" --baseline router-random --out "$E"
-mkdir -p "$E/tokens-learned" "$E/tokens-random"
+for r in learned random; do
+	mkdir -p "$E/tokens-$r" "$E/tokens-$r-predicted"
+done
 "$AN" tokens $learned --out "$E/tokens-learned"
 "$AN" tokens $random --out "$E/tokens-random"
+"$AN" tokens $learned --predicted --out "$E/tokens-learned-predicted"
+"$AN" tokens $random --predicted --out "$E/tokens-random-predicted"
 "$AN" lossdiff $pairs --out "$E"
 "$AN" counterfactual $csvs --out "$E"

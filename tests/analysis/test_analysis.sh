@@ -200,6 +200,21 @@ tokens)
 		grep "^tiny,7,$l,mod,class," m/tiny/tokens.csv | cut -d, -f3-8 >got.txt
 		cmp -s want.txt got.txt || fail "layer $l class counts: $(cat got.txt) vs $(cat want.txt)"
 	done
+	# --predicted: position i classed by the window's token i + 1
+	"$an" tokens m/tiny/run.h5 --predicted --out pred >pred.txt || fail "tokens --predicted"
+	grep -q "each position's class is that of the token it predicts" pred/tokens.md ||
+		fail "--predicted does not say so"
+	for l in 1 3; do
+		values m/tiny/run.h5 routing/step_000024/layer_$l/selected >sel.txt
+		awk -v S=$S -v l=$l 'NR == FNR { lab[NR - 1] = $1; next }
+			{ k = FNR - 1; r = int(k / S); i = k % S; c = lab[r * (S + 1) + i + 1]; n[c]++; t[c] += $1 }
+			END { split("easy medium hard filler", name, " ")
+				for (c = 0; c < 4; c++) printf "%d,mod,class,%s,%d,%d\n", l, name[c + 1], n[c], t[c] }' \
+			labels.txt sel.txt >want.txt
+		grep "^tiny,7,$l,mod,class," pred/tokens.csv | cut -d, -f3-8 >got.txt
+		cmp -s want.txt got.txt || fail "layer $l predicted-class counts: $(cat got.txt) vs $(cat want.txt)"
+	done
+	png pred/tokens.png 1100 450 450
 	# the 95% Wilson interval of every row: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
 	awk -F, 'NR > 1 { n = $7; k = $8; z = 1.959963984540054; p = k / n; d = 1 + z * z / n
 		c = (p + z * z / (2 * n)) / d; h = z / d * sqrt(p * (1 - p) / n + z * z / (4 * n * n))
