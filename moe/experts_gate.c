@@ -100,11 +100,13 @@ static void set_weights(const experts_cfg *c, const float *p, const int32_t *col
  * keys): from the logits l[N] in p, their log-sum-exp, the logits kept in
  * logit (NULL: not kept), p = softmax(l) or sigmoid(l), the top_k columns
  * by p + bias (the real experts' bias, the no-op's noop_bias; ties to the
- * lower index) and their weights; used[N] is scratch.  The same code for training and decoding. */
+ * lower index) and their weights; used[N] is scratch.  The same code for
+ * training and decoding. */
 static void gate_row(const experts_cfg *c, float *p, float *logit, float *lse, int N,
                      const float *bias, int32_t *col, float *weight, unsigned char *used)
 {
     int K = c->top_k;
+    float noop_bias = (float)c->noop_bias; /* 0 but for integrated's no-op column */
     *lse = experts_lse(p, N);
     if (logit)
         memcpy(logit, p, (size_t)N * sizeof(float));
@@ -117,8 +119,8 @@ static void gate_row(const experts_cfg *c, float *p, float *logit, float *lse, i
         float bv = 0.0f;
         for (int e = 0; e < N; e++) {
             float v = p[e] + (bias && e < c->experts ? bias[e] : 0.0f);
-            if (e == c->experts && c->noop_bias != 0.0) /* only the no-op column */
-                v += (float)c->noop_bias;
+            if (noop_bias != 0.0f && e == c->experts)
+                v += noop_bias;
             if (!used[e] && (best < 0 || v > bv))
                 best = e, bv = v;
         }
