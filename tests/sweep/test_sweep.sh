@@ -362,8 +362,8 @@ examples)
 	grep -q ": 6 runs into out/capacity-deep-bpe/" bpe.txt && grep -q "^learned-s2  *1563 steps" bpe.txt &&
 		grep -q "^router-random-s3  *1564 steps" bpe.txt || fail "capacity-deep-bpe.ini: runs or steps differ from its comment"
 	"$exe" sweep "$examples/zoo.ini" --dry-run >zoo.txt 2>&1 || fail "zoo.ini: $(cat zoo.txt)"
-	grep -q ": 21 runs into out/zoo/" zoo.txt && grep -q "^dense-s1  *1284 steps" zoo.txt &&
-		grep -q "^mod-s3  *2282 steps" zoo.txt || fail "zoo.ini: runs or steps differ from its comment"
+	grep -q ": 21 runs into out/zoo/" zoo.txt && grep -q "^dense-s1  *856 steps" zoo.txt &&
+		grep -q "^mod-s3  *1521 steps" zoo.txt || fail "zoo.ini: runs or steps differ from its comment"
 	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
 	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
 		fail "synthetic.ini: runs or steps differ from its comment"
