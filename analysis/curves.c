@@ -1,5 +1,6 @@
 /* mode-analyze curves: held-out loss of groups of replicates against
- * training FLOPs (nominal, MODEL.md; log scale), wall time and steps, the
+ * training FLOPs (log scale; as each run's budget counts them, nominal by
+ * MODEL.md or executed as routed), wall time and steps, the
  * isoFLOP view of the MoD paper's section 4.  Per group: the mean over its
  * replicates at every evaluation step they all reached, top-k routing solid
  * inside a band from the lowest to the highest replicate (with three seeds
@@ -46,8 +47,12 @@ typedef struct curves_fig {
     bool bpb; /* bits per byte on the y axis */
 } curves_fig;
 
-static const char *const x_labels[X_COUNT] = { "training FLOPs (nominal)", "wall time (s)",
+static const char *const x_labels[X_COUNT] = { NULL /* x_flops_labels */, "wall time (s)",
                                                "training step" };
+static const char *const x_flops_labels[3] = {
+    "training FLOPs (nominal)", "training FLOPs (executed)",
+    "training FLOPs (as each run's budget counts them)"
+};
 static const char *const x_titles[X_COUNT] = { "against compute", "against wall time",
                                                "against steps" };
 
@@ -77,8 +82,8 @@ static int read_curve(const an_args *a, const char *path, curve *c)
 {
     run_info *ri = NULL;
     double *ms = NULL, *flops = NULL, *wall = NULL, *es = NULL, *topk = NULL, *causal = NULL;
-    double *win = NULL;
-    long nm = 0, nf = 0, nw = 0, ne = 0, n2 = 0, n3 = 0, nwin = 0;
+    double *win = NULL, *ex = NULL;
+    long nm = 0, nf = 0, nw = 0, ne = 0, n2 = 0, n3 = 0, nwin = 0, nex = 0;
     char err[RUN_PATH_LEN + 512];
     if (build_run_info(&ri, path, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "%s", err);
@@ -88,6 +93,17 @@ static int read_curve(const an_args *a, const char *path, curve *c)
         run_read_column(ri, "metrics/wall_s", &wall, &nw) || nf != nm || nw != nm) {
         an_fail(a, rc, "%s: /metrics/step, train_flops or wall_s missing or uneven", ri->path);
         goto done;
+    }
+    /* a run whose budget counts executed FLOPs: the x axis is what it ran,
+     * its rows' executed FLOPs (one row a step) summed up to each */
+    if (!strcmp(ri->cfg.flops_count, "executed")) {
+        if (run_read_column(ri, "metrics/train_flops_executed", &ex, &nex) || nex != nm) {
+            an_fail(a, rc, "%s: /metrics/train_flops_executed missing or uneven", ri->path);
+            goto done;
+        }
+        double sum = 0.0;
+        for (long j = 0; j < nm; j++)
+            flops[j] = sum += isfinite(ex[j]) ? ex[j] : 0.0;
     }
     /* bits per byte; a byte-level run's file older than them: nats / ln 2 */
     bool bpb = a->bpb, bytes = ri->cfg.vocab == 256 && !strcmp(ri->cfg.tokenizer, "none");
@@ -156,6 +172,7 @@ done:
     free(topk);
     free(causal);
     free(win);
+    free(ex);
     free_run_info(&ri);
     return rc;
 }
@@ -310,13 +327,18 @@ static void draw_curves(cairo_t *cr, void *user)
                  fin->windows, f->max_n > 1 ? ", with the replicates' range" : "");
         plot_text(cr, 20, 54, 0.0, 0.0, buf);
     }
+    int executed = 0;
+    for (int i = 0; i < f->rs->n; i++)
+        executed += f->rs->runs[i].executed;
+    int flops_label = executed == 0 ? 0 : executed == f->rs->n ? 1 : 2;
     double y0, y1;
     range_of(f, X_COUNT, false, &y0, &y1);
     for (int k = 0; k < X_COUNT; k++) {
         plot_axes ax = { .x = k * CV_PANEL_W + 80, .y = CV_TOP + 30, .w = CV_PANEL_W - 104,
                          .h = CV_PANEL_H - 86, .y0 = y0, .y1 = y1, .logx = k == X_FLOPS };
         range_of(f, k, ax.logx, &ax.x0, &ax.x1);
-        plot_axes_draw(cr, &ax, x_titles[k], x_labels[k],
+        plot_axes_draw(cr, &ax, x_titles[k],
+                       k == X_FLOPS ? x_flops_labels[flops_label] : x_labels[k],
                        f->bpb ? "held-out bits per byte" : "held-out loss (nats/token)");
         for (int j = 0; j < f->rs->g.n_groups; j++) {
             const group_curve *g = &f->gc[j];

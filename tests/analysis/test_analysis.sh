@@ -114,6 +114,13 @@ curves)
 	"$an" curves d/tiny/run.h5 m/tiny/run.h5 --bpb --out cb | grep -q "^wrote cb/curves.png$" ||
 		fail "curves --bpb"
 	png m/tiny/curves.png 1340 444 444
+	# a run whose budget counts executed FLOPs is drawn at what it ran (its
+	# rows' train_flops_executed summed), beside a nominal one
+	train x 'model.layers=dense, integrated' run.steps=0 run.flops_budget=2e9 \
+		run.flops_count=executed
+	"$an" curves x/tiny/run.h5 d/tiny/run.h5 --out cx | grep -q "^wrote cx/curves.png$" ||
+		fail "curves of an executed-budget run"
+	png cx/curves.png 1340 444 444
 	;;
 compare)
 	train_dense
