@@ -116,8 +116,11 @@ static double last_value(run_reader *rd, const char *name)
 }
 
 /* Read <dir>/run.h5 and see whether <dir>/ckpt.h5 exists.  A run file or a
- * checkpoint of another config is an error: the folder is some other run. */
-static int inspect_run(const char *dir, const char *ini, run_state *s, char *err, int err_len)
+ * checkpoint of another config is an error: the folder is some other run
+ * (one written by a build without keys added since, at their defaults, is
+ * this run: config_same_as). */
+static int inspect_run(const char *dir, const run_config *cfg, const char *ini, run_state *s,
+                       char *err, int err_len)
 {
     char path[SWEEP_PATH_LEN + SWEEP_NAME_LEN + 32], ckpt[sizeof(path)];
     struct stat st;
@@ -130,7 +133,7 @@ static int inspect_run(const char *dir, const char *ini, run_state *s, char *err
         ckpt_meta meta;
         if (checkpoint_read_meta(ckpt, &meta, NULL, err, err_len))
             return -EIO;
-        bool same = !strcmp(meta.config, ini);
+        bool same = config_same_as(cfg, ini, meta.config);
         ckpt_meta_clear(&meta);
         if (!same) {
             snprintf(err, (size_t)err_len, "%s: a checkpoint of another config (the sweep "
@@ -144,7 +147,7 @@ static int inspect_run(const char *dir, const char *ini, run_state *s, char *err
     run_reader *rd = NULL;
     if (open_run_reader(&rd, path, err, err_len))
         return -EIO;
-    bool same = !strcmp(run_reader_config(rd), ini);
+    bool same = config_same_as(cfg, ini, run_reader_config(rd));
     double done = same ? last_value(rd, "metrics/step") : (double)NAN;
     s->done = isfinite(done) ? (long)done : 0;
     s->has_run = true;
@@ -217,7 +220,7 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
             char dir[SWEEP_PATH_LEN + SWEEP_NAME_LEN + 8], *ini = config_to_ini(cfg);
             run_state s;
             snprintf(dir, sizeof(dir), "%s/%s", p->out, r->name);
-            rc = ini ? inspect_run(dir, ini, &s, err, err_len) : -ENOMEM;
+            rc = ini ? inspect_run(dir, cfg, ini, &s, err, err_len) : -ENOMEM;
             free(ini);
             if (!rc && s.has_run && s.done >= planned[i])
                 act[i] = ACT_SKIP;
@@ -367,7 +370,7 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     if (cfg && !load_run_config(p, r, cfg, 0, msg, (int)sizeof(msg)))
         ini = config_to_ini(cfg);
     if (ini)
-        inspect_run(dir, ini, &s, msg, (int)sizeof(msg));
+        inspect_run(dir, cfg, ini, &s, msg, (int)sizeof(msg));
     free(ini);
     free(cfg);
     if (secs >= 0)

@@ -555,6 +555,56 @@ static void test_round_trip(void **state)
     free(ini);
 }
 
+/* drop the line "line\n" from text (it must be there) */
+static char *without_line(const char *text, const char *line)
+{
+    const char *at = strstr(text, line);
+    assert_non_null(at);
+    size_t n = strlen(text), k = strlen(line);
+    char *out = malloc(n + 1);
+    assert_non_null(out);
+    memcpy(out, text, (size_t)(at - text));
+    memcpy(out + (at - text), at + k, n - (size_t)(at - text) - k + 1);
+    return out;
+}
+
+/* A run's stored config written by a build without a key since added (a
+ * core key and a group's): the same run when the key is at its default;
+ * another at any other value, or with a key this build does not know. */
+static void test_same_as(void **state)
+{
+    (void)state;
+    run_config c;
+    load_ok(&c, "[model]\nlayers = dense, routed\n[mod]\ncapacity = 0.25\n", 0, NULL);
+    char *ini = config_to_ini(&c);
+    assert_true(config_same_as(&c, ini, ini));
+    char *old = without_line(ini, "flops_count = nominal\n");
+    char *old2 = without_line(old, "aux_weight = 0.01\n");
+    assert_true(config_same_as(&c, ini, old));
+    assert_true(config_same_as(&c, ini, old2));
+    /* the key at another value: another run */
+    char *other = without_line(ini, "capacity = 0.25\n");
+    assert_false(config_same_as(&c, ini, other));
+    run_config e;
+    load_ok(&e, "[model]\nlayers = dense, routed\n[mod]\ncapacity = 0.25\n[run]\n"
+                "flops_count = executed\n", 0, NULL);
+    char *exe = config_to_ini(&e);
+    assert_false(config_same_as(&c, ini, exe));
+    assert_false(config_same_as(&e, exe, old));
+    /* a key this build does not know */
+    size_t n = strlen(ini);
+    char *unknown = malloc(n + 32);
+    assert_non_null(unknown);
+    snprintf(unknown, n + 32, "%s[mod]\nlater = 1\n", ini);
+    assert_false(config_same_as(&c, ini, unknown));
+    free(unknown);
+    free(exe);
+    free(other);
+    free(old2);
+    free(old);
+    free(ini);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -567,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_overrides_win),
         cmocka_unit_test(test_sources),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_same_as),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

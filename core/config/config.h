@@ -99,6 +99,13 @@ int config_load_string(run_config *c, const char *text, const char *path, int n_
  * kind keys differ from its section's defaults.  Returns a malloc'd string. */
 char *config_to_ini(const run_config *c);
 
+/* Whether stored, the resolved config a run file or checkpoint carries, is
+ * the run c whose config_to_ini() text is ini: the same text, or the same
+ * once this build reads it, which gives the keys added since it was written
+ * their defaults (a new key's default is the behaviour from before it; a
+ * key this build does not know makes it another config). */
+bool config_same_as(const run_config *c, const char *ini, const char *stored);
+
 /* The declared sections of a schema (the kinds' key groups, then its
  * others), every key with its default, what it takes and its meaning, and
  * the kinds that read it: as text, or as the rows of a Markdown table

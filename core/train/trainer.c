@@ -78,7 +78,7 @@ static int resume_from(trainer *t, char *err, int err_len)
     int rc = checkpoint_read_meta(t->ckpt_h5, &meta, t->ctx->comm, err, err_len);
     if (rc)
         return rc;
-    if (strcmp(meta.config, t->ini) != 0) {
+    if (!config_same_as(t->cfg, t->ini, meta.config)) {
         char diff[700];
         config_differences(meta.config, t->ini, diff, sizeof(diff));
         snprintf(err, (size_t)err_len,
