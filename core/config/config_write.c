@@ -71,27 +71,6 @@ char *config_to_ini(const run_config *c)
     return buf;
 }
 
-bool config_same_as(const run_config *c, const char *ini, const char *stored)
-{
-    if (!strcmp(stored, ini))
-        return true;
-    /* read by this build with c's schema (its kinds and sections), then
-     * written out as c's own resolved text is */
-    const key_group *groups[MODE_MAX_GROUPS + 1] = { 0 };
-    for (int g = 0; g < c->n_groups && g < MODE_MAX_GROUPS; g++)
-        groups[g] = c->groups[g];
-    config_schema schema = { .kinds = c->kinds, .groups = groups };
-    run_config *o = malloc(sizeof(*o));
-    char err[512], *text = NULL;
-    if (o && !config_load_string(o, stored, "stored config", 0, NULL, &schema, 0, err,
-                                 (int)sizeof(err)))
-        text = config_to_ini(o);
-    bool same = text && !strcmp(text, ini);
-    free(text);
-    free(o);
-    return same;
-}
-
 /* "a, b": the names of the kinds of the table that read group g. */
 static void readers_of(const layer_kind *const *kinds, const key_group *g, char *out, size_t n)
 {
