@@ -364,6 +364,9 @@ examples)
 	"$exe" sweep "$examples/zoo.ini" --dry-run >zoo.txt 2>&1 || fail "zoo.ini: $(cat zoo.txt)"
 	grep -q ": 21 runs into out/zoo/" zoo.txt && grep -q "^dense-s1  *856 steps" zoo.txt &&
 		grep -q "^mod-s3  *1521 steps" zoo.txt || fail "zoo.ini: runs or steps differ from its comment"
+	"$exe" sweep "$examples/ladder-zoo.ini" --dry-run >lz.txt 2>&1 || fail "ladder-zoo.ini: $(cat lz.txt)"
+	grep -q "^flops_budget-1e13-s1  *428 steps" lz.txt && grep -q "^flops_budget-4e13-s1  *1712 steps" lz.txt ||
+		fail "ladder-zoo.ini: steps differ from its comment"
 	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
 	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
 		fail "synthetic.ini: runs or steps differ from its comment"
