@@ -31,6 +31,15 @@ typedef struct token_samples {
     long n;
 } token_samples;
 
+/* Whether position i of sequence r took the layer: its block or an expert,
+ * or at an exit point (`exited`), left the stack there. */
+static bool took_layer(const layer_record *rec, int S, int r, int i)
+{
+    if (!rec->selected && !rec->experts && rec->exited)
+        return rec->exited[(long)r * S + i] != 0;
+    return layer_record_taken(rec, S, r, i);
+}
+
 /* Add one step's record of a layer of replicate run into its counts and
  * samples; next: position i classed by the token it predicts, the window's
  * token i + 1 (a window holds S + 1 labels), else by the one it holds. */
@@ -40,7 +49,7 @@ static void count_record(const run_info *ri, const layer_record *rec, int bucket
     for (int r = 0; r < ri->R; r++)
         for (int i = 0; i < ri->S; i++) {
             int label = ri->labels[(long)r * (ri->S + 1) + i + (next ? 1 : 0)];
-            int took = layer_record_taken(rec, ri->S, r, i) ? TK_TOOK : TK_SKIPPED;
+            int took = took_layer(rec, ri->S, r, i) ? TK_TOOK : TK_SKIPPED;
             if (label < ri->n_classes) {
                 tl->cls[label][took] += 1.0;
                 tl->run_cls[run][label][took] += 1.0;
@@ -63,7 +72,7 @@ static void overlap(const run_info *ri, const layer_record *rec, token_layer *tl
     long taken = 0;
     for (int r = 0; r < ri->R; r++) {
         for (int i = 0; i < ri->S; i++) {
-            sets[(long)r * ri->S + i] = layer_record_taken(rec, ri->S, r, i);
+            sets[(long)r * ri->S + i] = took_layer(rec, ri->S, r, i);
             taken += sets[(long)r * ri->S + i];
         }
     }
@@ -155,7 +164,7 @@ static int count_layers(const an_args *a, tokens_report *t)
                     t->n_layers++;
                     goto fail;
                 }
-                if (layer_record_any(&rec)) {
+                if (layer_record_any(&rec) || rec.exited) {
                     count_record(rr, &rec, t->bucket_len, r, a->predicted, tl, &ts);
                     if (s == s1) {
                         overlap(rr, &rec, tl);

@@ -88,7 +88,8 @@ static void write_md(FILE *f, const tokens_report *t)
     if (t->predicted)
         fprintf(f, "Classes: each position's class is that of the token it predicts (the "
                    "next one), not of the token it holds.\n\n");
-    fprintf(f, "Take rate: the share of the tokens that took the layer's block, over %d "
+    fprintf(f, "Take rate: the share of the tokens that took the layer's block (at an exit "
+               "point: that left the stack there), over %d "
                "recorded held-out windows x %d positions%s, with its 95%% Wilson interval "
                "(the tokens taken as independent: the precision of the counts)%s.\n\n"
                "| class | tokens |", ri->R, ri->S, t->n_runs > 1 ? " of each replicate" : "",

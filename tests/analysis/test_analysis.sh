@@ -587,6 +587,14 @@ depth)
 	grep -q "left at layer 1" a/depth.md || fail "the exit point's column"
 	awk -F, '$1 == "exit_share_class" && $5 != 1 { bad = 1 } END { exit bad }' a/depth.csv ||
 		fail "a class that did not all leave: $(cat a/depth.md)"
+	# tokens counts an exit point's `exited` as its take: every token at
+	# threshold 0, none at 2 (the report ran tokens on exit models and
+	# failed: no routed layer had a record)
+	"$an" tokens all.h5 --out ta >/dev/null || fail "tokens of an exit model"
+	took() { awk -F, '$3 == 1 && $4 == "exit" && $5 == "class" { n += $7; t += $8 } END { print n, t }' "$1"; }
+	[ "$(took ta/tokens.csv)" = "512 512" ] || fail "exit 0: $(took ta/tokens.csv)"
+	"$an" tokens none.h5 --out tn >/dev/null || fail "tokens of an exit model"
+	[ "$(took tn/tokens.csv)" = "512 0" ] || fail "exit 2: $(took tn/tokens.csv)"
 	"$an" depth x/tiny/run.h5 --out r >/dev/null || fail "depth of the run's own records"
 	;;
 counterfactual)
