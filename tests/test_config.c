@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Kinds of the test's own, declared as any kind is (core/model/keys.h):
@@ -568,6 +569,20 @@ static char *without_line(const char *text, const char *line)
     return out;
 }
 
+/* text with its line "from" (it must be there) replaced by "to" */
+static char *replace_line(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    assert_non_null(at);
+    size_t n = strlen(text), k = strlen(from), t = strlen(to);
+    char *out = malloc(n - k + t + 1);
+    assert_non_null(out);
+    memcpy(out, text, (size_t)(at - text));
+    memcpy(out + (at - text), to, t);
+    memcpy(out + (at - text) + t, at + k, n - (size_t)(at - text) - k + 1);
+    return out;
+}
+
 /* A run's stored config written by a build without a key since added (a
  * core key and a group's): the same run when the key is at its default;
  * another at any other value, or with a key this build does not know. */
@@ -598,6 +613,24 @@ static void test_same_as(void **state)
     snprintf(unknown, n + 32, "%s[mod]\nlater = 1\n", ini);
     assert_false(config_same_as(&c, ini, unknown));
     free(unknown);
+    /* run.out spelt absolute where this run's is relative: the same folder,
+     * the same run; a folder that is another (or not there) is another */
+    char here[4096], tmp[] = "/tmp/mode-same-XXXXXX", line[4200];
+    assert_non_null(getcwd(here, sizeof(here)));
+    assert_non_null(mkdtemp(tmp));
+    assert_int_equal(chdir(tmp), 0);
+    assert_string_equal(c.out, "out");
+    assert_int_equal(mkdir("out", 0755), 0);
+    snprintf(line, sizeof(line), "out = %s/out\n", tmp);
+    char *abs = replace_line(ini, "out = out\n", line);
+    assert_true(config_same_as(&c, ini, abs));
+    char *elsewhere = replace_line(ini, "out = out\n", "out = /nonexistent-mode-out\n");
+    assert_false(config_same_as(&c, ini, elsewhere));
+    assert_int_equal(rmdir("out"), 0);
+    assert_int_equal(chdir(here), 0);
+    assert_int_equal(rmdir(tmp), 0);
+    free(elsewhere);
+    free(abs);
     free(exe);
     free(other);
     free(old2);

@@ -103,7 +103,8 @@ char *config_to_ini(const run_config *c);
  * the run c whose config_to_ini() text is ini: the same text, or the same
  * once this build reads it, which gives the keys added since it was written
  * their defaults (a new key's default is the behaviour from before it; a
- * key this build does not know makes it another config). */
+ * key this build does not know makes it another config); a run.out that
+ * names c's folder another way (absolute or relative) is c's. */
 bool config_same_as(const run_config *c, const char *ini, const char *stored);
 
 /* The declared sections of a schema (the kinds' key groups, then its

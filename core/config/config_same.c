@@ -1,10 +1,21 @@
 /* Whether a stored config is this run's (config_same_as): the reader and
  * the writer together, kept apart from both so that neither reaches the
- * other. */
+ * other.  run.out names the folder, not the run: the same folder spelt
+ * another way (absolute against relative) is the same run. */
 #include "core/config/config.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* Whether paths a and b name one existing folder (the stored run.out may
+ * be absolute where this run's is relative to where it was started). */
+static bool same_folder(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && S_ISDIR(sa.st_mode) && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
 
 bool config_same_as(const run_config *c, const char *ini, const char *stored)
 {
@@ -19,8 +30,11 @@ bool config_same_as(const run_config *c, const char *ini, const char *stored)
     run_config *o = malloc(sizeof(*o));
     char err[512], *text = NULL;
     if (o && !config_load_string(o, stored, "stored config", 0, NULL, &schema, 0, err,
-                                 (int)sizeof(err)))
+                                 (int)sizeof(err))) {
+        if (strcmp(o->out, c->out) && same_folder(o->out, c->out))
+            memcpy(o->out, c->out, sizeof(o->out));
         text = config_to_ini(o);
+    }
     bool same = text && !strcmp(text, ini);
     free(text);
     free(o);
