@@ -367,6 +367,9 @@ examples)
 	"$exe" sweep "$examples/ladder-zoo.ini" --dry-run >lz.txt 2>&1 || fail "ladder-zoo.ini: $(cat lz.txt)"
 	grep -q "^flops_budget-1e13-s1  *428 steps" lz.txt && grep -q "^flops_budget-4e13-s1  *1712 steps" lz.txt ||
 		fail "ladder-zoo.ini: steps differ from its comment"
+	"$exe" sweep "$examples/ladder-moe.ini" --dry-run >lm.txt 2>&1 || fail "ladder-moe.ini: $(cat lm.txt)"
+	grep -q "^flops_budget-6e12-s1  *505 steps" lm.txt && grep -q "^flops_budget-1.2e13-s1  *1010 steps" lm.txt ||
+		fail "ladder-moe.ini: steps differ from its comment"
 	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
 	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
 		fail "synthetic.ini: runs or steps differ from its comment"
