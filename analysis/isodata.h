@@ -33,15 +33,21 @@ typedef struct iso_point {
 /* One kind's parametric law over all its usable runs (scaling.h), and at
  * each budget the optimum it gives, with 95% intervals from a bootstrap
  * that resamples each size's seeds. */
-enum { ISO_LAW_BOOT = 100 };
+enum { ISO_LAW_BOOT = 100, ISO_CURVE = 41 };
 typedef struct iso_law {
     scaling_law law;
+    scaling_law boot[ISO_LAW_BOOT]; /* the bootstrap's refits (n_boot of them) */
     double kappa, gamma;      /* training FLOPs per token = kappa N^gamma */
     double n_lo, n_hi;        /* the sizes fitted */
     int n_runs, n_boot;       /* runs fitted; bootstrap refits that converged */
     double n_opt[ISO_MAX_BUDGETS], l_opt[ISO_MAX_BUDGETS];
     double n_ci[ISO_MAX_BUDGETS][2], l_ci[ISO_MAX_BUDGETS][2];
     bool outside[ISO_MAX_BUDGETS]; /* N* outside the sizes fitted */
+    /* N*(C) and L*(C) over ISO_CURVE budgets from half the smallest to twice
+     * the largest (log spaced), with the bootstrap's 95% intervals; NaN where
+     * the optimum is at the edge of the search */
+    double curve_c[ISO_CURVE], curve_n[ISO_CURVE], curve_l[ISO_CURVE];
+    double curve_n_ci[ISO_CURVE][2], curve_l_ci[ISO_CURVE][2];
 } iso_law;
 
 /* One budget and kind: the fit through the sizes' means, and the spread of

@@ -622,6 +622,11 @@ int cmd_isoflop(const an_args *a)
         an_text_begin(&o, &t, path))
         goto done;
     isoflop_laws_csv(t.f, d);
+    if (an_text_commit(&o, &t) ||
+        an_out_path(&o, NULL, "isoflop_law_curve.csv", path, (int)sizeof(path)) ||
+        an_text_begin(&o, &t, path))
+        goto done;
+    isoflop_law_curves_csv(t.f, d);
     if (an_text_commit(&o, &t) || an_out_path(&o, NULL, "isoflop.csv", path, (int)sizeof(path)) ||
         an_text_begin(&o, &t, path))
         goto done;
@@ -634,6 +639,15 @@ int cmd_isoflop(const an_args *a)
     if (an_text_commit(&o, &t) || an_out_path(&o, NULL, "isoflop.png", path, (int)sizeof(path)))
         goto done;
     rc = isoflop_figure(&o, d, path);
+    bool law = false;
+    for (int k = 0; k < d->n_k; k++)
+        law |= d->laws[k].law.ok;
+    if (!rc && law) {
+        if (an_out_path(&o, NULL, "isoflop_law.png", path, (int)sizeof(path)))
+            rc = EXIT_BAD_INPUT;
+        else
+            rc = isoflop_law_figure(&o, d, path);
+    }
 done:
     an_text_abort(&t);
     free_run_files(&paths, n_paths);

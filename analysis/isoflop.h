@@ -7,5 +7,8 @@
 
 /* isoflop.png */
 int isoflop_figure(const an_args *a, iso_data *d, const char *path);
+/* isoflop_law.png: N*(C) and L*(C) of both approaches (with two budgets or
+ * more) */
+int isoflop_law_figure(const an_args *a, iso_data *d, const char *path);
 
 #endif

@@ -5,6 +5,7 @@
  * Right: the same means against the FLOPs of a forward pass relative to the
  * best dense size of the budget. */
 #include "analysis/isoflop.h"
+#include "analysis/isolaw.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -277,4 +278,145 @@ int isoflop_figure(const an_args *a, iso_data *d, const char *path)
     d->height = IF_TOP + IF_PANEL_H + (legend_rows(d->n_b, cols) + legend_rows(d->n_k, cols)) *
                 LEGEND_ROW_H + 20;
     return an_save_figure(a, path, d->width, d->height, draw_isoflop, d);
+}
+
+/* isoflop_law.png: the compute-optimal size N*(C) (left, log10) and loss
+ * L*(C) (right) against the training budget, per kind (colour): approach
+ * 3's law as a line with its bootstrap's 95% band, approach 2's parabolas
+ * as markers at the budgets sampled (error bars: the seeds' N* range, and
+ * the seeds' loss* interval).  Budgets sampled: dotted verticals. */
+static void law_panel(cairo_t *cr, const iso_data *d, const plot_axes *ax, bool loss)
+{
+    cairo_save(cr);
+    static const double dot[] = { 2.0, 3.0 };
+    cairo_set_dash(cr, dot, 2, 0);
+    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
+    cairo_set_line_width(cr, 1.0);
+    for (int b = 0; b < d->n_b; b++) {
+        cairo_move_to(cr, axes_px(ax, d->budgets[b]), ax->y);
+        cairo_line_to(cr, axes_px(ax, d->budgets[b]), ax->y + ax->h);
+    }
+    cairo_stroke(cr);
+    cairo_restore(cr);
+    for (int k = 0; k < d->n_k; k++) {
+        const iso_law *w = &d->laws[k];
+        if (!w->law.ok || !(w->curve_c[0] > 0))
+            continue;
+        double y[ISO_CURVE], lo[ISO_CURVE], hi[ISO_CURVE];
+        for (int i = 0; i < ISO_CURVE; i++) {
+            y[i] = loss ? w->curve_l[i] : log10(w->curve_n[i]);
+            lo[i] = loss ? w->curve_l_ci[i][0] : log10(w->curve_n_ci[i][0]);
+            hi[i] = loss ? w->curve_l_ci[i][1] : log10(w->curve_n_ci[i][1]);
+        }
+        plot_band(cr, ax, w->curve_c, lo, hi, ISO_CURVE, palette_color(k), 0.18);
+        plot_polyline(cr, ax, w->curve_c, y, ISO_CURVE, palette_color(k), 2.0, false, false);
+    }
+    for (int k = 0; k < d->n_k; k++)
+        for (int b = 0; b < d->n_b; b++) {
+            const iso_group *g = &d->groups[b][k];
+            double v = loss ? g->fit.y_opt : log10(iso_n_opt(d, g)), a = v, z = v;
+            if (loss) {
+                a = g->seed_loss_s.ci_lo;
+                z = g->seed_loss_s.ci_hi;
+            } else {
+                for (int s = 0; s < g->n_seeds; s++) {
+                    a = fmin(a, log10(g->seed_n[s]));
+                    z = fmax(z, log10(g->seed_n[s]));
+                }
+            }
+            if (!isfinite(v))
+                continue;
+            double dx = (k - 0.5 * (d->n_k - 1)) * 8.0;
+            if (isfinite(a) && isfinite(z))
+                plot_error_bar(cr, ax, d->budgets[b], dx, a, z, palette_color(k), 6.0);
+            marker(cr, axes_px(ax, d->budgets[b]) + dx, axes_py(ax, v), k, palette_color(k), 4.5,
+                   false);
+        }
+}
+
+static void draw_law(cairo_t *cr, void *user)
+{
+    const iso_data *d = user;
+    char buf[512];
+    plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
+    plot_font(cr, 15, true, false);
+    snprintf(buf, sizeof(buf), "Compute-optimal models of %s: two approaches", d->dir);
+    plot_text(cr, 20, 14, 0.0, 0.0, buf);
+    plot_font(cr, 12, false, false);
+    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
+    plot_text(cr, 20, 36, 0.0, 0.0, "lines: the law L(N, D) = E + A/N^alpha + B/D^beta fitted "
+              "over every run (approach 3), bands its bootstrap's 95%; markers: the parabolas "
+              "at each budget (approach 2), bars the seeds'");
+    double c0 = HUGE_VAL, c1 = -HUGE_VAL, n0 = HUGE_VAL, n1 = -HUGE_VAL, l0 = HUGE_VAL,
+           l1 = -HUGE_VAL;
+    for (int k = 0; k < d->n_k; k++) {
+        const iso_law *w = &d->laws[k];
+        bool curve = w->law.ok && w->curve_c[0] > 0;
+        for (int i = 0; curve && i < ISO_CURVE; i++) {
+            c0 = fmin(c0, w->curve_c[i]);
+            c1 = fmax(c1, w->curve_c[i]);
+            const double nv[3] = { w->curve_n[i], w->curve_n_ci[i][0], w->curve_n_ci[i][1] };
+            const double lv[3] = { w->curve_l[i], w->curve_l_ci[i][0], w->curve_l_ci[i][1] };
+            for (int j = 0; j < 3; j++) {
+                if (isfinite(nv[j]) && nv[j] > 0) {
+                    n0 = fmin(n0, log10(nv[j]));
+                    n1 = fmax(n1, log10(nv[j]));
+                }
+                if (isfinite(lv[j])) {
+                    l0 = fmin(l0, lv[j]);
+                    l1 = fmax(l1, lv[j]);
+                }
+            }
+        }
+        for (int b = 0; b < d->n_b; b++) {
+            const iso_group *g = &d->groups[b][k];
+            c0 = fmin(c0, d->budgets[b]);
+            c1 = fmax(c1, d->budgets[b]);
+            double pn = iso_n_opt(d, g);
+            if (isfinite(pn) && pn > 0) {
+                n0 = fmin(n0, log10(pn));
+                n1 = fmax(n1, log10(pn));
+            }
+            for (int s = 0; s < g->n_seeds; s++) {
+                n0 = fmin(n0, log10(g->seed_n[s]));
+                n1 = fmax(n1, log10(g->seed_n[s]));
+            }
+            const double lv[3] = { g->fit.y_opt, g->seed_loss_s.ci_lo, g->seed_loss_s.ci_hi };
+            for (int j = 0; j < 3; j++)
+                if (isfinite(lv[j])) {
+                    l0 = fmin(l0, lv[j]);
+                    l1 = fmax(l1, lv[j]);
+                }
+        }
+    }
+    range(&c0, &c1, true);
+    range(&n0, &n1, false);
+    range(&l0, &l1, false);
+    plot_axes left = { .x = 84, .y = IF_TOP + 30, .w = IF_PANEL_W - 110, .h = IF_PANEL_H - 90,
+                       .x0 = c0, .x1 = c1, .y0 = n0, .y1 = n1, .logx = true };
+    plot_axes right = left;
+    right.x += IF_PANEL_W;
+    right.y0 = l0;
+    right.y1 = l1;
+    plot_axes_draw(cr, &left, "compute-optimal size N*", "training FLOPs C",
+                   "log10 N* (parameters; 4 = 10k, 5 = 100k)");
+    plot_axes_draw(cr, &right, "its loss L*", "training FLOPs C", "held-out loss (nats/token)");
+    law_panel(cr, d, &left, false);
+    law_panel(cr, d, &right, true);
+    legend_item items[ISO_MAX_KINDS];
+    for (int k = 0; k < d->n_k; k++) {
+        snprintf(items[k].label, sizeof(items[k].label), "%s", d->kinds[k]);
+        items[k].color = palette_color(k);
+        items[k].mark = MARK_LINE;
+    }
+    int cols = (d->width - 100) / IF_LEGEND_COL;
+    plot_legend(cr, 84, IF_TOP + IF_PANEL_H, IF_LEGEND_COL, cols, items, d->n_k);
+}
+
+int isoflop_law_figure(const an_args *a, iso_data *d, const char *path)
+{
+    d->width = 2 * IF_PANEL_W + 20;
+    int cols = (d->width - 100) / IF_LEGEND_COL;
+    d->height = IF_TOP + IF_PANEL_H + legend_rows(d->n_k, cols) * LEGEND_ROW_H + 20;
+    return an_save_figure(a, path, d->width, d->height, draw_law, d);
 }

@@ -44,19 +44,70 @@ static void percentiles(double *v, int n, double ci[2])
     ci[1] = v[(int)floor(0.975 * (n - 1) + 0.5)];
 }
 
-static void optima(const iso_data *d, const iso_law *w, const scaling_law *law, double *n_opt,
-                   double *l_opt, bool *outside)
+/* The optimum law gives at each of the n budgets c: NaN at the edge of
+ * the search (a hundredth of the smallest size fitted to a hundred times
+ * the largest). */
+static void optima_at(const iso_law *w, const scaling_law *law, const double *c, int n,
+                      double *n_opt, double *l_opt, bool *outside)
 {
-    for (int b = 0; b < d->n_b; b++) {
+    for (int b = 0; b < n; b++) {
         bool edge;
-        scaling_optimum(law, w->kappa, w->gamma, d->budgets[b], w->n_lo / 100.0,
-                        w->n_hi * 100.0, &n_opt[b], &l_opt[b], &edge);
+        scaling_optimum(law, w->kappa, w->gamma, c[b], w->n_lo / 100.0, w->n_hi * 100.0,
+                        &n_opt[b], &l_opt[b], &edge);
         if (edge) {
             n_opt[b] = l_opt[b] = (double)NAN;
         }
         if (outside)
             outside[b] = edge || n_opt[b] < w->n_lo || n_opt[b] > w->n_hi;
     }
+}
+
+static void optima(const iso_data *d, const iso_law *w, const scaling_law *law, double *n_opt,
+                   double *l_opt, bool *outside)
+{
+    optima_at(w, law, d->budgets, d->n_b, n_opt, l_opt, outside);
+}
+
+/* The 95% intervals at each of n points of the values v[s * stride + i]
+ * of the n_boot refits (non-finite ones left out). */
+static void boot_ci(const double *v, int n_boot, int n, int stride, double (*ci)[2])
+{
+    double *x = malloc((size_t)(n_boot + 1) * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        int m = 0;
+        for (int s = 0; x && s < n_boot; s++)
+            if (isfinite(v[(size_t)s * stride + i]))
+                x[m++] = v[(size_t)s * stride + i];
+        percentiles(x, x ? m : 0, ci[i]);
+    }
+    free(x);
+}
+
+/* N*(C) and L*(C) of w's law and its refits over the curve's budgets. */
+static void curves(const iso_data *d, iso_law *w)
+{
+    double lo = d->budgets[0] / 2.0, hi = d->budgets[0] * 2.0;
+    for (int b = 0; b < d->n_b; b++) {
+        lo = fmin(lo, d->budgets[b] / 2.0);
+        hi = fmax(hi, d->budgets[b] * 2.0);
+    }
+    for (int i = 0; i < ISO_CURVE; i++)
+        w->curve_c[i] = exp(log(lo) + (log(hi) - log(lo)) * i / (ISO_CURVE - 1));
+    optima_at(w, &w->law, w->curve_c, ISO_CURVE, w->curve_n, w->curve_l, NULL);
+    double *bn = malloc((size_t)(w->n_boot + 1) * ISO_CURVE * 2 * sizeof(double));
+    if (!bn) {
+        for (int i = 0; i < ISO_CURVE; i++)
+            w->curve_n_ci[i][0] = w->curve_n_ci[i][1] = w->curve_l_ci[i][0] =
+                w->curve_l_ci[i][1] = (double)NAN;
+        return;
+    }
+    double *bl = bn + (size_t)(w->n_boot + 1) * ISO_CURVE;
+    for (int s = 0; s < w->n_boot; s++)
+        optima_at(w, &w->boot[s], w->curve_c, ISO_CURVE, bn + (size_t)s * ISO_CURVE,
+                  bl + (size_t)s * ISO_CURVE, NULL);
+    boot_ci(bn, w->n_boot, ISO_CURVE, ISO_CURVE, w->curve_n_ci);
+    boot_ci(bl, w->n_boot, ISO_CURVE, ISO_CURVE, w->curve_l_ci);
+    free(bn);
 }
 
 static void fit_kind(iso_data *d, int k)
@@ -129,24 +180,11 @@ static void fit_kind(iso_data *d, int k)
             if (scaling_refit(rn, rt, rl, m, &w->law, &f))
                 continue;
             optima(d, w, &f, bn[w->n_boot], bll[w->n_boot], NULL);
-            w->n_boot++;
+            w->boot[w->n_boot++] = f;
         }
-        for (int b = 0; b < d->n_b; b++) {
-            double *v = malloc((size_t)(w->n_boot + 1) * 2 * sizeof(double));
-            if (!v)
-                break;
-            int nv = 0, nl = 0;
-            for (int s = 0; s < w->n_boot; s++) {
-                if (isfinite(bn[s][b]))
-                    v[nv++] = bn[s][b];
-            }
-            percentiles(v, nv, w->n_ci[b]);
-            for (int s = 0; s < w->n_boot; s++)
-                if (isfinite(bll[s][b]))
-                    v[nl++] = bll[s][b];
-            percentiles(v, nl, w->l_ci[b]);
-            free(v);
-        }
+        boot_ci(&bn[0][0], w->n_boot, d->n_b, ISO_MAX_BUDGETS, w->n_ci);
+        boot_ci(&bll[0][0], w->n_boot, d->n_b, ISO_MAX_BUDGETS, w->l_ci);
+        curves(d, w);
     }
     free(bn);
     free(bll);
@@ -258,6 +296,27 @@ void isoflop_laws_csv(FILE *f, const iso_data *d)
             fprintf(f, ",%d", w->outside[b]);
             csv_num(f, iso_n_opt(d, &d->groups[b][k]));
             csv_num(f, d->groups[b][k].fit.y_opt);
+            fputc('\n', f);
+        }
+    }
+}
+
+void isoflop_law_curves_csv(FILE *f, const iso_data *d)
+{
+    fputs("kind,budget,n_opt,n_opt_lo,n_opt_hi,loss_opt,loss_opt_lo,loss_opt_hi\n", f);
+    for (int k = 0; k < d->n_k; k++) {
+        const iso_law *w = &d->laws[k];
+        if (!w->law.ok || !(w->curve_c[0] > 0))
+            continue;
+        for (int i = 0; i < ISO_CURVE; i++) {
+            fprintf(f, "%s", d->kinds[k]);
+            csv_num(f, w->curve_c[i]);
+            csv_num(f, w->curve_n[i]);
+            csv_num(f, w->curve_n_ci[i][0]);
+            csv_num(f, w->curve_n_ci[i][1]);
+            csv_num(f, w->curve_l[i]);
+            csv_num(f, w->curve_l_ci[i][0]);
+            csv_num(f, w->curve_l_ci[i][1]);
             fputc('\n', f);
         }
     }

@@ -15,5 +15,8 @@ void isoflop_laws(iso_data *d);
 /* Their section of isoflop.md, and the rows of isoflop_law.csv. */
 void isoflop_laws_md(FILE *f, const iso_data *d);
 void isoflop_laws_csv(FILE *f, const iso_data *d);
+/* isoflop_law_curve.csv: N*(C) and L*(C) with their intervals, per kind,
+ * at the curve's budgets (isodata.h: ISO_CURVE of them) */
+void isoflop_law_curves_csv(FILE *f, const iso_data *d);
 
 #endif

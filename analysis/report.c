@@ -324,6 +324,8 @@ static void write_html(FILE *f, const report *rp)
         asset(path, sizeof(path), rp, NULL, "isoflop.png");
         if (!html_image(f, path, "isoFLOP analysis"))
             html_note(f, "isoflop failed (see its message)");
+        asset(path, sizeof(path), rp, NULL, "isoflop_law.png");
+        html_image(f, path, "compute-optimal size and loss by both approaches");
         asset(path, sizeof(path), rp, NULL, "isoflop.md");
         html_markdown(f, path);
     }

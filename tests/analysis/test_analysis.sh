@@ -546,6 +546,22 @@ law)
 		close "$n3" "$(field lw/isoflop_law.csv $r parabola_n_opt)" 0.02 ||
 			fail "approach 3's N* $n3 in row $r"
 	done
+	# N*(C) and L*(C) as curves (41 budgets from half the smallest to twice
+	# the largest, log spaced: the sampled budgets are rows 11, 21, 31) with
+	# the bootstrap's intervals around them, and their figure
+	[ "$(wc -l <lw/isoflop_law_curve.csv)" -eq 42 ] || fail "isoflop_law_curve.csv: $(head -3 lw/isoflop_law_curve.csv)"
+	for r in 1 2 3; do
+		c=$((r * 10 + 1))
+		close "$(field lw/isoflop_law_curve.csv $c budget)" "$(field lw/isoflop_law.csv $r budget)" 1e-9 ||
+			fail "curve row $c's budget"
+		for v in n_opt loss_opt; do
+			close "$(field lw/isoflop_law_curve.csv $c $v)" "$(field lw/isoflop_law.csv $r $v)" 1e-6 ||
+				fail "the curve's $v at budget $r"
+		done
+	done
+	awk -F, 'NR > 1 && !($4 <= $3 && $3 <= $5 && $7 <= $6 && $6 <= $8) { exit 1 }' lw/isoflop_law_curve.csv ||
+		fail "a curve point outside its interval"
+	png lw/isoflop_law.png 1220 520 600
 	mkdir -p one
 	cp -r law/law-1e+09-* one/
 	"$an" isoflop one --out on >/dev/null || fail "isoflop of one budget"
