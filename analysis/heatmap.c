@@ -16,7 +16,13 @@ enum {
     HM_TEXT = 18, HM_TICKS = 18, HM_XLABEL = 26, HM_LEGEND_COL = 180,
 };
 
-enum { LEG_DENSE, LEG_TAKEN, LEG_SKIPPED, LEG_CAUSAL, LEG_NOOP, LEG_DROPPED, LEG_FIXED };
+enum { LEG_DENSE, LEG_TAKEN, LEG_SKIPPED, LEG_CAUSAL, LEG_NOOP, LEG_DROPPED, LEG_EXIT, LEG_GONE,
+       LEG_FIXED };
+
+/* An exit point's cells: the token left the stack there, or had left at an
+ * earlier exit (its state frozen: no later layer computes it). */
+#define COLOR_EXITED 0xd55e00u
+#define COLOR_GONE 0xf7e3d4u
 
 typedef struct heatmap_fig {
     const run_info *ri;
@@ -45,6 +51,15 @@ static const char *token_glyph(int32_t t, char *buf)
     return "\xe2\x96\xaf";
 }
 
+/* Whether the token of cell at left the stack at an exit before layer l. */
+static bool gone_before(const heatmap_fig *h, int l, long at)
+{
+    for (int j = 0; j < l; j++)
+        if (h->recs[j].exited && h->recs[j].exited[at])
+            return true;
+    return false;
+}
+
 /* Cell (l, i): what the layer did with the token at position i. */
 static void draw_cell(cairo_t *cr, const heatmap_fig *h, int l, int i, double x, double y,
                       double w, double hh)
@@ -52,6 +67,14 @@ static void draw_cell(cairo_t *cr, const heatmap_fig *h, int l, int i, double x,
     const layer_record *rec = &h->recs[l];
     int S = h->ri->S;
     long at = (long)h->seq * S + i;
+    bool gone = gone_before(h, l, at);
+    if (gone || rec->exited) {
+        cairo_rectangle(cr, x, y, w, hh);
+        plot_color(cr, rgb_hex(gone ? COLOR_GONE : rec->exited[at] ? COLOR_EXITED : COLOR_DENSE),
+                   1.0);
+        cairo_fill(cr);
+        return;
+    }
     if (rec->experts) {
         int K = rec->top_k;
         for (int k = 0; k < K; k++) {
@@ -158,15 +181,27 @@ static void add_item(heatmap_fig *h, const char *label, rgb c, legend_mark m)
 static void build_legend(heatmap_fig *h)
 {
     bool dense = false, sel = false, causal = false, skip = false, noop = false, drop = false;
+    bool exited = false, gone = false;
     int experts = 0;
     int L = h->ri->cfg.n_layers, S = h->ri->S;
     long at0 = (long)h->seq * S; /* the shown sequence's cells */
     for (int l = 0; l < L; l++) {
         const layer_record *r = &h->recs[l];
+        for (long i = at0; r->exited && i < at0 + S; i++)
+            if (r->exited[i]) {
+                exited = true;
+                gone |= l + 1 < L; /* the later rows show it gone */
+            }
+        dense |= r->exited != NULL;
         dense |= !layer_record_any(r) && !run_layer_has_key(h->ri, l, "capacity") &&
                  !run_layer_has_key(h->ri, l, "experts");
-        sel |= r->selected && !r->experts;
-        skip |= r->selected != NULL;
+        for (long i = at0; r->selected && !r->experts && i < at0 + S; i++)
+            if (!gone_before(h, l, i)) {
+                sel |= r->selected[i] != 0;
+                skip |= !r->selected[i];
+            }
+        for (long i = at0; r->selected && r->experts && i < at0 + S; i++)
+            skip |= !gone_before(h, l, i);
         for (long i = at0; r->causal && r->selected && i < at0 + S; i++)
             causal |= (r->causal[i] != 0) != (r->selected[i] != 0);
         if (r->experts) {
@@ -192,6 +227,10 @@ static void build_legend(heatmap_fig *h)
         add_item(h, "no-op expert", rgb_hex(0xffffff), MARK_HATCH);
     if (drop)
         add_item(h, "dropped (over capacity)", rgb_hex(COLOR_DROPPED), MARK_BOX);
+    if (exited)
+        add_item(h, "left the stack here (exit)", rgb_hex(COLOR_EXITED), MARK_BOX);
+    if (gone)
+        add_item(h, "left at an earlier exit", rgb_hex(COLOR_GONE), MARK_BOX);
     if (causal)
         add_item(h, "causal rule disagrees", rgb_hex(COLOR_SKIPPED), MARK_DOT);
 }

@@ -612,6 +612,17 @@ depth)
 	"$an" tokens none.h5 --out tn >/dev/null || fail "tokens of an exit model"
 	[ "$(took tn/tokens.csv)" = "512 0" ] || fail "exit 2: $(took tn/tokens.csv)"
 	"$an" depth x/tiny/run.h5 --out r >/dev/null || fail "depth of the run's own records"
+	# the heatmap shows where tokens left: at threshold 0 the exit's row is
+	# all "left here" (#d55e00) and the two rows after it "left earlier"
+	# (#f7e3d4), one cell a position, one box more in the legend; at 2 none
+	fills() { grep -o "fill:rgb($2)" "$1" | wc -l; }
+	exit_c='83\.52[0-9]*%,36\.86[0-9]*%,0%' gone_c='96\.86[0-9]*%,89\.01[0-9]*%,83\.13[0-9]*%'
+	"$an" heatmap all.h5 --svg --out ha >/dev/null || fail "heatmap of an exit model"
+	[ "$(fills ha/heatmap_step*_seq0.svg "$exit_c")" -eq 33 ] && [ "$(fills ha/heatmap_step*_seq0.svg "$gone_c")" -eq 65 ] ||
+		fail "exit 0's heatmap: $(fills ha/heatmap_step*_seq0.svg "$exit_c") left, $(fills ha/heatmap_step*_seq0.svg "$gone_c") gone"
+	"$an" heatmap none.h5 --svg --out hn >/dev/null || fail "heatmap of an exit model"
+	[ "$(fills hn/heatmap_step*_seq0.svg "$exit_c")" -eq 0 ] && [ "$(fills hn/heatmap_step*_seq0.svg "$gone_c")" -eq 0 ] ||
+		fail "exit 2's heatmap shows tokens leaving"
 	;;
 counterfactual)
 	# eval --routing's and --dial's tables drawn; two checkpoints' records
