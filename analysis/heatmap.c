@@ -1,10 +1,12 @@
 /* mode-analyze heatmap: which tokens of one held-out sequence took each
  * block at one recorded step, as Fig. 5 (left) of the MoD paper draws it
  * (Raposo et al. 2024, section 5): one row per layer, one column per
- * position, the sequence's text along the x axis. */
+ * position, the sequence's text along the x axis.  A recursing layer's row
+ * has one band a recursion; an exit point's shows the tokens that left. */
 #include "analysis/analyze.h"
 #include "analysis/stats.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +75,16 @@ static void draw_cell(cairo_t *cr, const heatmap_fig *h, int l, int i, double x,
         plot_color(cr, rgb_hex(gone ? COLOR_GONE : rec->exited[at] ? COLOR_EXITED : COLOR_DENSE),
                    1.0);
         cairo_fill(cr);
+        return;
+    }
+    if (rec->depth) { /* a recursing layer: one band a recursion, filled where it ran */
+        double R = run_layer_value(h->ri, l, "recursions");
+        int n = isfinite(R) && R >= 1 ? (int)R : 1;
+        for (int r = 0; r < n; r++) {
+            cairo_rectangle(cr, x, y + hh * r / n, w, hh / n);
+            plot_color(cr, rgb_hex(rec->depth[at] > r ? COLOR_TAKEN : COLOR_SKIPPED), 1.0);
+            cairo_fill(cr);
+        }
         return;
     }
     if (rec->experts) {
@@ -195,7 +207,13 @@ static void build_legend(heatmap_fig *h)
         dense |= r->exited != NULL;
         dense |= !layer_record_any(r) && !run_layer_has_key(h->ri, l, "capacity") &&
                  !run_layer_has_key(h->ri, l, "experts");
-        for (long i = at0; r->selected && !r->experts && i < at0 + S; i++)
+        for (long i = at0; r->depth && i < at0 + S; i++)
+            if (!gone_before(h, l, i)) {
+                double R = run_layer_value(h->ri, l, "recursions");
+                sel |= r->depth[i] > 0;
+                skip |= r->depth[i] < (isfinite(R) && R >= 1 ? (int)R : 1);
+            }
+        for (long i = at0; r->selected && !r->experts && !r->depth && i < at0 + S; i++)
             if (!gone_before(h, l, i)) {
                 sel |= r->selected[i] != 0;
                 skip |= !r->selected[i];

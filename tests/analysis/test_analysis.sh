@@ -623,6 +623,11 @@ depth)
 	"$an" heatmap none.h5 --svg --out hn >/dev/null || fail "heatmap of an exit model"
 	[ "$(fills hn/heatmap_step*_seq0.svg "$exit_c")" -eq 0 ] && [ "$(fills hn/heatmap_step*_seq0.svg "$gone_c")" -eq 0 ] ||
 		fail "exit 2's heatmap shows tokens leaving"
+	# and mor's row one band a recursion, filled where it ran: 32 + 21 + 10
+	# of the 96 (the sum of depths above), and the legend's box of each
+	taken_c='22\.74[0-9]*%,35\.68[0-9]*%,62\.74[0-9]*%' skipped_c='93\.33[0-9]*%,94\.11[0-9]*%,95\.68[0-9]*%'
+	[ "$(fills hn/heatmap_step*_seq0.svg "$taken_c")" -eq 64 ] && [ "$(fills hn/heatmap_step*_seq0.svg "$skipped_c")" -eq 34 ] ||
+		fail "mor's recursions in the heatmap: $(fills hn/heatmap_step*_seq0.svg "$taken_c") ran, $(fills hn/heatmap_step*_seq0.svg "$skipped_c") not"
 	;;
 counterfactual)
 	# eval --routing's and --dial's tables drawn; two checkpoints' records
