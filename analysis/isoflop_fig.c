@@ -293,6 +293,11 @@ static void law_panel(cairo_t *cr, const iso_data *d, const plot_axes *ax, bool 
     plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
     cairo_set_line_width(cr, 1.0);
     for (int b = 0; b < d->n_b; b++) {
+        bool sampled = false; /* a budget with a finished size of some kind */
+        for (int k = 0; k < d->n_k; k++)
+            sampled |= d->groups[b][k].n_points > 0;
+        if (!sampled)
+            continue;
         cairo_move_to(cr, axes_px(ax, d->budgets[b]), ax->y);
         cairo_line_to(cr, axes_px(ax, d->budgets[b]), ax->y + ax->h);
     }

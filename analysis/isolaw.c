@@ -263,9 +263,10 @@ void isoflop_laws_md(FILE *f, const iso_data *d)
                     num(s[0], 32, w->l_opt[b]), num(s[1], 32, w->l_ci[b][0]),
                     num(s[2], 32, w->l_ci[b][1]), np,
                     num(s[3], 32, d->groups[b][k].fit.y_opt),
-                    isfinite(w->n_ci[b][0]) ? (agree ? "yes" : "no") : "-");
+                    isfinite(w->n_ci[b][0]) && isfinite(pn) ? (agree ? "yes" : "no") : "-");
         }
-    fprintf(f, "\n(~: N* outside the sizes fitted, where the law extrapolates.)\n");
+    fprintf(f, "\n(~: N* outside the sizes fitted, where the law extrapolates; agree -: no "
+               "parabola at that budget, where the law's N* and L* are its prediction.)\n");
 }
 
 void isoflop_laws_csv(FILE *f, const iso_data *d)
