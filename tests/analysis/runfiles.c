@@ -415,13 +415,13 @@ int write_ladder_runs(const char *dir, char *err, int err_len)
     return rc;
 }
 
-int write_law_runs(const char *dir, char *err, int err_len)
+int write_law_runs(const char *dir, bool partial, char *err, int err_len)
 {
     static const double budgets[3] = { 1e9, 2e9, 4e9 };
     static const int widths[4][2] = { { 16, 32 }, { 24, 48 }, { 32, 64 }, { 48, 96 } };
     char out[1024];
     int rc;
-    run_config *c = begin_runs(dir, "law", out, sizeof(out), &rc, err, err_len);
+    run_config *c = begin_runs(dir, partial ? "lawp" : "law", out, sizeof(out), &rc, err, err_len);
     if (!c)
         return rc;
     for (int b = 0; !rc && b < 3; b++)
@@ -448,8 +448,10 @@ int write_law_runs(const char *dir, char *err, int err_len)
                 double tokens = (double)planned * 4 * 8;
                 double loss = LAW_E + LAW_A * pow(params, -LAW_ALPHA) + LAW_B * pow(tokens, -LAW_BETA);
                 const long steps[] = { planned / 2, planned };
+                /* partial: the largest budget's runs stopped half-way */
+                int n_steps = partial && b == 2 ? 1 : 2;
                 if (!rc)
-                    rc = add_rows(r, steps, 2, 10.0, step_flops, loss, loss);
+                    rc = add_rows(r, steps, n_steps, 10.0, step_flops, loss, loss);
                 if (!rc)
                     rc = write_record(r, out, name, planned, err, err_len);
                 free_run_record(&r);

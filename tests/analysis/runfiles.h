@@ -27,6 +27,8 @@
 #ifndef MODE_TESTS_ANALYSIS_RUNFILES_H
 #define MODE_TESTS_ANALYSIS_RUNFILES_H
 
+#include <stdbool.h>
+
 /* Returns 0, or non-zero with a message in err. */
 int write_known_runs(const char *dir, char *err, int err_len);
 int write_huge_runs(const char *dir, char *err, int err_len);
@@ -54,7 +56,9 @@ int write_ladder_runs(const char *dir, char *err, int err_len);
 #define LAW_ALPHA 0.35
 #define LAW_B 20.0
 #define LAW_BETA 0.3
-int write_law_runs(const char *dir, char *err, int err_len);
+/* partial: the 4e9 runs stopped half-way (under DIR/lawp/), a budget with
+ * no finished run */
+int write_law_runs(const char *dir, bool partial, char *err, int err_len);
 
 /* DIR/started/mod-started/run.h5: a run as a trainer leaves it before its
  * first records piece (its header only: configuration and model, no step),
