@@ -82,7 +82,7 @@ static int add_rows(run_record *r, const long *steps, int n, double wall_end, do
         row[run_table_col(&r->metrics, "wall_s")] = wall_end * (double)steps[i] / steps[n - 1];
         rc = run_table_append(&r->metrics, row);
     }
-    for (int i = n - 2; !rc && i < n; i++) {
+    for (int i = n > 1 ? n - 2 : 0; !rc && i < n; i++) { /* one row: one evaluation */
         double late = i == n - 1 ? 0.0 : 0.05; /* the earlier evaluation is worse */
         double row[8] = { (double)steps[i], loss + late, loss_causal + late, 0.002, 0.003,
                           i == n - 1 ? 2048 : 16, (loss + late) / log(2.0),
