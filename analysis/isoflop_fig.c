@@ -173,19 +173,34 @@ static void draw_right(cairo_t *cr, const iso_data *d, const plot_axes *ax)
     draw_points(cr, d, ax, true);
 }
 
+/* The figure's title and its line of explanation under it. */
+static void figure_title(cairo_t *cr, const char *title, const char *what)
+{
+    plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
+    plot_font(cr, 15, true, false);
+    plot_text(cr, 20, 14, 0.0, 0.0, title);
+    plot_font(cr, 12, false, false);
+    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
+    plot_text(cr, 20, 36, 0.0, 0.0, what);
+}
+
+/* [lo, hi] widened to hold v when v is finite. */
+static void widen(double *lo, double *hi, double v)
+{
+    if (isfinite(v)) {
+        *lo = fmin(*lo, v);
+        *hi = fmax(*hi, v);
+    }
+}
+
 static void draw_isoflop(cairo_t *cr, void *user)
 {
     const iso_data *d = user;
     char buf[512];
-    plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
-    plot_font(cr, 15, true, false);
     snprintf(buf, sizeof(buf), "isoFLOP analysis of %s", d->dir);
-    plot_text(cr, 20, 14, 0.0, 0.0, buf);
-    plot_font(cr, 12, false, false);
-    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
-    plot_text(cr, 20, 36, 0.0, 0.0, "final held-out loss (top-k), mean over seeds with 95% "
-              "interval; colour: budget, marker: kind; lines: parabolas in log parameters, "
-              "ringed: their minima, open: each seed's");
+    figure_title(cr, buf, "final held-out loss (top-k), mean over seeds with 95% "
+                 "interval; colour: budget, marker: kind; lines: parabolas in log parameters, "
+                 "ringed: their minima, open: each seed's");
     double y0 = HUGE_VAL, y1 = -HUGE_VAL, n0 = HUGE_VAL, n1 = -HUGE_VAL, r0 = HUGE_VAL,
            r1 = -HUGE_VAL;
     for (int p = 0; p < d->n_points; p++) {
@@ -343,55 +358,34 @@ static void draw_law(cairo_t *cr, void *user)
 {
     const iso_data *d = user;
     char buf[512];
-    plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
-    plot_font(cr, 15, true, false);
     snprintf(buf, sizeof(buf), "Compute-optimal models of %s: two approaches", d->dir);
-    plot_text(cr, 20, 14, 0.0, 0.0, buf);
-    plot_font(cr, 12, false, false);
-    plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);
-    plot_text(cr, 20, 36, 0.0, 0.0, "lines: the law L(N, D) = E + A/N^alpha + B/D^beta fitted "
-              "over every run (approach 3), bands its bootstrap's 95%; markers: the parabolas "
-              "at each budget (approach 2), bars the seeds'");
+    figure_title(cr, buf, "lines: the law L(N, D) = E + A/N^alpha + B/D^beta fitted "
+                 "over every run (approach 3), bands its bootstrap's 95%; markers: the "
+                 "parabolas at each budget (approach 2), bars the seeds'");
     double c0 = HUGE_VAL, c1 = -HUGE_VAL, n0 = HUGE_VAL, n1 = -HUGE_VAL, l0 = HUGE_VAL,
            l1 = -HUGE_VAL;
     for (int k = 0; k < d->n_k; k++) {
         const iso_law *w = &d->laws[k];
         bool curve = w->law.ok && w->curve_c[0] > 0;
         for (int i = 0; curve && i < ISO_CURVE; i++) {
-            c0 = fmin(c0, w->curve_c[i]);
-            c1 = fmax(c1, w->curve_c[i]);
+            widen(&c0, &c1, w->curve_c[i]);
             const double nv[3] = { w->curve_n[i], w->curve_n_ci[i][0], w->curve_n_ci[i][1] };
             const double lv[3] = { w->curve_l[i], w->curve_l_ci[i][0], w->curve_l_ci[i][1] };
             for (int j = 0; j < 3; j++) {
-                if (isfinite(nv[j]) && nv[j] > 0) {
-                    n0 = fmin(n0, log10(nv[j]));
-                    n1 = fmax(n1, log10(nv[j]));
-                }
-                if (isfinite(lv[j])) {
-                    l0 = fmin(l0, lv[j]);
-                    l1 = fmax(l1, lv[j]);
-                }
+                widen(&n0, &n1, nv[j] > 0 ? log10(nv[j]) : (double)NAN);
+                widen(&l0, &l1, lv[j]);
             }
         }
         for (int b = 0; b < d->n_b; b++) {
             const iso_group *g = &d->groups[b][k];
-            c0 = fmin(c0, d->budgets[b]);
-            c1 = fmax(c1, d->budgets[b]);
+            widen(&c0, &c1, d->budgets[b]);
             double pn = iso_n_opt(d, g);
-            if (isfinite(pn) && pn > 0) {
-                n0 = fmin(n0, log10(pn));
-                n1 = fmax(n1, log10(pn));
-            }
-            for (int s = 0; s < g->n_seeds; s++) {
-                n0 = fmin(n0, log10(g->seed_n[s]));
-                n1 = fmax(n1, log10(g->seed_n[s]));
-            }
+            widen(&n0, &n1, pn > 0 ? log10(pn) : (double)NAN);
+            for (int s = 0; s < g->n_seeds; s++)
+                widen(&n0, &n1, g->seed_n[s] > 0 ? log10(g->seed_n[s]) : (double)NAN);
             const double lv[3] = { g->fit.y_opt, g->seed_loss_s.ci_lo, g->seed_loss_s.ci_hi };
             for (int j = 0; j < 3; j++)
-                if (isfinite(lv[j])) {
-                    l0 = fmin(l0, lv[j]);
-                    l1 = fmax(l1, lv[j]);
-                }
+                widen(&l0, &l1, lv[j]);
         }
     }
     range(&c0, &c1, true);
