@@ -370,6 +370,9 @@ examples)
 	"$exe" sweep "$examples/ladder-moe.ini" --dry-run >lm.txt 2>&1 || fail "ladder-moe.ini: $(cat lm.txt)"
 	grep -q "^flops_budget-6e12-s1  *505 steps" lm.txt && grep -q "^flops_budget-1.2e13-s1  *1010 steps" lm.txt ||
 		fail "ladder-moe.ini: steps differ from its comment"
+	"$exe" sweep "$examples/ladder-synthetic.ini" --dry-run >ls.txt 2>&1 || fail "ladder-synthetic.ini: $(cat ls.txt)"
+	grep -q "^flops_budget-5e12-s1  *420 steps .*data.source=synthetic" ls.txt &&
+		grep -q "^flops_budget-2e13-s1  *1683 steps" ls.txt || fail "ladder-synthetic.ini: steps differ from its comment"
 	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
 	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
 		fail "synthetic.ini: runs or steps differ from its comment"
