@@ -373,6 +373,12 @@ examples)
 	"$exe" sweep "$examples/ladder-synthetic.ini" --dry-run >ls.txt 2>&1 || fail "ladder-synthetic.ini: $(cat ls.txt)"
 	grep -q "^flops_budget-5e12-s1  *420 steps .*data.source=synthetic" ls.txt &&
 		grep -q "^flops_budget-2e13-s1  *1683 steps" ls.txt || fail "ladder-synthetic.ini: steps differ from its comment"
+	"$exe" sweep "$examples/ladder-s512.ini" --dry-run >l5.txt 2>&1 || fail "ladder-s512.ini: $(cat l5.txt)"
+	grep -q "^flops_budget-1e13-s1  *598 steps .*data.seq_len=512" l5.txt &&
+		grep -q "^flops_budget-4e13-s1  *2393 steps" l5.txt || fail "ladder-s512.ini: steps differ from its comment"
+	"$exe" sweep "$examples/ladder-deep-bpe.ini" --dry-run >lb.txt 2>&1 || fail "ladder-deep-bpe.ini: $(cat lb.txt)"
+	grep -q "^flops_budget-1e13-s1  *340 steps .*data.vocab=4096" lb.txt &&
+		grep -q "^flops_budget-9e13-s1  *3061 steps" lb.txt || fail "ladder-deep-bpe.ini: steps differ from its comment"
 	"$exe" sweep "$examples/synthetic.ini" --dry-run >syn.txt 2>&1 || fail "synthetic.ini: $(cat syn.txt)"
 	grep -q ": 6 runs into out/synthetic/" syn.txt && grep -q "^router-learned-s2  *1500 steps" syn.txt ||
 		fail "synthetic.ini: runs or steps differ from its comment"
