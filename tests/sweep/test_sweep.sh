@@ -372,7 +372,7 @@ examples)
 		fail "ladder-moe.ini: steps differ from its comment"
 	"$exe" sweep "$examples/ladder-synthetic.ini" --dry-run >ls.txt 2>&1 || fail "ladder-synthetic.ini: $(cat ls.txt)"
 	grep -q "^flops_budget-5e12-s1  *420 steps .*data.source=synthetic" ls.txt &&
-		grep -q "^flops_budget-2e13-s1  *1683 steps" ls.txt || fail "ladder-synthetic.ini: steps differ from its comment"
+		grep -q "^flops_budget-4e13-s1  *3367 steps" ls.txt || fail "ladder-synthetic.ini: steps differ from its comment"
 	"$exe" sweep "$examples/ladder-s512.ini" --dry-run >l5.txt 2>&1 || fail "ladder-s512.ini: $(cat l5.txt)"
 	grep -q "^flops_budget-1e13-s1  *598 steps .*data.seq_len=512" l5.txt &&
 		grep -q "^flops_budget-4e13-s1  *2393 steps" l5.txt || fail "ladder-s512.ini: steps differ from its comment"
