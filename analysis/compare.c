@@ -35,8 +35,10 @@ static void write_legend(FILE *f, const an_runset *rs)
         fprintf(f, " x dense FLOPs: the training FLOPs dense would need for the group's mean "
                    "loss, over the group's own, from the line of log loss on log FLOPs through "
                    "%s (dense loss %.4f to %.4f), with a 95%% bootstrap interval over the "
-                   "ladder's runs and the group's replicates; ~ where the loss lies outside the "
-                   "ladder's and the line is extrapolated.", rs->ladder.what, rs->ladder.l_lo,
+                   "ladder's runs and the group's replicates; where the loss lies below every rung "
+                   "of the ladder, > the largest rung's FLOPs over the group's (dense would need "
+                   "more), above every rung < the smallest's (the line is not extrapolated).",
+                rs->ladder.what, rs->ladder.l_lo,
                 rs->ladder.l_hi);
     fprintf(f, "\n\n");
 }
@@ -237,7 +239,8 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
           "loss_causal_ci_lo,loss_causal_ci_hi,se_causal,baseline,diff_topk,t_topk,df_topk,"
           "p_topk,diff_causal,t_causal,df_causal,p_causal,precision,recall,causal_capacity,"
           "in_progress,train_flops,flops_count,dense_multiplier,dense_multiplier_lo,"
-          "dense_multiplier_hi,dense_multiplier_extrapolated,seeds_for_80pct_power\n", f);
+          "dense_multiplier_hi,dense_multiplier_extrapolated,dense_multiplier_bound,"
+          "seeds_for_80pct_power\n", f);
     for (int j = 0; j < rs->g.n_groups; j++) {
         const an_group_stats *st = &rs->stats[j];
         const an_run *r = &rs->runs[rs->g.groups[j].members[0]];
@@ -269,7 +272,11 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
         csv_num(f, st->mult.m);
         csv_num(f, st->mult.lo);
         csv_num(f, st->mult.hi);
-        fprintf(f, ",%d,", st->mult.extrapolated);
+        fprintf(f, ",%d", st->mult.extrapolated);
+        if (st->mult.bound)
+            fprintf(f, ",%c%.17g,", st->mult.bound, st->mult.bound_m);
+        else
+            fputs(",,", f);
         int n80 = power_seeds(rs, j);
         if (n80 > 0)
             fprintf(f, "%d", n80);

@@ -309,7 +309,7 @@ static void frontier_multipliers(iso_data *d)
 {
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++)
-            d->mult[b][k] = (multiplier){ (double)NAN, (double)NAN, (double)NAN, false };
+            d->mult[b][k] = multiplier_none();
     if (d->dense_kind < 0)
         return;
     int cap = d->n_b * ISO_MAX_SEEDS + 1, n = 0, executed = 0;
@@ -474,8 +474,9 @@ static void write_md(FILE *f, const iso_data *d)
                "the dense kind's. x dense FLOPs: the training FLOPs the dense frontier would "
                "need for a kind's loss*, over the budget, from the line of log loss* on log "
                "FLOPs through the dense seeds' optima at every budget, with a 95%% bootstrap "
-               "interval over those optima and the kind's seeds (~: outside the dense "
-               "frontier's losses, extrapolated).\n\n",
+               "interval over those optima and the kind's seeds; below every optimum of the "
+               "frontier, > its largest budget over this one (above every optimum, < its "
+               "smallest over this one): the line is not extrapolated.\n\n",
             fit_sizes_text(d));
     write_frontier_md(f, d);
     fprintf(f, "\n## Sizes\n\nEach size's replicates: n of them usable (complete, evaluated "
@@ -506,7 +507,7 @@ static void write_csv(FILE *f, const iso_data *d)
                "seed_log10_n_opt_sd,seed_loss_opt_mean,seed_loss_opt_sd,seed_loss_opt_ci_lo,"
                "seed_loss_opt_ci_hi,best_size,best_params,best_loss,a,b,c,fit_sizes,"
                "dense_multiplier,dense_multiplier_lo,dense_multiplier_hi,"
-               "dense_multiplier_extrapolated\n");
+               "dense_multiplier_extrapolated,dense_multiplier_bound\n");
     for (int b = 0; b < d->n_b; b++)
         for (int k = 0; k < d->n_k; k++) {
             const iso_group *g = &d->groups[b][k];
@@ -550,7 +551,10 @@ static void write_csv(FILE *f, const iso_data *d)
             csv_num(f, mu->m);
             csv_num(f, mu->lo);
             csv_num(f, mu->hi);
-            fprintf(f, ",%d\n", mu->extrapolated);
+            fprintf(f, ",%d,", mu->extrapolated);
+            if (mu->bound)
+                fprintf(f, "%c%.17g", mu->bound, mu->bound_m);
+            fputc('\n', f);
         }
 }
 

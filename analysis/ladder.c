@@ -198,10 +198,15 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+multiplier multiplier_none(void)
+{
+    return (multiplier){ (double)NAN, (double)NAN, (double)NAN, false, 0, (double)NAN };
+}
+
 multiplier ladder_multiplier(const ladder_fit *f, const double *loss, int n, double c,
                              uint64_t seed)
 {
-    multiplier r = { (double)NAN, (double)NAN, (double)NAN, false };
+    multiplier r = multiplier_none();
     if (!f || f->n_points < 2 || n < 1 || !(c > 0.0))
         return r;
     double mean = 0.0;
@@ -212,6 +217,16 @@ multiplier ladder_multiplier(const ladder_fit *f, const double *loss, int n, dou
         return r;
     r.m = exp((log(mean) - f->a) / f->b) / c;
     r.extrapolated = mean < f->l_lo || mean > f->l_hi;
+    /* below every rung, dense needs more than the largest rung's FLOPs
+     * (whatever the line says: a flat ladder's line reads absurd values);
+     * above every rung, less than the smallest's */
+    if (mean < f->l_lo) {
+        r.bound = '>';
+        r.bound_m = f->c_hi / c;
+    } else if (mean > f->l_hi) {
+        r.bound = '<';
+        r.bound_m = f->c_lo / c;
+    }
     double *ms = malloc(LADDER_BOOT * sizeof(double));
     if (!ms)
         return r;
@@ -235,7 +250,8 @@ void fmt_multiplier(char *buf, int len, const multiplier *m)
 {
     if (!isfinite(m->m))
         snprintf(buf, (size_t)len, "-");
+    else if (m->bound)
+        snprintf(buf, (size_t)len, "%c %.2f", m->bound, m->bound_m);
     else
-        snprintf(buf, (size_t)len, "%s%.2f [%.2f, %.2f]", m->extrapolated ? "~" : "", m->m,
-                 m->lo, m->hi);
+        snprintf(buf, (size_t)len, "%.2f [%.2f, %.2f]", m->m, m->lo, m->hi);
 }

@@ -4,8 +4,10 @@
  * would need M times these FLOPs": M = C_dense(L) / C, with C_dense the
  * line solved for the FLOPs.  Its 95% interval from a bootstrap over both
  * the ladder's runs (resampled within each budget) and the group's
- * replicates.  Outside the ladder's loss range the line is extrapolated,
- * and the result says so. */
+ * replicates.  Outside the ladder's loss range the line is not read: a
+ * group below every rung is worth more than the largest rung's FLOPs (dense
+ * would need more than them, its loss falling with compute), one above
+ * every rung less than the smallest's, and the result is that bound. */
 #ifndef MODE_ANALYSIS_LADDER_H
 #define MODE_ANALYSIS_LADDER_H
 
@@ -29,7 +31,10 @@ typedef struct ladder_fit {
 
 typedef struct multiplier {
     double m, lo, hi;            /* M and its 95% interval; NaN without a fit */
-    bool extrapolated;           /* L outside the ladder's losses */
+    bool extrapolated;           /* L outside the ladder's losses: m is the line's
+                                  * extrapolation, kept for the CSV only */
+    char bound;                  /* '>' L below every rung, '<' above every rung, 0 inside */
+    double bound_m;              /* the largest (>) or smallest (<) rung's FLOPs over C */
 } multiplier;
 
 /* The ladder of rs and more (NULL: rs alone): their complete runs whose
@@ -46,11 +51,14 @@ bool ladder_from_points(const double *c, const double *l, const int *budget, int
                         bool executed, const char *what, ladder_fit *f);
 void free_ladder_fit(ladder_fit *f);
 
+/* No multiplier (NaN, no bound): a group without a fit. */
+multiplier multiplier_none(void);
 /* M for a group whose replicates reached losses loss[0..n) with training
  * FLOPs c (their mean); seed keys the bootstrap. */
 multiplier ladder_multiplier(const ladder_fit *f, const double *loss, int n, double c,
                              uint64_t seed);
-/* "2.31 [1.95, 2.80]" (a leading "~" when extrapolated), "-" without. */
+/* "2.31 [1.95, 2.80]"; outside the ladder's losses the bound, "> 3.92" or
+ * "< 0.50"; "-" without a fit. */
 void fmt_multiplier(char *buf, int len, const multiplier *m);
 
 #endif

@@ -195,7 +195,7 @@ static void group_stats(an_runset *rs, int gi)
     summarize(causal, st->used, &st->causal);
     st->train_flops = st->used ? flops / st->used : (double)NAN;
     st->bpb_topk = st->used ? bpb / st->used : (double)NAN;
-    st->mult = (multiplier){ (double)NAN, (double)NAN, (double)NAN, false };
+    st->mult = multiplier_none();
     if (rs->ladder.n_points >= 2 && topk)
         st->mult = ladder_multiplier(&rs->ladder, topk, st->used, st->train_flops,
                                      (uint64_t)gi + 1);

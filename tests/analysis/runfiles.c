@@ -368,13 +368,17 @@ int write_iso_runs(const char *dir, char *err, int err_len)
 int write_ladder_runs(const char *dir, char *err, int err_len)
 {
     static const double budgets[3] = { 1e9, 2e9, 4e9 };
+    /* dense; mod at the loss dense reaches with twice its FLOPs; far below
+     * every rung (8 times); short above every rung (a quarter) */
+    static const char *const kinds[4] = { "dense", "mod", "far", "short" };
+    static const double worth[4] = { 1.0, 2.0, 8.0, 0.25 };
     char out[1024], base[1100];
     int rc;
     run_config *c = begin_runs(dir, "ladder", out, sizeof(out), &rc, err, err_len);
     if (!c)
         return rc;
-    for (int k = 0; !rc && k < 2; k++) {
-        snprintf(base, sizeof(base), "%s/%s", out, k ? "mod" : "dense");
+    for (int k = 0; !rc && k < 4; k++) {
+        snprintf(base, sizeof(base), "%s/%s", out, kinds[k]);
         if (make_dir(base, err, err_len)) {
             rc = -1;
             break;
@@ -382,9 +386,9 @@ int write_ladder_runs(const char *dir, char *err, int err_len)
         for (int b = 0; !rc && b < 3; b++)
             for (int seed = 1; !rc && seed <= 2; seed++) {
                 if (k && b != 1)
-                    continue; /* mod at the middle budget only */
+                    continue; /* the routed ones at the middle budget only */
                 char name[96], settings[512], *ini = NULL;
-                snprintf(name, sizeof(name), "%s-%.0e-s%d", k ? "mod" : "dense", budgets[b], seed);
+                snprintf(name, sizeof(name), "%s-%.0e-s%d", kinds[k], budgets[b], seed);
                 snprintf(settings, sizeof(settings),
                          "[run]\nseed = %d\nflops_budget = %g\n[model]\nd_model = 16\n"
                          "n_heads = 2\nd_ff = 32\nlayers = %s\n[mod]\ncapacity = 0.25\n",
@@ -400,8 +404,8 @@ int write_ladder_runs(const char *dir, char *err, int err_len)
                     rc = add_model_records(r, true, c, &step_flops);
                 long planned = (long)(c->flops_budget / step_flops);
                 /* dense on the line L = 3 (C / 1e9)^-0.1 of its training FLOPs C;
-                 * mod at the loss dense reaches with twice mod's FLOPs */
-                double C = step_flops * (double)planned * (k ? 2.0 : 1.0);
+                 * the others at the loss dense reaches with worth[k] times theirs */
+                double C = step_flops * (double)planned * worth[k];
                 double loss = 3.0 * pow(C / 1e9, -0.1);
                 const long steps[] = { planned / 2, planned };
                 if (!rc)

@@ -44,7 +44,9 @@ int write_iso_runs(const char *dir, char *err, int err_len);
  * 1e9, 2e9, 4e9, seeds 1 and 2, each with the final loss 3 (C / 1e9)^-0.1
  * of its training FLOPs C (a ladder on an exact line in log-log); under
  * DIR/ladder/mod/: "dense, mod" at 2e9, seeds 1 and 2, with the loss that
- * line gives at twice its FLOPs: a dense-equivalent multiplier of 2. */
+ * line gives at twice its FLOPs: a dense-equivalent multiplier of 2; under
+ * DIR/ladder/far/ and DIR/ladder/short/ the same at 8 and a quarter times
+ * its FLOPs: below and above every rung. */
 int write_ladder_runs(const char *dir, char *err, int err_len);
 
 /* DIR/law/: dense runs at 3 budgets (1e9, 2e9, 4e9) x 4 sizes (d_model 16,

@@ -493,6 +493,28 @@ ladder)
 		fail "dense's own multiplier: $(grep '^| dense-4' both/compare.md)"
 	r=$(grep -n '^mod-2e+09,' both/compare_groups.csv | cut -d: -f1)
 	close "$(field both/compare_groups.csv $((r - 1)) dense_multiplier)" 2 1e-9 || fail "the CSV's multiplier"
+	[ -z "$(field both/compare_groups.csv $((r - 1)) dense_multiplier_bound)" ] || fail "mod has a bound"
+	# below every rung the table says "more than the largest rung's FLOPs over
+	# the group's", above every rung "less than the smallest's", and not the
+	# line's extrapolation (8 and 0.25 here; on a flat ladder, absurd values)
+	# (one folder each: the two are one config, so one group together)
+	"$an" compare ladder/dense ladder/far --out far >/dev/null || fail "compare below"
+	"$an" compare ladder/dense ladder/short --out short >/dev/null || fail "compare above"
+	f=$(($(grep -n '^far-2e+09,' far/compare_groups.csv | cut -d: -f1) - 1))
+	s=$(($(grep -n '^short-2e+09,' short/compare_groups.csv | cut -d: -f1) - 1))
+	close "$(field far/compare_groups.csv $f dense_multiplier)" 8 1e-9 || fail "far's line"
+	[ "$(field far/compare_groups.csv $f dense_multiplier_extrapolated)" = 1 ] ||
+		fail "far not extrapolated"
+	fb=$(field far/compare_groups.csv $f dense_multiplier_bound)
+	sb=$(field short/compare_groups.csv $s dense_multiplier_bound)
+	case "$fb" in ">"*) ;; *) fail "far's bound: $fb" ;; esac
+	case "$sb" in "<"*) ;; *) fail "short's bound: $sb" ;; esac
+	# the largest rung (4e9) over far's FLOPs (2e9), the smallest (1e9) over short's
+	close "${fb#>}" 2 0.05 || fail "far's bound $fb"
+	close "${sb#<}" 0.5 0.05 || fail "short's bound $sb"
+	grep -q "^| far-2e+09 | 2 | .* | > $(printf %.2f "${fb#>}") |" far/compare.md || fail "far's row: $(grep '^| far' far/compare.md)"
+	grep -q "^| short-2e+09 | 2 | .* | < $(printf %.2f "${sb#<}") |" short/compare.md || fail "short's row: $(grep '^| short' short/compare.md)"
+	grep -q "below every rung" far/compare.md || fail "the bound's legend"
 	# --ladder: the ladder from another folder; without one, no column
 	"$an" compare ladder/mod --ladder ladder/dense --out sep >/dev/null || fail "compare --ladder"
 	grep -q "^| mod-2e+09 | 2 | .* | 2.00 \[2.00, 2.00\] |" sep/compare.md || fail "--ladder's multiplier"
