@@ -269,14 +269,8 @@ static void write_groups_csv(FILE *f, const an_runset *rs)
         fprintf(f, ",%d", st->in_progress);
         csv_num(f, st->train_flops);
         fprintf(f, ",%s", r->executed ? "executed" : "nominal");
-        csv_num(f, st->mult.m);
-        csv_num(f, st->mult.lo);
-        csv_num(f, st->mult.hi);
-        fprintf(f, ",%d", st->mult.extrapolated);
-        if (st->mult.bound)
-            fprintf(f, ",%c%.17g,", st->mult.bound, st->mult.bound_m);
-        else
-            fputs(",,", f);
+        csv_multiplier(f, &st->mult);
+        fputc(',', f);
         int n80 = power_seeds(rs, j);
         if (n80 > 0)
             fprintf(f, "%d", n80);

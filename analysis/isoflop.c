@@ -548,12 +548,7 @@ static void write_csv(FILE *f, const iso_data *d)
             csv_num(f, g->fit.c);
             fprintf(f, ",%d", g->fit.n_used);
             const multiplier *mu = &d->mult[b][k];
-            csv_num(f, mu->m);
-            csv_num(f, mu->lo);
-            csv_num(f, mu->hi);
-            fprintf(f, ",%d,", mu->extrapolated);
-            if (mu->bound)
-                fprintf(f, "%c%.17g", mu->bound, mu->bound_m);
+            csv_multiplier(f, mu);
             fputc('\n', f);
         }
 }

@@ -416,3 +416,13 @@ void csv_num(FILE *f, double v)
     else
         fputc(',', f);
 }
+
+void csv_multiplier(FILE *f, const multiplier *m)
+{
+    csv_num(f, m->m);
+    csv_num(f, m->lo);
+    csv_num(f, m->hi);
+    fprintf(f, ",%d,", m->extrapolated);
+    if (m->bound)
+        fprintf(f, "%c%.17g", m->bound, m->bound_m);
+}

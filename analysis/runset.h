@@ -87,6 +87,9 @@ const char *fmt_num(char *buf, int len, double v, int digits, bool sign);
 void csv_field(FILE *f, const char *s);
 /* ",<v>" at full precision, or "," when v is not finite. */
 void csv_num(FILE *f, double v);
+/* The CSV fields dense_multiplier, _lo, _hi, _extrapolated and _bound, each
+ * after a comma (the bound as ">3.94", empty inside the ladder). */
+void csv_multiplier(FILE *f, const multiplier *m);
 /* 837.0k, 2.73M, 412 */
 void fmt_params(char *buf, int len, double n);
 
