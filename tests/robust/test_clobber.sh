@@ -105,18 +105,34 @@ tr ' \n.a-z' '\000\000\001\003\003\003\003\003\003\003\003\003\003\003\003\003\0
 "$exe" tokenize corpus.txt BIG --vocab 1024 --labels corpus.pos >/dev/null 2>&1 ||
 	fail "tokenize"
 for f in BIG.model BIG.bin BIG.pos; do cp $f $f.orig; done
-"$exe" tokenize corpus.txt BIG --vocab 512 --labels corpus.pos >tok.txt 2>&1 &
-pid=$!
+# stop_tokenize WHEN: a tokenize of 512 pieces over the set BIG, stopped by
+# SIGTERM once WHEN holds; exit 143 and the old set whole
+stop_tokenize() {
+	"$exe" tokenize $text BIG --vocab 512 --labels $labels >tok.txt 2>&1 &
+	pid=$!
+	i=0
+	while ! eval "$1" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+	kill -TERM $pid
+	wait $pid
+	code=$?
+	[ "$code" -eq 143 ] || fail "tokenize stopped by SIGTERM ($1): exit $code: $(cat tok.txt)"
+	grep -q "stopped by signal 15 before BIG.\* was replaced" tok.txt ||
+		fail "message: $(cat tok.txt)"
+	for f in BIG.model BIG.bin BIG.pos; do same $f $f.orig "SIGTERM during tokenize ($1)"; done
+	no_temps .
+	echo "ok: SIGTERM during tokenize ($1): exit 143, BIG.model, BIG.bin, BIG.pos the old set"
+}
+# during SentencePiece's training
+text=corpus.txt labels=corpus.pos
+stop_tokenize "grep -q '# training' tok.txt"
+# after it: once the new model is written (under any name), while the text
+# is encoded (a larger text, so that this takes a while)
 i=0
-while ! grep -q '# training' tok.txt && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
-kill -TERM $pid
-wait $pid
-code=$?
-[ "$code" -eq 143 ] || fail "tokenize stopped by SIGTERM: exit $code: $(cat tok.txt)"
-grep -q "stopped by signal 15 before BIG.\* was replaced" tok.txt || fail "message: $(cat tok.txt)"
-for f in BIG.model BIG.bin BIG.pos; do same $f $f.orig "SIGTERM during tokenize"; done
-no_temps .
-echo "ok: SIGTERM during tokenize's training: exit 143, BIG.model, BIG.bin, BIG.pos the old set"
+while [ $i -lt 6 ]; do cat corpus.txt; i=$((i + 1)); done >big.txt
+i=0
+while [ $i -lt 6 ]; do cat corpus.pos; i=$((i + 1)); done >big.pos
+text=big.txt labels=big.pos
+stop_tokenize "[ \$(ls | grep -c 'BIG.*model\$') -gt 1 ] || ! cmp -s BIG.model BIG.model.orig"
 # an output of the set that is its input: OUT.pos the labels
 expect 2 "corpus.pos: refused as an output: it is corpus.pos, $input" \
 	"$exe" tokenize corpus.txt corpus --vocab 512 --labels corpus.pos
