@@ -1,4 +1,4 @@
-/* mkstemps and realpath */
+/* realpath */
 #define _DEFAULT_SOURCE
 #include "core/util/outfile.h"
 
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The names a run folder holds (core/train/folder.c, core/io/runfile.h). */
@@ -182,24 +183,33 @@ int out_open(out_file *o, const char *path, char *err, int err_len)
         o->stream = true;
         return 0;
     }
-    if (snprintf(o->tmp, sizeof(o->tmp), "%s.XXXXXX.tmp", o->path) >= (int)sizeof(o->tmp)) {
-        snprintf(err, (size_t)err_len, "%s: path too long", path);
-        o->tmp[0] = '\0';
-        return -ENAMETOOLONG;
+    /* a new name beside the target, created with O_EXCL (never an existing
+     * file, nor followed were it a link) and the mode an ordinary create
+     * gives (0666 less the umask, applied by the kernel) */
+    int fd = -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    for (int i = 0; fd < 0 && i < 100; i++) {
+        unsigned long r = (unsigned long)ts.tv_nsec * 2654435761ul + (unsigned long)i * 40503ul;
+        if (snprintf(o->tmp, sizeof(o->tmp), "%s.%ld-%06lx.tmp", o->path, (long)getpid(),
+                     r & 0xfffffful) >= (int)sizeof(o->tmp)) {
+            snprintf(err, (size_t)err_len, "%s: path too long", path);
+            o->tmp[0] = '\0';
+            return -ENAMETOOLONG;
+        }
+        fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
     }
-    int fd = mkstemps(o->tmp, 4);
     if (fd < 0) {
-        rc = -errno;
+        rc = errno ? -errno : -EEXIST;
         snprintf(err, (size_t)err_len, "%s: cannot create a temporary beside it (%s)", path,
                  strerror(-rc));
         o->tmp[0] = '\0';
         return rc;
     }
-    /* the mode an ordinary create would give: the old file's, else 0666
-     * less the umask */
-    mode_t um = umask(0);
-    umask(um);
-    fchmod(fd, have ? (st.st_mode & 07777) : (0666 & ~um));
+    if (have) /* the old file's mode */
+        fchmod(fd, st.st_mode & 07777);
     o->f = fdopen(fd, "w");
     if (!o->f) {
         rc = -errno;
