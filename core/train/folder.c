@@ -5,10 +5,12 @@
 #include "core/util/outfile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len)
 {
@@ -28,7 +30,13 @@ int check_writable(const char *dir, char *err, int err_len)
     }
     char probe[MODE_PATH_MAX + 128];
     snprintf(probe, sizeof(probe), "%s/.write-probe", dir);
-    FILE *f = fopen(probe, "w");
+    /* a new file, never one already there nor a link's target (a probe
+     * left by a crash is removed first: a link's removal removes the link) */
+    unlink(probe);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0)
+        close(fd);
     if (!f || fputs("ok\n", f) < 0 || fclose(f)) {
         snprintf(err, (size_t)err_len, "%s: output folder is not writable", dir);
         return -EACCES;
