@@ -3,6 +3,7 @@
  * files written whole (a temporary renamed into place), figures. */
 #include "analysis/analyze.h"
 #include "analysis/rundir.h"
+#include "core/util/outfile.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -71,48 +72,69 @@ static void an_wrote(const char *path)
     printf("wrote %s\n", path);
 }
 
+/* An output that is one of the command's inputs (its run files or CSVs,
+ * --ladder), by path or inode, or a run's own file, is refused before it is
+ * written (core/util/outfile.h). */
+static int an_check_output(const an_args *a, const char *path)
+{
+    const char **in = malloc((size_t)(a->n_files + 1) * sizeof(char *));
+    char err[2 * RUN_PATH_LEN + 512];
+    if (!in)
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    for (int i = 0; i < a->n_files; i++)
+        in[i] = a->files[i];
+    in[a->n_files] = a->ladder;
+    int rc = out_check(path, in, a->n_files + 1, err, (int)sizeof(err));
+    free(in);
+    return rc ? an_fail(a, EXIT_USAGE, "%s", err) : 0;
+}
+
 int an_text_begin(const an_args *a, an_text *t, const char *path)
 {
-    snprintf(t->path, sizeof(t->path), "%s", path);
-    snprintf(t->tmp, sizeof(t->tmp), "%s.tmp", path);
-    t->f = fopen(t->tmp, "w");
-    if (!t->f)
-        return an_fail(a, EXIT_BAD_INPUT, "%s: cannot write (%s)", t->tmp, strerror(errno));
+    char err[RUN_PATH_LEN + 256];
+    int rc = an_check_output(a, path);
+    if (rc)
+        return rc;
+    if (out_open(&t->o, path, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    t->f = t->o.f;
     return 0;
 }
 
 int an_text_commit(const an_args *a, an_text *t)
 {
-    bool bad = ferror(t->f) != 0;
-    bad |= fclose(t->f) != 0;
+    char err[RUN_PATH_LEN + 256];
     t->f = NULL;
-    if (bad || rename(t->tmp, t->path)) {
-        remove(t->tmp);
-        return an_fail(a, EXIT_BAD_INPUT, "%s: writing failed (disk full?)", t->path);
-    }
-    an_wrote(t->path);
+    if (out_commit(&t->o, err, (int)sizeof(err)))
+        return an_fail(a, EXIT_BAD_INPUT, "%s", err);
+    an_wrote(t->o.path);
     return 0;
 }
 
 void an_text_abort(an_text *t)
 {
-    if (t->f)
-        fclose(t->f);
     t->f = NULL;
-    remove(t->tmp);
+    out_abort(&t->o);
 }
 
 int an_save_figure(const an_args *a, const char *path, int w, int h, plot_draw_fn draw,
                    void *user)
 {
     char err[RUN_PATH_LEN + 256];
+    char svg[RUN_PATH_LEN + 64];
+    size_t n = strlen(path);
+    snprintf(svg, sizeof(svg), "%.*s.svg", (int)(n > 4 && !strcmp(path + n - 4, ".png") ? n - 4 : n),
+             path);
+    int rc = an_check_output(a, path);
+    if (!rc && a->svg)
+        rc = an_check_output(a, svg);
+    if (rc)
+        return rc;
     if (plot_save(path, w, h, draw, user, a->svg, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "%s", err);
     an_wrote(path);
-    if (a->svg) {
-        size_t n = strlen(path);
-        printf("wrote %.*s.svg\n", (int)(n > 4 ? n - 4 : n), path);
-    }
+    if (a->svg)
+        an_wrote(svg);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include "analysis/plot.h"
 #include "analysis/runinfo.h"
+#include "core/util/outfile.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,11 +61,12 @@ int an_open_routed_run(const an_args *a, run_info **ri);
  * a message. */
 int an_out_path(const an_args *a, const char *dir, const char *name, char *path, int len);
 
-/* A text output written to "<path>.tmp" and renamed into place. */
+/* A text output written to a temporary beside it and renamed into place
+ * (core/util/outfile.h); one of the command's inputs or a run's own file is
+ * refused (EXIT_USAGE), as is such a figure by an_save_figure. */
 typedef struct an_text {
     FILE *f;
-    char path[RUN_PATH_LEN + 64];
-    char tmp[RUN_PATH_LEN + 80];
+    out_file o;
 } an_text;
 int an_text_begin(const an_args *a, an_text *t, const char *path);
 /* Close, rename and report; on failure removes the temporary file. */

@@ -1,6 +1,7 @@
 #include "analysis/plot.h"
 
 #include "core/util/file.h"
+#include "core/util/outfile.h"
 #include "analysis/stats.h"
 
 #include <cairo-svg.h>
@@ -353,13 +354,21 @@ void plot_legend(cairo_t *cr, double x, double y, double col_w, int cols,
     }
 }
 
-/* Finish the surface into file (through file.tmp); 0 or -EIO. */
+static cairo_status_t write_stream(void *closure, const unsigned char *data, unsigned int len)
+{
+    return fwrite(data, 1, len, closure) == len ? CAIRO_STATUS_SUCCESS : CAIRO_STATUS_WRITE_ERROR;
+}
+
+/* Finish the surface into file, through a temporary beside it renamed into
+ * place (core/util/outfile.h); 0 or -EIO. */
 static int write_one(const char *file, int w, int h, plot_draw_fn draw, void *user, bool svg,
                      char *err, int err_len)
 {
-    char tmp[MODE_PATH_MAX + 128];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", file);
-    cairo_surface_t *s = svg ? cairo_svg_surface_create(tmp, w, h)
+    out_file o;
+    int rc = out_open(&o, file, err, err_len);
+    if (rc)
+        return rc;
+    cairo_surface_t *s = svg ? cairo_svg_surface_create_for_stream(write_stream, o.f, w, h)
                              : cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
     cairo_t *cr = cairo_create(s);
     cairo_set_source_rgb(cr, 1, 1, 1);
@@ -368,18 +377,18 @@ static int write_one(const char *file, int w, int h, plot_draw_fn draw, void *us
     cairo_status_t st = cairo_status(cr);
     cairo_destroy(cr);
     if (st == CAIRO_STATUS_SUCCESS && !svg)
-        st = cairo_surface_write_to_png(s, tmp);
+        st = cairo_surface_write_to_png_stream(s, write_stream, o.f);
     cairo_surface_finish(s);
     if (st == CAIRO_STATUS_SUCCESS)
         st = cairo_surface_status(s);
     cairo_surface_destroy(s);
-    if (st != CAIRO_STATUS_SUCCESS || rename(tmp, file)) {
-        remove(tmp);
+    if (st != CAIRO_STATUS_SUCCESS) {
+        out_abort(&o);
         snprintf(err, (size_t)err_len, "%s: cannot write the image (%s)", file,
-                 st != CAIRO_STATUS_SUCCESS ? cairo_status_to_string(st) : strerror(errno));
+                 cairo_status_to_string(st));
         return -EIO;
     }
-    return 0;
+    return out_commit(&o, err, err_len) ? -EIO : 0;
 }
 
 int plot_save(const char *path, int w, int h, plot_draw_fn draw, void *user, bool svg, char *err,

@@ -92,8 +92,8 @@ void plot_legend(cairo_t *cr, double x, double y, double col_w, int cols,
 
 /* Draw a w x h figure with draw(cr, user) on a white canvas and write it to
  * path (a .png), and to path with .svg in place of .png when svg is set.
- * Each file goes through "<file>.tmp" renamed into place.  On failure
- * nothing is left and err says why. */
+ * Each file goes through a temporary beside it renamed into place
+ * (core/util/outfile.h).  On failure nothing is left and err says why. */
 typedef void (*plot_draw_fn)(cairo_t *cr, void *user);
 int plot_save(const char *path, int w, int h, plot_draw_fn draw, void *user, bool svg, char *err,
               int err_len);

@@ -33,6 +33,7 @@
  * A token without a '/' is written as a word of class other (counted and
  * reported). */
 #include "core/data/data.h"
+#include "core/util/outfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -174,20 +175,41 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: brown-convert TEXT_OUT LABELS_OUT CORPUS_FILE...\n");
         return 2;
     }
+    /* the text and its labels are one set: refused when either is one of
+     * the corpus files, written to temporaries, renamed together when both
+     * are whole (core/util/outfile.h) */
+    char err[2 * MODE_PATH_MAX];
+    for (int k = 1; k <= 2; k++)
+        if (out_check(argv[k], (const char *const *)argv + 3, argc - 3, err, (int)sizeof(err))) {
+            fprintf(stderr, "brown-convert: %s\n", err);
+            return 2;
+        }
     writer w = { 0 };
-    w.text = fopen(argv[1], "wb");
-    w.labels = fopen(argv[2], "wb");
-    if (!w.text || !w.labels) {
-        fprintf(stderr, "brown-convert: %s: cannot create (%s)\n", !w.text ? argv[1] : argv[2],
-                strerror(errno));
+    out_file set[2] = { 0 };
+    if (out_open(&set[0], argv[1], err, (int)sizeof(err)) ||
+        out_open(&set[1], argv[2], err, (int)sizeof(err))) {
+        fprintf(stderr, "brown-convert: %s\n", err);
+        out_abort(&set[0]);
         return 1;
     }
+    w.text = set[0].f;
+    w.labels = set[1].f;
     long untagged = 0;
     for (int i = 3; i < argc; i++)
-        if (convert_file(&w, argv[i], i == 3, &untagged))
+        if (convert_file(&w, argv[i], i == 3, &untagged)) {
+            out_abort(&set[0]);
+            out_abort(&set[1]);
             return 1;
-    if (fclose(w.text) != 0 || fclose(w.labels) != 0 || w.failed) {
-        fprintf(stderr, "brown-convert: writing %s / %s failed\n", argv[1], argv[2]);
+        }
+    if (w.failed) {
+        out_abort(&set[0]);
+        out_abort(&set[1]);
+        fprintf(stderr, "brown-convert: writing %s / %s failed; the files there before, if any, "
+                "are unchanged\n", argv[1], argv[2]);
+        return 1;
+    }
+    if (out_commit_set(set, 2, err, (int)sizeof(err))) {
+        fprintf(stderr, "brown-convert: %s\n", err);
         return 1;
     }
     printf("brown-convert: %d files, %ld bytes of text", argc - 3, w.bytes);

@@ -11,6 +11,7 @@
 #include "core/kernels/matmul.h"
 #include "core/train/counterfactual.h"
 #include "core/train/trainer.h"
+#include "core/util/outfile.h"
 #include "experiments/json.h"
 
 #include <errno.h>
@@ -259,11 +260,11 @@ static void json_cf(fwd_mode mode, const cf_result *r)
 static int csv_cf(const char *path, const char *ckpt, fwd_mode mode, int S, const cf_result *r,
                   char *err, int err_len)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
-        return -errno;
-    }
+    out_file o;
+    int rc = out_open(&o, path, err, err_len);
+    if (rc)
+        return rc;
+    FILE *f = o.f;
     fprintf(f, "checkpoint,mode,policy,class,tokens,windows,loss,se,diff,diff_se,p,"
                "identical_windows,flops_per_token\n");
     for (int a = 0; a < r->n_arms; a++) {
@@ -281,11 +282,26 @@ static int csv_cf(const char *path, const char *ckpt, fwd_mode mode, int S, cons
                     cl->loss, cl->diff, cl->diff_se, cl->p);
         }
     }
-    if (fclose(f)) {
-        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
-        return -EIO;
+    return out_commit(&o, err, err_len);
+}
+
+/* --record and --csv: refused when one is an input of this evaluation (the
+ * checkpoint, the data, the run's corpus and tokenizer, a replayed record;
+ * by path or inode) or one of a run's own files (core/util/outfile.h), before
+ * anything is evaluated.  Rank 0 checks; every rank agrees. */
+static int check_outputs(mode_ctx *ctx, const cli *c, const run_config *cfg, const char *replay,
+                         char *err, int err_len)
+{
+    const char *in[] = { c->config, c->data, cfg->source, cfg->val_source, cfg->tokenizer,
+                         replay };
+    int rc = 0;
+    if (ctx->rank == 0) {
+        const char *outs[] = { c->record, c->csv };
+        for (int i = 0; !rc && i < 2; i++)
+            if (outs[i])
+                rc = out_check(outs[i], in, (int)(sizeof(in) / sizeof(in[0])), err, err_len);
     }
-    return 0;
+    return comm_agree(ctx->comm, rc, err, err_len);
 }
 
 static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
@@ -305,6 +321,8 @@ static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
     for (int p = 0; !rc && p < rt.n; p++)
         rc = route_check(m, rt.policies[p], rt.has_layers ? rt.layers : NULL, false, err,
                          err_len);
+    if (!rc)
+        rc = check_outputs(ctx, c, cfg, rt.replay, err, err_len);
     route_book *replay = NULL;
     for (int p = 0; !rc && p < rt.n; p++)
         if (rt.policies[p] == ROUTE_REPLAY)
@@ -354,8 +372,8 @@ static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
 
 /* ---- the dial ------------------------------------------------------------------- */
 
-static int dial(mode_ctx *ctx, const cli *c, fwd_mode mode, const dataset *d, char *err,
-                int err_len)
+static int dial(mode_ctx *ctx, const cli *c, const run_config *cfg0, fwd_mode mode,
+                const dataset *d, char *err, int err_len)
 {
     const char *eq = strchr(c->dial, '=');
     if (!eq || eq == c->dial || !eq[1]) {
@@ -364,17 +382,21 @@ static int dial(mode_ctx *ctx, const cli *c, fwd_mode mode, const dataset *d, ch
                             "e.g. mod.capacity=0.0625,0.125,0.25)\n", c->dial);
         return 2;
     }
+    if (check_outputs(ctx, c, cfg0, NULL, err, err_len)) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp eval: %s\n", err);
+        return 2;
+    }
     size_t klen = (size_t)(eq - c->dial);
     char **over = calloc((size_t)c->n_over + 1, sizeof(char *));
     char item[512];
     FILE *csv = NULL;
+    out_file out = { 0 };
     int rc = over ? 0 : -ENOMEM, rows = 0;
     for (int i = 0; over && i < c->n_over; i++)
         over[i] = c->over[i];
-    if (!rc && ctx->rank == 0 && c->csv && !(csv = fopen(c->csv, "w"))) {
-        snprintf(err, (size_t)err_len, "%s: %s", c->csv, strerror(errno));
-        rc = -EIO;
-    }
+    if (!rc && ctx->rank == 0 && c->csv && !(rc = out_open(&out, c->csv, err, err_len)))
+        csv = out.f;
     rc = comm_agree(ctx->comm, rc, err, err_len);
     if (!rc && csv)
         fprintf(csv, "checkpoint,mode,key,value,windows,loss,se,flops_per_token\n");
@@ -417,10 +439,10 @@ static int dial(mode_ctx *ctx, const cli *c, fwd_mode mode, const dataset *d, ch
         rows++;
         v += vlen + (e ? 1 : 0);
     }
-    if (csv && fclose(csv) && !rc) {
-        snprintf(err, (size_t)err_len, "%s: %s", c->csv, strerror(errno));
-        rc = -EIO;
-    }
+    if (csv && !rc)
+        rc = out_commit(&out, err, err_len);
+    else if (csv)
+        out_abort(&out);
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp eval: %s\n", err);
     free(over);
@@ -470,7 +492,7 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     int code;
     if (c.dial) {
         free_model(&m);
-        code = dial(ctx, &c, mode, d, err, sizeof(err));
+        code = dial(ctx, &c, &cfg, mode, d, err, sizeof(err));
     } else if (c.routing || c.record) {
         code = counterfactual(ctx, &c, mode, m, &cfg, d, err, sizeof(err));
     } else {

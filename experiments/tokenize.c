@@ -13,11 +13,14 @@
 #include "core/data/data.h"
 #include "core/data/tokenizer.h"
 #include "core/util/file.h"
+#include "core/util/outfile.h"
+#include "core/util/signals.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: mode-exp tokenize TEXT OUT --vocab V [--type bpe|unigram] [--labels POS]\n"
@@ -64,16 +67,18 @@ static int read_whole(const char *path, char **out, long *n, char *err, int err_
     return 0;
 }
 
-static int write_whole(const char *path, const void *data, size_t n, char *err, int err_len)
+/* A new file of the set: data into a temporary beside path (outfile.h). */
+static int write_member(out_file *o, const char *path, const void *data, size_t n, char *err,
+                        int err_len)
 {
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0 || rename(tmp, path) != 0) {
-        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
-        return -EIO;
+    int rc = out_open(o, path, err, err_len);
+    if (!rc && fwrite(data, 1, n, o->f) != n) {
+        snprintf(err, (size_t)err_len, "%s: writing it failed (%s); the file there before, if "
+                 "any, is unchanged", path, strerror(errno));
+        out_abort(o);
+        rc = -EIO;
     }
-    return 0;
+    return rc;
 }
 
 int cmd_tokenize(int argc, char **argv)
@@ -113,13 +118,36 @@ int cmd_tokenize(int argc, char **argv)
                         "unigram\n%s", 1L << 20, usage);
         return 2;
     }
-    char err[2048], mfile[700], tokens[700], pos[700];
+    /* the set OUT.model, OUT.vocab, OUT.bin (.u32), OUT.pos is replaced whole
+     * or not at all (core/util/outfile.h): SentencePiece writes the model
+     * and its vocabulary under a temporary prefix beside OUT, the tokens
+     * and labels go to temporaries, and all are renamed together at the
+     * end; a stop signal before then leaves the old set untouched */
+    char err[2048], mfile[700], vfile[700], tokens[700], pos[700], stale[700];
+    char prefix[700], tmodel[720], tvocab[720];
     snprintf(mfile, sizeof(mfile), "%s.model", out);
+    snprintf(vfile, sizeof(vfile), "%s.vocab", out);
     snprintf(tokens, sizeof(tokens), "%s.%s", out, vocab > 65536 ? "u32" : "bin");
+    snprintf(stale, sizeof(stale), "%s.%s", out, vocab > 65536 ? "bin" : "u32");
     snprintf(pos, sizeof(pos), "%s.pos", out);
+    snprintf(prefix, sizeof(prefix), "%s.%ld.tmp", out, (long)getpid());
+    snprintf(tmodel, sizeof(tmodel), "%s.model", prefix);
+    snprintf(tvocab, sizeof(tvocab), "%s.vocab", prefix);
+    const char *inputs[] = { text, labels };
+    const char *members[] = { mfile, vfile, tokens, pos, stale };
+    int rc = 0;
+    for (int i = 0; !rc && i < 5; i++)
+        rc = out_check(members[i], inputs, 2, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "mode-exp tokenize: %s\n", err);
+        return 2;
+    }
+    out_file set[4] = { 0 };
+    int n_set = 0;
     char *txt = NULL, *lab = NULL;
     long n = 0, nl = 0;
-    int rc = read_whole(text, &txt, &n, err, sizeof(err));
+    stop_signals_install();
+    rc = read_whole(text, &txt, &n, err, sizeof(err));
     if (!rc && labels && !(rc = read_whole(labels, &lab, &nl, err, sizeof(err))) && nl != n) {
         snprintf(err, sizeof(err), "%s: %ld labels for the %ld bytes of %s", labels, nl, n, text);
         rc = -EINVAL;
@@ -128,11 +156,19 @@ int cmd_tokenize(int argc, char **argv)
         printf("# training a %s tokenizer of %ld pieces on %s (%ld bytes)\n", type, vocab, text,
                n);
         fflush(stdout);
-        rc = tokenizer_train(text, out, (int)vocab, type, 2, err, sizeof(err));
+        rc = tokenizer_train(text, prefix, (int)vocab, type, 2, err, sizeof(err));
+        if (!rc)
+            rc = out_adopt(&set[n_set++], mfile, tmodel, err, sizeof(err));
+        if (!rc)
+            rc = out_adopt(&set[n_set++], vfile, tvocab, err, sizeof(err));
+        if (rc && n_set == 0) { /* whatever a failed training left */
+            unlink(tmodel);
+            unlink(tvocab);
+        }
     }
     tokenizer *tk = NULL;
     if (!rc)
-        rc = tokenizer_load(&tk, mfile, err, sizeof(err));
+        rc = tokenizer_load(&tk, tmodel, err, sizeof(err));
     if (!rc && tokenizer_vocab(tk) != vocab) {
         snprintf(err, sizeof(err), "%s: %d pieces, asked for %ld", mfile, tokenizer_vocab(tk),
                  vocab);
@@ -178,9 +214,27 @@ int cmd_tokenize(int argc, char **argv)
         rc = -EINVAL;
     }
     if (!rc)
-        rc = write_whole(tokens, buf, (size_t)n_ids * (vocab > 65536 ? 4 : 2), err, sizeof(err));
+        rc = write_member(&set[n_set++], tokens, buf, (size_t)n_ids * (vocab > 65536 ? 4 : 2),
+                          err, sizeof(err));
     if (!rc && cls)
-        rc = write_whole(pos, cls, (size_t)n_ids, err, sizeof(err));
+        rc = write_member(&set[n_set++], pos, cls, (size_t)n_ids, err, sizeof(err));
+    int sig = stop_signal_pending();
+    if (!rc && sig) {
+        snprintf(err, sizeof(err), "stopped by signal %d before %s.* was replaced: the files "
+                 "there before are untouched", sig, out);
+        rc = -EINTR;
+    }
+    if (!rc)
+        rc = out_commit_set(set, n_set, err, sizeof(err));
+    else
+        for (int i = 0; i < n_set; i++)
+            out_abort(&set[i]);
+    /* files of the old set the new one lacks would be read with it */
+    if (!rc && !cls)
+        unlink(pos);
+    if (!rc)
+        unlink(stale);
+    stop_signals_restore();
     if (!rc)
         printf("# wrote %s (%ld tokens, %.3f bytes a token)%s%s, and %s\n"
                "# train on it with data.source = %s, data.vocab = %ld, data.tokenizer = %s\n",
@@ -194,5 +248,5 @@ int cmd_tokenize(int argc, char **argv)
     tokenizer_free(&tk);
     free(txt);
     free(lab);
-    return rc ? 1 : 0;
+    return sig && rc == -EINTR ? 128 + sig : rc ? 1 : 0;
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "data_fixture.h"
+#include "core/util/outfile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -40,6 +41,63 @@ static void test_txt_load(void **state)
     free_dataset(&d);
     assert_null(d);
     free_dataset(&d); /* a second free is harmless */
+}
+
+/* core/util/outfile.h: an output that is an input by another name (a
+ * symlink, a hard link, "dir/../dir/x") or a run's own file is refused; an
+ * aborted set leaves the old files; a committed one replaces them all. */
+static void test_outputs(void **state)
+{
+    tmp_dir *t = *state;
+    char in[512], sym[512], hard[512], other[512], run[512], ckpt[512], err[2048];
+    write_text(t, "in.txt", 100, in, sizeof(in));
+    snprintf(sym, sizeof(sym), "%s/link.txt", t->path);
+    snprintf(hard, sizeof(hard), "%s/hard.txt", t->path);
+    snprintf(other, sizeof(other), "%s/../%s/in.txt", t->path, strrchr(t->path, '/') + 1);
+    assert_int_equal(symlink(in, sym), 0);
+    assert_int_equal(link(in, hard), 0);
+    const char *inputs[] = { NULL, in };
+    const char *outs[] = { in, sym, hard, other };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(out_check(outs[i], inputs, 2, err, sizeof(err)), -EEXIST);
+        assert_non_null(strstr(err, "one of this command's inputs"));
+    }
+    char fresh[512];
+    snprintf(fresh, sizeof(fresh), "%s/new.csv", t->path);
+    assert_int_equal(out_check(fresh, inputs, 2, err, sizeof(err)), 0);
+    /* a run folder's files, whatever the command reads */
+    snprintf(run, sizeof(run), "%s/run.h5", t->path);
+    write_file(t, "ckpt.h5", "x", 1, ckpt, sizeof(ckpt));
+    assert_int_equal(out_check(run, inputs, 2, err, sizeof(err)), -EEXIST);
+    assert_non_null(strstr(err, "one of the run's own files"));
+    assert_int_equal(out_check(t->path, NULL, 0, err, sizeof(err)), -EISDIR);
+    /* a set: aborted, the old files stay; committed, both are new */
+    char a[512], b[512];
+    write_file(t, "a.bin", "old-a", 5, a, sizeof(a));
+    write_file(t, "b.pos", "old-b", 5, b, sizeof(b));
+    out_file set[2];
+    assert_int_equal(out_open(&set[0], a, err, sizeof(err)), 0);
+    assert_int_equal(out_open(&set[1], b, err, sizeof(err)), 0);
+    fputs("new-a", set[0].f);
+    fputs("new-b", set[1].f);
+    out_abort(&set[0]);
+    out_abort(&set[1]);
+    char buf[16] = "";
+    FILE *f = fopen(a, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, sizeof(buf), f), 5);
+    fclose(f);
+    assert_memory_equal(buf, "old-a", 5);
+    assert_int_equal(out_open(&set[0], a, err, sizeof(err)), 0);
+    assert_int_equal(out_open(&set[1], b, err, sizeof(err)), 0);
+    fputs("new-a", set[0].f);
+    fputs("new-b", set[1].f);
+    assert_int_equal(out_commit_set(set, 2, err, sizeof(err)), 0);
+    f = fopen(b, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, sizeof(buf), f), 5);
+    fclose(f);
+    assert_memory_equal(buf, "new-b", 5);
 }
 
 static void test_bin_round_trip(void **state)
@@ -551,6 +609,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_txt_load, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_outputs, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bin_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_u32_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_files, setup_tmp, teardown_tmp),

@@ -1,6 +1,7 @@
 #include "core/io/h5util.h"
 
 #include "core/util/file.h"
+#include "core/util/outfile.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -386,34 +387,12 @@ hid_t h5_open_checked(const char *path, char *err, int err_len)
     return h;
 }
 
-/* Atomic file replacement: fsync tmp, rename over path, fsync the folder. */
+/* The temporary beside path (committed by out_replace: fsync, rename, the
+ * folder fsync'd, core/util/outfile.h). */
 static int h5_tmp_path(char *buf, size_t len, const char *path)
 {
     int n = snprintf(buf, len, "%s.tmp", path);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-static int h5_commit_tmp(const char *tmp, const char *path)
-{
-    /* The bytes must be on disk before the rename makes them the file, and
-     * the rename must be on disk before we call it done. */
-    int fd = open(tmp, O_RDONLY);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd);
-    close(fd);
-    if (rc)
-        return -errno;
-    if (rename(tmp, path))
-        return -errno;
-    char dir[MODE_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
 }
 
 /* ---- h5_out: HDF5 lays a file out, mode fills it (h5util.h) ---------- */
@@ -674,7 +653,7 @@ int h5_out_finish(h5_out **po, const h5_piece *more, int n_more, char *err, int 
         rc = -EIO;
     o->fd = -1;
     if (!rc)
-        rc = h5_commit_tmp(o->tmp, o->path);
+        rc = out_replace(o->tmp, o->path);
     if (rc) {
         snprintf(err, (size_t)err_len, "%s: finishing the file failed: %s", o->path,
                  strerror(-rc));

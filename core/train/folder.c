@@ -2,12 +2,15 @@
 
 #include "core/io/runfile.h"
 #include "core/util/file.h"
+#include "core/util/outfile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len)
 {
@@ -27,7 +30,13 @@ int check_writable(const char *dir, char *err, int err_len)
     }
     char probe[MODE_PATH_MAX + 128];
     snprintf(probe, sizeof(probe), "%s/.write-probe", dir);
-    FILE *f = fopen(probe, "w");
+    /* a new file, never one already there nor a link's target (a probe
+     * left by a crash is removed first: a link's removal removes the link) */
+    unlink(probe);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0)
+        close(fd);
     if (!f || fputs("ok\n", f) < 0 || fclose(f)) {
         snprintf(err, (size_t)err_len, "%s: output folder is not writable", dir);
         return -EACCES;
@@ -49,6 +58,20 @@ int check_folder(const trainer *t, const trainer_opts *o, char *err, int err_len
         snprintf(err, (size_t)err_len, "%s: no checkpoint to resume (%s is missing): start "
                  "the run without --resume", t->dir, t->ckpt_h5);
         return -ENOENT;
+    }
+    /* the run's files never replace what it reads: data.source =
+     * out/x/run.h5, or --init-from the checkpoint --overwrite would remove
+     * (core/util/outfile.h) */
+    const run_config *c = t->cfg;
+    const char *in[] = { c->source, c->val_source, c->tokenizer, o->init_from };
+    char tok[MODE_PATH_MAX + 32];
+    snprintf(tok, sizeof(tok), "%s/tokenizer.model", t->dir);
+    const char *own[] = { t->ckpt_h5, t->run_h5, tok };
+    for (int i = 0; i < 3; i++) {
+        /* the run's copy of its tokenizer may be what it reads */
+        int rc = out_check_inputs(own[i], in, i == 2 ? 2 : 4, err, err_len);
+        if (rc)
+            return rc;
     }
     if (!o->resume && !o->overwrite && (ckpt || run)) {
         snprintf(err, (size_t)err_len, "%s holds a run (%s%s%s): --resume continues it, "

@@ -12,6 +12,7 @@
 #include "core/util/fault.h"
 #include "core/util/pool.h"
 #include "core/util/signals.h"
+#include "core/util/outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -212,27 +213,27 @@ static void describe_nonfinite(trainer *t, int local, char *buf, size_t len)
  * that the checkpoint beside it decodes without the original path. */
 static int keep_tokenizer(trainer *t, const char *path, char *err, int err_len)
 {
-    char dst[MODE_PATH_MAX + 32], tmp[MODE_PATH_MAX + 40];
+    char dst[MODE_PATH_MAX + 32], why[MODE_PATH_MAX + 256] = "";
     snprintf(dst, sizeof(dst), "%s/tokenizer.model", t->dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
-    FILE *in = fopen(path, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
+    out_file o;
+    FILE *in = file_fopen_regular(path, "rb", why, (int)sizeof(why));
+    int rc = in ? out_open(&o, dst, why, (int)sizeof(why)) : -EIO;
     char buf[65536];
     size_t n;
-    int rc = in && out ? 0 : -errno;
     while (!rc && (n = fread(buf, 1, sizeof(buf), in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
+        if (fwrite(buf, 1, n, o.f) != n)
             rc = -EIO;
-    if (in && ferror(in))
+    if (!rc && ferror(in))
         rc = -EIO;
     if (in)
         fclose(in);
-    if (out && fclose(out) != 0 && !rc)
-        rc = -EIO;
-    if (!rc && rename(tmp, dst) != 0)
-        rc = -errno;
+    if (!rc)
+        rc = out_commit(&o, why, (int)sizeof(why));
+    else if (in)
+        out_abort(&o);
     if (rc)
         snprintf(err, (size_t)err_len, "%s: cannot copy the tokenizer %s there (%s)", dst, path,
-                 strerror(-rc));
+                 why[0] ? why : strerror(-rc));
     return rc;
 }
 
