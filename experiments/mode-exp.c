@@ -80,14 +80,16 @@ static void print_log(const train_log *l, void *user)
         json_line j = json_begin(stdout, ",");
         json_int(&j, "step", l->step);
         json_int(&j, "total", l->total);
-        json_num(&j, "loss", 6, l->loss);
-        json_num(&j, "ce", 6, l->ce);
-        json_num(&j, "aux", 6, l->aux);
-        json_num(&j, "lr", 6, l->lr);
-        json_num(&j, "grad_norm", 6, l->grad_norm);
-        json_fixed(&j, "tokens_per_s", 1, l->tokens_per_s);
-        json_fixed(&j, "gflops", 2, l->gflops);
-        json_fixed(&j, "eta_s", 1, l->eta_s);
+        if (!l->eval_late) { /* a late evaluation's step had its line before the stop */
+            json_num(&j, "loss", 6, l->loss);
+            json_num(&j, "ce", 6, l->ce);
+            json_num(&j, "aux", 6, l->aux);
+            json_num(&j, "lr", 6, l->lr);
+            json_num(&j, "grad_norm", 6, l->grad_norm);
+            json_fixed(&j, "tokens_per_s", 1, l->tokens_per_s);
+            json_fixed(&j, "gflops", 2, l->gflops);
+            json_fixed(&j, "eta_s", 1, l->eta_s);
+        }
         json_fixed(&j, "wall_s", 2, l->wall_s);
         if (l->has_eval) {
             json_num(&j, "eval_topk", 6, l->eval_topk);
@@ -100,8 +102,10 @@ static void print_log(const train_log *l, void *user)
     } else {
         char eta[32];
         mode_format_duration(eta, sizeof(eta), l->eta_s);
-        printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  ETA %s\n",
-               l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s, l->gflops, eta);
+        if (!l->eval_late)
+            printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  "
+                   "ETA %s\n", l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s,
+                   l->gflops, eta);
         if (l->has_eval) {
             char bpb[48] = "";
             if (isfinite(l->eval_bpb))

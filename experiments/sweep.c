@@ -312,8 +312,9 @@ typedef struct progress {
 static void print_progress(const train_log *l, void *user)
 {
     const progress *pr = user;
-    printf("  %s step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", pr->name, l->step, l->total,
-           l->loss, l->lr, l->tokens_per_s);
+    if (!l->eval_late) /* a late evaluation's step had its line before the stop */
+        printf("  %s step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", pr->name, l->step,
+               l->total, l->loss, l->lr, l->tokens_per_s);
     if (l->has_eval)
         printf("  %s eval %ld  held-out loss: topk %.4f  causal %.4f\n", pr->name, l->step,
                l->eval_topk, l->eval_causal);
