@@ -42,7 +42,8 @@ static const char usage_sweep[] =
     "  --dry-run    list the runs, their planned steps and what would happen to each\n"
     "  --progress   print the training progress of every run\n"
     "  --no-report  do not run mode-analyze report at the end\n"
-    "  --threads N  threads per rank (default: cores / ranks on the node)\n";
+    "  --threads N  threads per rank (default: $OPENBLAS_NUM_THREADS, else cores / ranks\n"
+    "               on the node)\n";
 
 typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
 static const char *const action_names[] = { "train", "resume", "complete" };
