@@ -36,6 +36,7 @@ typedef struct report {
     char (*folders)[160];    /* [groups]: each group's figures' sub-folder */
     char (*sweep_keys)[RUN_KEY_LEN];
     int n_sweeps, failed;
+    int n_curves;            /* runs drawn by curves (their groups evaluated in every replicate) */
     bool isoflop;
 } report;
 
@@ -317,8 +318,10 @@ static void write_html(FILE *f, const report *rp)
     }
     fputs("<h2 id=\"curves\">Held-out loss</h2>\n", f);
     asset(path, sizeof(path), rp, NULL, "curves.png");
-    if (!html_image(f, path, "held-out loss curves"))
-        html_note(f, "no curves: no run has a held-out evaluation yet");
+    if (!rp->n_curves) /* nothing drawn: an earlier report's figure is not this one */
+        html_note(f, "no curves: no group has a held-out evaluation in every replicate yet");
+    else if (!html_image(f, path, "held-out loss curves"))
+        html_note(f, "curves failed (see its message)");
     if (rp->isoflop) {
         fputs("<h2 id=\"isoflop\">isoFLOP analysis</h2>\n", f);
         asset(path, sizeof(path), rp, NULL, "isoflop.png");
@@ -408,6 +411,7 @@ int cmd_report(const an_args *a)
             if (all)
                 files[n_curves++] = rp.rs.runs[i].path;
         }
+    rp.n_curves = n_curves;
     if (n_curves)
         sub_command(&rp, a, cmd_curves, "curves", files, n_curves, rp.assets, NULL);
     if (rp.isoflop)
