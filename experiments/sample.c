@@ -231,8 +231,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         }
     }
     if (!rc && plen + c.tokens > (1L << 30)) {
-        snprintf(err, sizeof(err), "prompt of %ld tokens and --tokens %ld: too long", plen,
-                 c.tokens);
+        snprintf(err, sizeof(err), "prompt of %ld tokens and --tokens %ld: expected at most "
+                 "%ld positions in all", plen, c.tokens, 1L << 30);
         rc = -EINVAL;
     }
     routing_cli rt;

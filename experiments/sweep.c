@@ -83,9 +83,9 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             char *end = NULL;
             long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || t < 1 || t > 4096) {
-                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer\n",
-                        i + 1 < argc ? argv[i + 1] : "(missing)");
+            if (i + 1 >= argc || *end || t < 1 || t > CLI_MAX_THREADS) {
+                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer up "
+                        "to %d\n", i + 1 < argc ? argv[i + 1] : "(missing)", CLI_MAX_THREADS);
                 return -EINVAL;
             }
             o->threads = (int)t;
