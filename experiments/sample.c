@@ -140,9 +140,14 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     cli c;
     if (parse_cli(&c, argc - 2, argv + 2, usage_sample))
         return 2;
-    if ((!c.prompt || !c.prompt[0]) == !c.prompt_ids || c.tokens <= 0) {
-        fprintf(stderr, "mode-exp sample: --prompt TEXT (not empty) or --prompt-ids I,J,..., "
-                        "and --tokens N (> 0), are needed\n%s", usage_sample);
+    /* the rule broken, by name */
+    const char *why = c.prompt && c.prompt_ids   ? "--prompt TEXT or --prompt-ids I,J,..., not both"
+                      : c.prompt && !c.prompt[0]   ? "--prompt TEXT: an empty prompt"
+                      : !c.prompt && !c.prompt_ids ? "--prompt TEXT or --prompt-ids I,J,... is needed"
+                      : c.tokens <= 0              ? "--tokens N (> 0) is needed"
+                                                   : NULL;
+    if (why) {
+        fprintf(stderr, "mode-exp sample: %s\n%s", why, usage_sample);
         free(c.over);
         return 2;
     }

@@ -55,6 +55,8 @@ not_said "run.steps=1000" "eval is told to set run.steps"
 expect 1 "layer 0 is 'dense', which takes no key 'capacity'" "$exe" eval $ck layer.0.capacity=0.5
 expect 1 "no layer of this model (dense, mod) reads \[moe\]" "$exe" sample $ck moe.top_k=2 \
 	--prompt a --tokens 2
+expect 2 "--prompt TEXT or --prompt-ids I,J,..., not both" "$exe" sample $ck --prompt a \
+	--prompt-ids 1 --tokens 2
 expect 2 "writes the table of --routing, --record or --dial" "$exe" eval $ck --csv t.csv
 [ -e t.csv ] && fail "eval --csv alone wrote t.csv"
 
