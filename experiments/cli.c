@@ -6,6 +6,7 @@
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/kernels/matmul.h"
+#include "core/util/names.h"
 #include "core/util/pool.h"
 #include "moe/kinds.h"
 
@@ -200,15 +201,11 @@ static int check_dial_key(const run_config *c, const char *over, char *err, int 
         const layer_kind *k = layer_kind_lookup(mode_schema.kinds, c->layers[l].kind);
         if (len > 0 && reads_section(k, over, len))
             return 0;
-        if (!strstr(kinds, k->name))
-            snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds), "%s%s",
-                     kinds[0] ? ", " : "", k->name);
+        names_add(kinds, sizeof(kinds), k->name);
         for (const kind_group *g = k->groups; g && g->group; g++) {
             char name[64];
             snprintf(name, sizeof(name), "[%s]", g->group->section);
-            if (!strstr(sections, name))
-                snprintf(sections + strlen(sections), sizeof(sections) - strlen(sections),
-                         "%s, ", name);
+            names_add(sections, sizeof(sections), name);
         }
     }
     if (kind_reads) {
@@ -223,7 +220,7 @@ static int check_dial_key(const run_config *c, const char *over, char *err, int 
                  "checkpoint's)", over, kinds);
     } else {
         snprintf(err, (size_t)err_len, "%s: eval and sample change only the kinds' keys: this "
-                 "model's layers (%s) read %sand [layer.N] for N in 0..%d (mode-exp --help-keys "
+                 "model's layers (%s) read %s and [layer.N] for N in 0..%d (mode-exp --help-keys "
                  "lists every kind's); [%.*s] is not one of them (the run's own keys are the "
                  "checkpoint's)", over, kinds, sections, c->n_layers - 1, (int)len, over);
     }

@@ -45,7 +45,7 @@ expect 0 "the dial of layer.1.capacity" "$exe" eval $ck --dial layer.1.capacity=
 expect 0 "layer 1 (mod): .* took the block" "$exe" sample $ck layer.1.capacity=0.5 --prompt ab --tokens 4
 expect 0 "loss" "$exe" eval $ck layer.3.mod.capacity=0.5 --windows 2
 # the run's own key: the rule names the sections this model's layers read
-expect 1 "change only the kinds' keys: this model's layers (dense, mod) read \[mod\], and \[layer.N\] for N in 0..3" \
+expect 1 "change only the kinds' keys: this model's layers (dense, mod) read \[mod\] and \[layer.N\] for N in 0..3" \
 	"$exe" eval $ck run.steps=3
 not_said "\[data\], \[model\]" "a refusal of eval lists sections eval refuses"
 expect 1 "\[layer.x\] is not one of them" "$exe" eval $ck layer.x.capacity=0.5
@@ -55,6 +55,10 @@ not_said "run.steps=1000" "eval is told to set run.steps"
 expect 1 "layer 0 is 'dense', which takes no key 'capacity'" "$exe" eval $ck layer.0.capacity=0.5
 expect 1 "no layer of this model (dense, mod) reads \[moe\]" "$exe" sample $ck moe.top_k=2 \
 	--prompt a --tokens 2
+# a model's kinds, each named (mod after tcmod was left out: "(tcmod)")
+"$exe" "$config" run.out=tc 'model.layers=tcmod, mod' run.steps=2 --quiet || fail "training tcmod, mod"
+expect 1 "no layer of this model (tcmod, mod) reads \[moe\]" "$exe" eval tc/tiny/ckpt.h5 moe.top_k=2
+expect 2 "no layer of this model (tcmod, mod) takes it" "$exe" eval tc/tiny/ckpt.h5 --routing noop-all
 expect 2 "--prompt TEXT or --prompt-ids I,J,..., not both" "$exe" sample $ck --prompt a \
 	--prompt-ids 1 --tokens 2
 expect 2 "writes the table of --routing, --record or --dial" "$exe" eval $ck --csv t.csv
