@@ -52,9 +52,9 @@ static const an_command commands[] = {
       "Writes heatmap_step<N>_seq<I>.png, 10 px per position.\n",
       "RUN.h5 [--step N] [--seq I]", 1, 1, OPT_STEP | OPT_SEQ, cmd_heatmap },
     { "weights", "router weight histograms, first and last recorded step",
-      "Histograms of the router weights sigmoid(r) of every routed layer (mod,\n"
-      "staged) over the recorded sequences: the first recorded step against the\n"
-      "last. Writes weights.png.\n",
+      "Histograms of the router weights sigmoid(r) of every layer that records its\n"
+      "router's scores (mod, staged, tcmod, mor) over the recorded sequences: the\n"
+      "first recorded step against the last. Writes weights.png.\n",
       "RUN.h5", 1, 1, 0, cmd_weights },
     { "curves", "held-out loss against FLOPs, wall time and steps, per group",
       "Held-out loss (top-k routing solid, the causal rule dashed) against training\n"
@@ -129,8 +129,11 @@ static const an_command commands[] = {
       "log10 N*). Also the loss against the FLOPs of a forward pass relative to\n"
       "the best dense size of the budget (MoD paper, Fig. 4). A run's kind is the\n"
       "end of its name iso-<budget>-<size>-<kind>[-s<seed>], else its layer\n"
-      "pattern. Incomplete runs are left out. Prints the frontier and writes\n"
-      "isoflop.md, isoflop.csv, isoflop_runs.csv and isoflop.png.\n"
+      "pattern. Incomplete runs are left out. With two budgets or more, also the\n"
+      "parametric law L(N, D) of Hoffmann et al. per kind and the optima it gives.\n"
+      "Prints the frontier and the laws and writes isoflop.md, isoflop.csv,\n"
+      "isoflop_runs.csv, isoflop_law.csv, isoflop_law_curve.csv and isoflop.png\n"
+      "(and isoflop_law.png when a law was fitted), into SWEEP_DIR by default.\n"
       "  --fit-sizes N|all  how many sizes around the best one the parabola goes\n"
       "                     through (at least 3; default 5); all: every size\n",
       "SWEEP_DIR [--fit-sizes N|all]", 1, 1, OPT_FIT, cmd_isoflop },
@@ -185,9 +188,10 @@ static const an_command commands[] = {
       "(images as data URIs) with the runs and their state, and grouped by\n"
       "replicates: compare, a sweep figure for every numeric key that varies,\n"
       "curves, isoflop when runs have training-FLOP budgets, and for every routed\n"
-      "group the heatmap and router weights of its first replicate and the token\n"
-      "classes over all of them. The figures and tables themselves go beside it\n"
-      "into report/.\n"
+      "group the heatmap, router weights, routing analytics and compute per token\n"
+      "of its first replicate and the token classes over all of them, with its\n"
+      "resolved config. The figures and tables themselves go beside it into\n"
+      "report/.\n"
       "  --baseline GROUP   as for compare\n"
       "  --ladder DIR       as for compare\n",
       "DIR [--baseline GROUP] [--ladder DIR]", 1, 1, OPT_BASELINE | OPT_LADDER, cmd_report },
@@ -196,7 +200,7 @@ enum { N_COMMANDS = (int)(sizeof(commands) / sizeof(commands[0])) };
 
 static void usage_main(FILE *f)
 {
-    fprintf(f, "usage: mode-analyze COMMAND RUN.h5 ... [--out DIR] [--svg]\n\n");
+    fprintf(f, "usage: mode-analyze COMMAND FILE|DIR ... [--out DIR] [--svg]\n\n");
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n`mode-analyze COMMAND --help` tells more. Exit status: 0, 1 for bad input,\n"
@@ -206,8 +210,14 @@ static void usage_main(FILE *f)
 static void usage_cmd(FILE *f, const an_command *c)
 {
     fprintf(f, "usage: mode-analyze %s %s [--out DIR] [--svg]\n\n%s", c->name, c->args, c->usage);
-    fprintf(f, "  --out DIR  output folder (default: the run file's folder)\n"
-               "  --svg      write an SVG beside every PNG\n");
+    /* where an_out_path writes without --out (report and isoflop: their folder) */
+    const char *out = c->run == cmd_report    ? "DIR"
+                      : c->run == cmd_isoflop ? "SWEEP_DIR"
+                      : c->max_files == 1     ? "the file's folder"
+                                              : "the first file's folder; a folder given stands "
+                                                "for its run files";
+    fprintf(f, "  --out DIR  output folder (default: %s)\n"
+               "  --svg      write an SVG beside every PNG\n", out);
 }
 
 static const char *opt_value(int argc, char **argv, int *i, const char *opt, bool *missing)
@@ -348,8 +358,8 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
             return an_fail(a, EXIT_USAGE, "unknown option %s (see mode-analyze %s --help)",
                            argv[i], c->name);
         } else if (l->n == c->max_files) {
-            return an_fail(a, EXIT_USAGE, "%s: too many run files (at most %d)", argv[i],
-                           c->max_files);
+            return an_fail(a, EXIT_USAGE, "%s: one file too many: %s takes at most %d (%s)",
+                           argv[i], c->name, c->max_files, c->args);
         } else if (c->max_files > 1 && !stat(argv[i], &st) && S_ISDIR(st.st_mode)) {
             if (add_folder(a, l, argv[i]))
                 return EXIT_BAD_INPUT;
@@ -360,7 +370,9 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
     a->files = l->files;
     a->n_files = l->n;
     if (a->n_files < c->min_files)
-        return an_fail(a, EXIT_USAGE, "no run file given (see mode-analyze %s --help)", c->name);
+        return an_fail(a, EXIT_USAGE, "%d file%s given, %s takes at least %d (%s; see "
+                       "mode-analyze %s --help)", a->n_files, a->n_files == 1 ? "" : "s",
+                       c->name, c->min_files, c->args, c->name);
     if (a->all_steps && a->step >= 0)
         return an_fail(a, EXIT_USAGE, "--step and --all-steps exclude each other");
     if ((c->options & OPT_KEY) && !a->key)

@@ -36,7 +36,9 @@ typedef struct report {
     char (*folders)[160];    /* [groups]: each group's figures' sub-folder */
     char (*sweep_keys)[RUN_KEY_LEN];
     int n_sweeps, failed;
+    int n_curves;            /* runs drawn by curves (their groups evaluated in every replicate) */
     bool isoflop;
+    struct timespec since;   /* when this report began, by the file system's clock */
 } report;
 
 /* ---- collecting ----------------------------------------------------------- */
@@ -154,7 +156,46 @@ static int make_dir(const an_args *a, const char *dir)
     return 0;
 }
 
+/* The file system's time now (a stamp file's mtime), so that an asset can
+ * be told from one an earlier report left in report/. */
+static int stamp_time(const an_args *a, const char *dir, struct timespec *t)
+{
+    char path[RUN_PATH_LEN + 16];
+    snprintf(path, sizeof(path), "%s/.stamp", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    struct stat st;
+    int rc = fd < 0 || fstat(fd, &st) ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    if (rc)
+        return an_fail(a, EXIT_BAD_INPUT, "%s: cannot write in it (%s)", dir, strerror(-rc));
+    *t = st.st_mtim;
+    return 0;
+}
+
 /* ---- the page ------------------------------------------------------------------ */
+
+/* Whether this report wrote path: the page shows what its analyses made, not
+ * a figure or table an earlier report left under the same name. */
+static bool fresh(const report *rp, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode))
+        return false;
+    return st.st_mtim.tv_sec > rp->since.tv_sec ||
+           (st.st_mtim.tv_sec == rp->since.tv_sec && st.st_mtim.tv_nsec >= rp->since.tv_nsec);
+}
+
+static bool image(const report *rp, FILE *f, const char *path, const char *alt)
+{
+    return fresh(rp, path) && html_image(f, path, alt);
+}
+
+static bool markdown(const report *rp, FILE *f, const char *path)
+{
+    return fresh(rp, path) && html_markdown(f, path);
+}
 
 static void asset(char *buf, size_t len, const report *rp, const char *sub, const char *file)
 {
@@ -243,30 +284,30 @@ static void write_group(FILE *f, const report *rp, int j)
         fprintf(f, ", at step %ld:</p>\n", r->heat_step);
         snprintf(file, sizeof(file), "heatmap_step%ld_seq0.png", r->heat_step);
         asset(path, sizeof(path), rp, rp->folders[j], file);
-        if (!html_image(f, path, "routing heatmap"))
+        if (!image(rp, f, path, "routing heatmap"))
             html_note(f, "heatmap failed (see its message)");
         asset(path, sizeof(path), rp, rp->folders[j], "weights.png");
-        if (r->scores && !html_image(f, path, "router weights"))
+        if (r->scores && !image(rp, f, path, "router weights"))
             html_note(f, "weights failed (see its message)");
         asset(path, sizeof(path), rp, rp->folders[j], "tokens.png");
-        if (r->labels && !html_image(f, path, "take rate per token class"))
+        if (r->labels && !image(rp, f, path, "take rate per token class"))
             html_note(f, "tokens failed (see its message)");
         asset(path, sizeof(path), rp, rp->folders[j], "routing.png");
-        if (!html_image(f, path, "routing analytics"))
+        if (!image(rp, f, path, "routing analytics"))
             html_note(f, "routing analytics failed (see its message)");
         asset(path, sizeof(path), rp, rp->folders[j], "routing.md");
-        if (access(path, R_OK) == 0) {
+        if (fresh(rp, path)) {
             fputs("<details><summary>routing analytics (tables)</summary>\n", f);
-            html_markdown(f, path);
+            markdown(rp, f, path);
             fputs("</details>\n", f);
         }
         asset(path, sizeof(path), rp, rp->folders[j], "depth.png");
-        if (!html_image(f, path, "compute per token"))
+        if (!image(rp, f, path, "compute per token"))
             html_note(f, "compute per token failed (see its message)");
         asset(path, sizeof(path), rp, rp->folders[j], "tokens.md");
-        if (r->labels && access(path, R_OK) == 0) {
+        if (r->labels && fresh(rp, path)) {
             fputs("<details><summary>token classes and positions (tables)</summary>\n", f);
-            html_markdown(f, path);
+            markdown(rp, f, path);
             fputs("</details>\n", f);
         }
     } else {
@@ -297,7 +338,7 @@ static void write_html(FILE *f, const report *rp)
 
     fputs("<h2 id=\"compare\">Compare</h2>\n", f);
     asset(path, sizeof(path), rp, NULL, "compare.md");
-    if (!html_markdown(f, path))
+    if (!markdown(rp, f, path))
         html_note(f, "compare failed (see its message)");
     if (rp->n_sweeps)
         fputs("<h2 id=\"sweep\">Held-out loss against the swept keys</h2>\n", f);
@@ -305,29 +346,31 @@ static void write_html(FILE *f, const report *rp)
         char file[RUN_KEY_LEN + 16];
         snprintf(file, sizeof(file), "sweep_%s.png", rp->sweep_keys[k]);
         asset(path, sizeof(path), rp, NULL, file);
-        if (!html_image(f, path, rp->sweep_keys[k]))
+        if (!image(rp, f, path, rp->sweep_keys[k]))
             html_note(f, "a sweep figure failed (see its message)");
         snprintf(file, sizeof(file), "sweep_%s.md", rp->sweep_keys[k]);
         asset(path, sizeof(path), rp, NULL, file);
-        if (access(path, R_OK) == 0) {
+        if (fresh(rp, path)) {
             fputs("<details><summary>the table</summary>\n", f);
-            html_markdown(f, path);
+            markdown(rp, f, path);
             fputs("</details>\n", f);
         }
     }
     fputs("<h2 id=\"curves\">Held-out loss</h2>\n", f);
     asset(path, sizeof(path), rp, NULL, "curves.png");
-    if (!html_image(f, path, "held-out loss curves"))
-        html_note(f, "no curves: no run has a held-out evaluation yet");
+    if (!rp->n_curves) /* nothing drawn: an earlier report's figure is not this one */
+        html_note(f, "no curves: no group has a held-out evaluation in every replicate yet");
+    else if (!image(rp, f, path, "held-out loss curves"))
+        html_note(f, "curves failed (see its message)");
     if (rp->isoflop) {
         fputs("<h2 id=\"isoflop\">isoFLOP analysis</h2>\n", f);
         asset(path, sizeof(path), rp, NULL, "isoflop.png");
-        if (!html_image(f, path, "isoFLOP analysis"))
+        if (!image(rp, f, path, "isoFLOP analysis"))
             html_note(f, "isoflop failed (see its message)");
         asset(path, sizeof(path), rp, NULL, "isoflop_law.png");
-        html_image(f, path, "compute-optimal size and loss by both approaches");
+        image(rp, f, path, "compute-optimal size and loss by both approaches");
         asset(path, sizeof(path), rp, NULL, "isoflop.md");
-        html_markdown(f, path);
+        markdown(rp, f, path);
     }
     for (int j = 0; j < rp->rs.g.n_groups; j++)
         write_group(f, rp, j);
@@ -391,7 +434,7 @@ int cmd_report(const an_args *a)
         folder_name(rp.rs.g.groups[j].name, rp.folders[j], (int)sizeof(rp.folders[j]));
     snprintf(out_dir, sizeof(out_dir), "%s", a->out ? a->out : rp.dir);
     snprintf(rp.assets, sizeof(rp.assets), "%s/report", out_dir);
-    if (make_dir(a, out_dir) || make_dir(a, rp.assets))
+    if (make_dir(a, out_dir) || make_dir(a, rp.assets) || stamp_time(a, rp.assets, &rp.since))
         goto done;
     for (int i = 0; i < n; i++)
         files[i] = rp.rs.runs[i].path;
@@ -408,6 +451,7 @@ int cmd_report(const an_args *a)
             if (all)
                 files[n_curves++] = rp.rs.runs[i].path;
         }
+    rp.n_curves = n_curves;
     if (n_curves)
         sub_command(&rp, a, cmd_curves, "curves", files, n_curves, rp.assets, NULL);
     if (rp.isoflop)

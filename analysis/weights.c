@@ -133,8 +133,8 @@ int cmd_weights(const an_args *a)
         free_layer_record(&late);
     }
     if (f.n == 0) {
-        an_fail(a, rc, "%s: no router scores recorded (layers = %s: no mod or staged layer)",
-                ri->path, ri->cfg.layers_text);
+        an_fail(a, rc, "%s: no router scores recorded (layers = %s: no layer of a kind that "
+                "records them: mod, staged, tcmod, mor)", ri->path, ri->cfg.layers_text);
         goto done;
     }
     f.cols = f.n < WT_MAX_COLS ? f.n : WT_MAX_COLS;

@@ -6,6 +6,7 @@
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/kernels/matmul.h"
+#include "core/util/names.h"
 #include "core/util/pool.h"
 #include "moe/kinds.h"
 
@@ -182,49 +183,47 @@ static bool reads_section(const layer_kind *k, const char *over, size_t len)
     return false;
 }
 
-/* The length of an override's section; is_layer: [layer.N]. */
-static size_t section_len(const char *over, bool *is_layer)
+/* An override of eval and sample (the compute dial) must be a key of a
+ * section that a layer of this model reads, or of one of its [layer.N]
+ * (whose index and key the config checks); else err says which rule it
+ * breaks: no section, the run's own or an unknown one (the kinds' sections
+ * this model reads are listed), or a kind's that no layer here reads. */
+static int check_dial_key(const run_config *c, const char *over, char *err, int err_len)
 {
-    const char *dot = strchr(over, '.');
-    size_t len = dot ? (size_t)(dot - over) : strlen(over);
-    *is_layer = len > 6 && !strncmp(over, "layer.", 6);
-    return len;
-}
-
-/* Whether an override's section is a kind's: [layer.N], or a group that a
- * kind of the schema reads. */
-static bool kind_section(const char *over)
-{
-    bool is_layer;
-    size_t len = section_len(over, &is_layer);
-    if (is_layer)
-        return true;
-    for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
-        if (reads_section(*k, over, len))
-            return true;
-    return false;
-}
-
-/* Whether a layer of the model reads the override's section ([layer.N]
- * the config checks itself); else err names the model's kinds: a dial no
- * layer reads would change nothing. */
-static int read_by_model(const run_config *c, const char *over, char *err, int err_len)
-{
-    bool is_layer;
-    size_t len = section_len(over, &is_layer);
-    if (is_layer)
+    size_t len;
+    if (config_override_split(over, &len) >= 0)
         return 0;
-    char kinds[256] = "";
+    char kinds[256] = "", sections[256] = "";
+    bool kind_reads = false;
+    for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
+        kind_reads = kind_reads || (len > 0 && reads_section(*k, over, len));
     for (int l = 0; l < c->n_layers; l++) {
         const layer_kind *k = layer_kind_lookup(mode_schema.kinds, c->layers[l].kind);
-        if (reads_section(k, over, len))
+        if (len > 0 && reads_section(k, over, len))
             return 0;
-        if (!strstr(kinds, k->name))
-            snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds), "%s%s",
-                     kinds[0] ? ", " : "", k->name);
+        names_add(kinds, sizeof(kinds), k->name);
+        for (const kind_group *g = k->groups; g && g->group; g++) {
+            char name[64];
+            snprintf(name, sizeof(name), "[%s]", g->group->section);
+            names_add(sections, sizeof(sections), name);
+        }
     }
-    snprintf(err, (size_t)err_len, "%s: no layer of this model (%s) reads [%.*s], so it would "
-             "change nothing", over, kinds, (int)len, over);
+    if (kind_reads) {
+        snprintf(err, (size_t)err_len, "%s: no layer of this model (%s) reads [%.*s], so it "
+                 "would change nothing", over, kinds, (int)len, over);
+    } else if (len == 0) {
+        snprintf(err, (size_t)err_len, "%s: expected section.key=value, a kind's key such as "
+                 "mod.capacity=0.25 or layer.1.capacity=0.25", over);
+    } else if (!sections[0]) {
+        snprintf(err, (size_t)err_len, "%s: eval and sample change only the kinds' keys, and "
+                 "this model's layers (%s) take none (the run's own keys are the "
+                 "checkpoint's)", over, kinds);
+    } else {
+        snprintf(err, (size_t)err_len, "%s: eval and sample change only the kinds' keys: this "
+                 "model's layers (%s) read %s and [layer.N] for N in 0..%d (mode-exp --help-keys "
+                 "lists every kind's); [%.*s] is not one of them (the run's own keys are the "
+                 "checkpoint's)", over, kinds, sections, c->n_layers - 1, (int)len, over);
+    }
     return -EINVAL;
 }
 
@@ -270,14 +269,7 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
         rc = config_load_string(cfg, meta.config, label, 0, NULL, &mode_schema, 0, err,
                                 err_len);
     for (int i = 0; !rc && i < n_over; i++)
-        if (!kind_section(over[i])) {
-            snprintf(err, (size_t)err_len, "%s: eval and sample change only the kinds' keys "
-                     "(mode-exp --help-keys: the sections a kind reads, or [layer.N]); the "
-                     "run's own keys are the checkpoint's", over[i]);
-            rc = -EINVAL;
-        }
-    for (int i = 0; !rc && i < n_over; i++)
-        rc = read_by_model(cfg, over[i], err, err_len);
+        rc = check_dial_key(cfg, over[i], err, err_len);
     if (!rc && n_over > 0) {
         run_config *dialled = malloc(sizeof(*dialled));
         rc = dialled ? config_load_string(dialled, meta.config, label, n_over, over,

@@ -42,9 +42,10 @@ int choose_threads(const cli *c, mode_ctx *ctx);
 /* A checkpoint's config and parameters in a model for nseq sequences; with
  * sharded each rank holds its share of the experts, else all of them.
  * over[0..n_over): "section.key=value" overrides of the kinds' keys (the
- * compute dial: capacities, top_k, capacity factors, routers), checked as
- * a config's are; a key of [run], [data], [model] or [optim], or one that
- * changes a layer's tensors, is refused.  Collective. */
+ * compute dial: capacities, top_k, capacity factors, the causal rule's
+ * settings; layer.N.key for one layer), checked as a config's are; a key of
+ * [run], [data], [model] or [optim] or of a section no layer reads, or one
+ * that changes a layer's tensors, is refused naming the rule.  Collective. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
                           bool sharded, int n_over, char *const *over, char *err, int err_len);
 

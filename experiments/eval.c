@@ -30,8 +30,9 @@ static const char usage_eval[] =
     "  (window w = tokens [w*S, w*S+S]).\n"
     "  section.key=value  a kind's key changed for this evaluation (the compute dial:\n"
     "                 mod.capacity=0.25, moe.capacity_factor=0, moe.top_k=2, layer.3.capacity=..);\n"
-    "                 checked as in a config; keys that change tensors, or the run's own\n"
-    "                 ([run], [data], [model], [optim]), are refused\n"
+    "                 checked as in a config; keys that change tensors, the run's own\n"
+    "                 ([run], [data], [model], [optim]) and those of a section no layer of\n"
+    "                 the model reads are refused\n"
     "  --data PATH    a .txt, .bin or .u32 file: its windows, from the start of the file;\n"
     "                 brown or synthetic: the held-out split (default: the run's\n"
     "                 data.val_source, else the held-out split of its data.source)\n"
@@ -47,7 +48,8 @@ static const char usage_eval[] =
     "                 records), noop-none / noop-all (integrated: the no-op never / always)\n"
     "  --routing-layers L  only in layers L (\"1,3\"; default: every layer that takes it)\n"
     "  --record FILE  write the learned decisions, tokens and labels of every window\n"
-    "  --csv FILE     write the table (policies, and per token class) as CSV\n"
+    "  --csv FILE     with --routing, --record or --dial: write its table as CSV\n"
+    "                 (policies, and per token class; or the dial's rows)\n"
     "  --dial KEY=V1,V2,...  evaluate once for each value of one kind's key; with --csv the\n"
     "                 rows for mode-analyze dial\n"
     "  The loss is the mean over windows of each window's mean loss, with its standard\n"
@@ -462,6 +464,12 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         free(c.over);
         return 2;
     }
+    if (c.csv && !c.routing && !c.record && !c.dial) {
+        fprintf(stderr, "mode-exp eval: --csv %s writes the table of --routing, --record or "
+                        "--dial: give one (the plain evaluation's line is --json's)\n", c.csv);
+        free(c.over);
+        return 2;
+    }
     if (c.dial && (c.routing || c.record)) {
         fprintf(stderr, "mode-exp eval: --dial evaluates learned routing at each setting: it "
                         "goes with neither --routing nor --record\n");
@@ -473,8 +481,8 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     model *m = NULL;
     dataset *d = NULL;
     run_config cfg;
-    /* the checkpoint with the overrides; under --dial, its first value too, so
-     * that a bad key is refused before any evaluation */
+    /* the checkpoint with the overrides (a bad key of --dial is refused at its
+     * first value, before any evaluation) */
     int rc = load_model(ctx, &c, c.n_over, c.over, &cfg, &m, err, sizeof(err));
     char tpath[MODE_PATH_MAX] = "";
     if (!rc)

@@ -37,8 +37,9 @@ static const char usage_main[] =
     "       mode-exp bench CONFIG.ini [section.key=value ...] [--steps N] [--json]\n"
     "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
     "       mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P]  memory per rank\n"
+    "       mode-exp tokenize TEXT OUT --vocab V [options]            a SentencePiece tokenizer\n"
     "       mode-exp --version                                        build, libraries, kernels\n"
-    "       mode-exp --help-keys [--markdown]                         every kind's keys\n"
+    "       mode-exp --help-keys [--markdown]                         the declared keys\n"
     "\n"
     "Training options:\n"
     "  --resume       continue the run in <run.out>/<run.name>/ from its checkpoint\n"
@@ -53,7 +54,8 @@ static const char usage_main[] =
     "                 units drawn afresh (Drop-Upcycling); docs/upcycling.md\n"
     "  --quiet        print nothing but errors\n"
     "  --jsonl        one JSON object per logged step instead of text\n"
-    "  --threads N    threads per rank (default: cores / ranks on the node)\n"
+    "  --threads N    threads per rank (default: $OPENBLAS_NUM_THREADS, else cores /\n"
+    "                 ranks on the node); eval, sample, bench and sweep take it too\n"
     "  --max-steps N  stop after N steps of this invocation (with a checkpoint);\n"
     "                 --resume goes on exactly as an uninterrupted run would\n"
     "  --help         this text\n"
@@ -80,14 +82,16 @@ static void print_log(const train_log *l, void *user)
         json_line j = json_begin(stdout, ",");
         json_int(&j, "step", l->step);
         json_int(&j, "total", l->total);
-        json_num(&j, "loss", 6, l->loss);
-        json_num(&j, "ce", 6, l->ce);
-        json_num(&j, "aux", 6, l->aux);
-        json_num(&j, "lr", 6, l->lr);
-        json_num(&j, "grad_norm", 6, l->grad_norm);
-        json_fixed(&j, "tokens_per_s", 1, l->tokens_per_s);
-        json_fixed(&j, "gflops", 2, l->gflops);
-        json_fixed(&j, "eta_s", 1, l->eta_s);
+        if (!l->eval_late) { /* a late evaluation's step had its line before the stop */
+            json_num(&j, "loss", 6, l->loss);
+            json_num(&j, "ce", 6, l->ce);
+            json_num(&j, "aux", 6, l->aux);
+            json_num(&j, "lr", 6, l->lr);
+            json_num(&j, "grad_norm", 6, l->grad_norm);
+            json_fixed(&j, "tokens_per_s", 1, l->tokens_per_s);
+            json_fixed(&j, "gflops", 2, l->gflops);
+            json_fixed(&j, "eta_s", 1, l->eta_s);
+        }
         json_fixed(&j, "wall_s", 2, l->wall_s);
         if (l->has_eval) {
             json_num(&j, "eval_topk", 6, l->eval_topk);
@@ -100,8 +104,10 @@ static void print_log(const train_log *l, void *user)
     } else {
         char eta[32];
         mode_format_duration(eta, sizeof(eta), l->eta_s);
-        printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  ETA %s\n",
-               l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s, l->gflops, eta);
+        if (!l->eval_late)
+            printf("step %6ld/%ld  loss %.4f  lr %.2e  |g| %.3f  %7.0f tok/s  %6.1f GFLOP/s  "
+                   "ETA %s\n", l->step, l->total, l->loss, l->lr, l->grad_norm, l->tokens_per_s,
+                   l->gflops, eta);
         if (l->has_eval) {
             char bpb[48] = "";
             if (isfinite(l->eval_bpb))

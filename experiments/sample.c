@@ -18,7 +18,7 @@
 static const char usage_sample[] =
     "usage: mode-exp sample CKPT [section.key=value ...] (--prompt TEXT | --prompt-ids I,J,...)\n"
     "                       --tokens N [--temperature T] [--top-k K] [--seed S] [--ids]\n"
-    "                       [--routing POLICY [--routing-layers L]]\n"
+    "                       [--routing POLICY [--routing-layers L]] [--bench R]\n"
     "  Generate N tokens after the prompt with a KV cache per layer.  Routed layers\n"
     "  decide per token by the causal rule (MODEL.md); a token that skips a layer costs\n"
     "  nothing there and adds no K/V to its cache.  Prints the text, then per routed\n"
@@ -30,17 +30,19 @@ static const char usage_sample[] =
     "                   by the run's tokenizer for subword models (data.tokenizer)\n"
     "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
     "  --bench R        then the decode benchmark: R more sequences from the prompt, each\n"
-    "                   to --tokens or the context's end, timed (tokens/s, ms a token,\n"
-    "                   the routed layers' shares); batch 1\n"
+    "                   of --tokens tokens, timed (tokens/s, ms a token, the routed\n"
+    "                   layers' shares); batch 1\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
-    "                   only output of models whose vocabulary is not bytes\n"
+    "                   only output of a model whose vocabulary is not bytes and whose\n"
+    "                   run had no tokenizer (data.tokenizer)\n"
     "  section.key=value  a kind's key changed for sampling (mod.capacity=0.25, ...), as\n"
     "                   for eval (docs/instruments.md, the compute dial)\n"
     "  --routing P      counterfactual decisions while decoding: random (depth routing:\n"
     "                   each token takes the block with probability capacity; experts: a\n"
     "                   random real expert), noop-none, noop-all (integrated); --seed keys\n"
     "                   the draws; --routing-layers L only in layers L\n"
-    "  Generation stops at the model's sequence length.\n";
+    "  Generation goes on past the model's sequence length S: each layer then attends\n"
+    "  to the last S positions (a sliding window), and the output says so.\n";
 
 /* Next token from logits[V]: greedy at temperature 0, else softmax(l / T)
  * over the top_k most likely (all when top_k <= 0), drawn with PCG32. */
@@ -138,9 +140,14 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     cli c;
     if (parse_cli(&c, argc - 2, argv + 2, usage_sample))
         return 2;
-    if ((!c.prompt || !c.prompt[0]) == !c.prompt_ids || c.tokens <= 0) {
-        fprintf(stderr, "mode-exp sample: --prompt TEXT (not empty) or --prompt-ids I,J,..., "
-                        "and --tokens N (> 0), are needed\n%s", usage_sample);
+    /* the rule broken, by name */
+    const char *why = c.prompt && c.prompt_ids   ? "--prompt TEXT or --prompt-ids I,J,..., not both"
+                      : c.prompt && !c.prompt[0]   ? "--prompt TEXT: an empty prompt"
+                      : !c.prompt && !c.prompt_ids ? "--prompt TEXT or --prompt-ids I,J,... is needed"
+                      : c.tokens <= 0              ? "--tokens N (> 0) is needed"
+                                                   : NULL;
+    if (why) {
+        fprintf(stderr, "mode-exp sample: %s\n%s", why, usage_sample);
         free(c.over);
         return 2;
     }
@@ -229,8 +236,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         }
     }
     if (!rc && plen + c.tokens > (1L << 30)) {
-        snprintf(err, sizeof(err), "prompt of %ld tokens and --tokens %ld: too long", plen,
-                 c.tokens);
+        snprintf(err, sizeof(err), "prompt of %ld tokens and --tokens %ld: expected at most "
+                 "%ld positions in all", plen, c.tokens, 1L << 30);
         rc = -EINVAL;
     }
     routing_cli rt;

@@ -42,7 +42,8 @@ static const char usage_sweep[] =
     "  --dry-run    list the runs, their planned steps and what would happen to each\n"
     "  --progress   print the training progress of every run\n"
     "  --no-report  do not run mode-analyze report at the end\n"
-    "  --threads N  threads per rank (default: cores / ranks on the node)\n";
+    "  --threads N  threads per rank (default: $OPENBLAS_NUM_THREADS, else cores / ranks\n"
+    "               on the node)\n";
 
 typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
 static const char *const action_names[] = { "train", "resume", "complete" };
@@ -82,9 +83,9 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             char *end = NULL;
             long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || t < 1 || t > 4096) {
-                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer\n",
-                        i + 1 < argc ? argv[i + 1] : "(missing)");
+            if (i + 1 >= argc || *end || t < 1 || t > CLI_MAX_THREADS) {
+                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer up "
+                        "to %d\n", i + 1 < argc ? argv[i + 1] : "(missing)", CLI_MAX_THREADS);
                 return -EINVAL;
             }
             o->threads = (int)t;
@@ -312,8 +313,9 @@ typedef struct progress {
 static void print_progress(const train_log *l, void *user)
 {
     const progress *pr = user;
-    printf("  %s step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", pr->name, l->step, l->total,
-           l->loss, l->lr, l->tokens_per_s);
+    if (!l->eval_late) /* a late evaluation's step had its line before the stop */
+        printf("  %s step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s\n", pr->name, l->step,
+               l->total, l->loss, l->lr, l->tokens_per_s);
     if (l->has_eval)
         printf("  %s eval %ld  held-out loss: topk %.4f  causal %.4f\n", pr->name, l->step,
                l->eval_topk, l->eval_causal);

@@ -427,6 +427,31 @@ static void test_overrides_win(void **state)
     assert_true(tmod_of(&c.layers[0])->capacity == 0.5);
 }
 
+/* One split rule for an override's section (the config's and eval's dial):
+ * a layer's section is layer.N, whose key may name a section of its own. */
+static void test_override_split(void **state)
+{
+    size_t n;
+    assert_int_equal(config_override_split("layer.3.capacity=0.5", &n), 3);
+    assert_int_equal(n, 7);
+    assert_int_equal(config_override_split("layer.12.moe.router=hash", &n), 12);
+    assert_int_equal(n, 8);
+    assert_int_equal(config_override_split("mod.capacity=0.5", &n), -1);
+    assert_int_equal(n, 3);
+    assert_int_equal(config_override_split("layer.x.capacity=1", &n), -1);
+    assert_int_equal(n, 7); /* "layer.x": no [layer.N], refused as a section */
+    assert_int_equal(config_override_split("capacity=0.5", &n), -1);
+    assert_int_equal(n, 0);
+    assert_int_equal(config_override_split("layer.3=1", &n), -1);
+    assert_int_equal(n, 5);
+    /* on the command line as in a file: [layer.1] mod.capacity = 0.75 */
+    run_config c;
+    char *over[] = { (char[]){ "layer.1.mod.capacity=0.75" } };
+    load_ok(&c, "[model]\nlayers = routed x 2\n", 1, over);
+    assert_true(tmod_of(&c.layers[1])->capacity == 0.75);
+    assert_true(tmod_of(&c.layers[0])->capacity == 0.125);
+}
+
 static void test_sources(void **state)
 {
     run_config c;
@@ -648,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_layer_table),
         cmocka_unit_test(test_layer_override),
         cmocka_unit_test(test_overrides_win),
+        cmocka_unit_test(test_override_split),
         cmocka_unit_test(test_sources),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_same_as),

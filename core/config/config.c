@@ -559,23 +559,41 @@ char *config_trim(char *s)
     return s;
 }
 
-/* "section.key=value"; the section may hold a dot itself ("layer.3"), so the
- * key starts after the last dot before the '='. */
+int config_override_split(const char *over, size_t *sec_len)
+{
+    const char *eq = strchr(over, '=');
+    size_t n = eq ? (size_t)(eq - over) : strlen(over);
+    size_t digits = n > 6 && !strncmp(over, "layer.", 6) ? strspn(over + 6, "0123456789") : 0;
+    if (digits >= 1 && digits <= 9 && 6 + digits < n && over[6 + digits] == '.') {
+        *sec_len = 6 + digits;
+        return (int)strtol(over + 6, NULL, 10);
+    }
+    *sec_len = 0;
+    for (size_t i = n; i-- > 0;)
+        if (over[i] == '.') {
+            *sec_len = i;
+            break;
+        }
+    return -1;
+}
+
+/* "section.key=value", split by config_override_split. */
 static int apply_override(loader *L, const char *arg)
 {
     char *s = strdup(arg);
     if (!s)
         return -ENOMEM;
-    char *eq = strchr(s, '='), *dot = NULL;
-    if (eq) {
+    char *eq = strchr(s, '=');
+    size_t sec_len;
+    config_override_split(s, &sec_len);
+    bool split = eq && sec_len > 0;
+    if (split) {
         *eq = '\0';
-        dot = strrchr(s, '.');
+        s[sec_len] = '\0';
     }
-    if (dot)
-        *dot = '\0';
-    char *sec = config_trim(s), *key = dot ? config_trim(dot + 1) : sec;
+    char *sec = config_trim(s), *key = split ? config_trim(s + sec_len + 1) : sec;
     int rc;
-    if (!eq || !dot || !*sec || !*key)
+    if (!split || !*sec || !*key)
         rc = fail_line(L, 0, "%s: expected section.key=value, such as run.steps=1000", arg);
     else
         rc = set_value(L, sec, key, config_trim(eq + 1), ORIGIN_CMDLINE);

@@ -117,6 +117,15 @@ int config_describe_keys(FILE *f, const config_schema *schema, bool markdown);
  * reader, overrides and sweep files read keys and values. */
 char *config_trim(char *s);
 
+/* Where an override "section.key=value" splits, as config_load reads it:
+ * the section is over's first *sec_len characters, the key follows the dot
+ * after them.  A layer's section is "layer.N", whose key may name a section
+ * of its own ("layer.2.moe.router", as `[layer.2] moe.router` in a file);
+ * any other section ends at the last dot before the '='.  Returns N for a
+ * [layer.N] override, else -1; *sec_len is 0 when over has no dot before
+ * its '=' (no section). */
+int config_override_split(const char *over, size_t *sec_len);
+
 /* The model sizes the config describes. */
 model_dims config_dims(const run_config *c);
 

@@ -4,6 +4,7 @@
 #include "core/comm/comm.h"
 #include "core/io/runfile.h"
 #include "core/train/trainer.h"
+#include "core/util/names.h"
 #include "core/util/signals.h"
 #include "core/util/student.h"
 
@@ -22,9 +23,7 @@ int route_check(const model *m, int policy, const unsigned char *layers, bool de
     for (int l = 0; l < m->dims.n_layers; l++) {
         const layer *ly = &m->layers[l];
         unsigned mask = decoding ? ly->ops->decode_routes : ly->ops->routes;
-        if (!strstr(kinds, ly->kind->name))
-            snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds), "%s%s",
-                     kinds[0] ? ", " : "", ly->kind->name);
+        names_add(kinds, sizeof(kinds), ly->kind->name);
         if (layers && !layers[l])
             continue;
         if (mask & (1u << policy)) {

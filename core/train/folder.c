@@ -54,9 +54,12 @@ int check_folder(const trainer *t, const trainer_opts *o, char *err, int err_len
     char records[MODE_PATH_MAX + 128];
     snprintf(records, sizeof(records), "%s/records", t->dir);
     bool ckpt = !stat(t->ckpt_h5, &st), run = !stat(t->run_h5, &st) || !stat(records, &st);
+    /* each way out it names is one the folder takes: --resume only with a
+     * checkpoint, a plain start only in a folder without a run */
     if (o->resume && !ckpt) {
-        snprintf(err, (size_t)err_len, "%s: no checkpoint to resume (%s is missing): start "
-                 "the run without --resume", t->dir, t->ckpt_h5);
+        snprintf(err, (size_t)err_len, "%s: no checkpoint to resume (%s is missing): %s",
+                 t->dir, t->ckpt_h5, run ? "the run stopped before its first checkpoint; "
+                 "--overwrite starts it anew (its records go)" : "start the run without --resume");
         return -ENOENT;
     }
     /* the run's files never replace what it reads: data.source =
@@ -74,9 +77,10 @@ int check_folder(const trainer *t, const trainer_opts *o, char *err, int err_len
             return rc;
     }
     if (!o->resume && !o->overwrite && (ckpt || run)) {
-        snprintf(err, (size_t)err_len, "%s holds a run (%s%s%s): --resume continues it, "
-                 "--overwrite replaces it, or choose another run.name or run.out", t->dir,
-                 run ? "run.h5" : "", run && ckpt ? ", " : "", ckpt ? "ckpt.h5" : "");
+        snprintf(err, (size_t)err_len, "%s holds a run (%s%s%s): %s--overwrite replaces it, "
+                 "or choose another run.name or run.out", t->dir, run ? "run.h5" : "",
+                 run && ckpt ? ", " : "", ckpt ? "ckpt.h5" : "",
+                 ckpt ? "--resume continues it, " : "it has no checkpoint to resume from; ");
         return -EEXIST;
     }
     return 0;

@@ -99,6 +99,7 @@ static int resume_from(trainer *t, char *err, int err_len)
         return -EINVAL;
     }
     t->start = meta.step;
+    t->ckpt_step = meta.step;
     t->flops_spent = meta.train_flops_executed;
     ckpt_meta_clear(&meta);
     replan(t, t->start);
@@ -263,6 +264,34 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
     return run_table_append(&t->rec->eval, row);
 }
 
+/* What the run has to go on from, checked when it is said (one process
+ * reads the checkpoint's seal and step): "the checkpoint PATH of step N is
+ * whole", or that there is none, or why it cannot be read.  For the
+ * messages of a run that stops: they never promise a file unchecked. */
+static void checkpoint_state(const trainer *t, char *out, size_t n)
+{
+    const run_config *c = t->cfg;
+    if (t->ckpt_step <= 0) {
+        long due = c->ckpt_every > 0 && c->ckpt_every < t->total ? c->ckpt_every : t->total;
+        snprintf(out, n, "no checkpoint was written (the first is due at step %ld), so a "
+                 "--resume has nothing to go on from: the run starts anew with --overwrite", due);
+        return;
+    }
+    ckpt_meta meta;
+    char why[1024];
+    int rc = checkpoint_read_meta(t->ckpt_h5, &meta, NULL, why, sizeof(why));
+    if (rc)
+        snprintf(out, n, "the checkpoint of step %ld cannot be read now: %.900s", t->ckpt_step,
+                 why);
+    else if (meta.step != t->ckpt_step)
+        snprintf(out, n, "%.900s is of step %ld, not of step %ld, the last this run wrote",
+                 t->ckpt_h5, meta.step, t->ckpt_step);
+    else
+        snprintf(out, n, "the checkpoint %.900s of step %ld is whole and --resume goes on "
+                 "from it", t->ckpt_h5, meta.step);
+    ckpt_meta_clear(&meta);
+}
+
 /* A failure where other ranks may wait in a collective this rank will not
  * reach (inside forward and backward, statistics, routing records,
  * evaluation: docs/robustness.md).  With one rank the error goes up as any
@@ -272,9 +301,10 @@ static int fail_in_step(trainer *t, const trainer_opts *o, long done, int rc, co
 {
     snprintf(err, (size_t)err_len, "step %ld: %s failed (%s)", done, what, strerror(-rc));
     if (t->ctx->size > 1 && o->fatal) {
-        char msg[2400];
-        snprintf(msg, sizeof(msg), "rank %d: %.1000s; stopping every rank (the checkpoint "
-                 "%.1000s is whole)", t->ctx->rank, err, t->ckpt_h5);
+        char msg[3200], state[1200];
+        checkpoint_state(t, state, sizeof(state));
+        snprintf(msg, sizeof(msg), "rank %d: %.1000s; stopping every rank (%s)", t->ctx->rank,
+                 err, state);
         o->fatal(t->ctx, msg);
     }
     return rc;
@@ -288,13 +318,18 @@ static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int er
     const run_config *c = t->cfg;
     long done = t->start;
     bool last = done == t->total, local = false;
-    train_log lg = { .step = done, .total = t->total, .loss = (double)NAN, .wall_s = 0.0 };
+    train_log lg = { .step = done, .total = t->total, .loss = (double)NAN, .eval_late = true,
+                     .wall_s = mode_now() - t->wall0 };
     int rc = evaluate_both(t, done, last ? c->final_eval_windows : c->eval_windows, &lg, err,
                            err_len, &local);
     if (rc == -EINTR && !local) {
+        char state[1200] = "";
+        if (t->ctx->rank == 0)
+            checkpoint_state(t, state, sizeof(state));
         snprintf(err, (size_t)err_len, "stopped by signal %d at step %ld, before its "
-                 "evaluation was made; --resume goes on from the checkpoint",
-                 stop_signal_pending() ? stop_signal_pending() : SIGTERM, done);
+                 "evaluation was made%s%s",
+                 stop_signal_pending() ? stop_signal_pending() : SIGTERM, done,
+                 state[0] ? "; " : "", state);
         return rc;
     }
     if (rc) {
@@ -312,6 +347,10 @@ static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int er
     if ((rc = agree_msg(t->ctx, rc, err, err_len)))
         return rc;
     t->eval_pending = 0;
+    /* the run's result when it was the last step's: shown as an
+     * uninterrupted run shows it */
+    if (o->log && t->ctx->rank == 0)
+        o->log(&lg, o->log_user);
     return 0;
 }
 
@@ -357,14 +396,21 @@ static int step_before_update(void *user, const step_out *so, bool *update)
     if ((rc = agree_msg(t->ctx, rc, sc->err, sc->err_len)))
         return rc;
     if (!sc->skip_bad) {
-        char piece[MODE_PATH_MAX + 128];
+        /* rank 0 writes the records (the batch among them), then says where
+         * they are and what checkpoint stays, each as it found it */
+        char piece[MODE_PATH_MAX + 128], where[MODE_PATH_MAX + 1200], state[1200] = "";
         run_record_piece_path(piece, sizeof(piece), t->run_h5, done);
+        char why[1024];
+        if (t->rec && run_record_flush(t->rec, t->run_h5, done, why, sizeof(why)))
+            snprintf(where, sizeof(where), "writing its batch failed: %.1000s", why);
+        else
+            snprintf(where, sizeof(where), "the batch is in %.1000s under /nonfinite", piece);
+        if (t->ctx->rank == 0)
+            checkpoint_state(t, state, sizeof(state));
         snprintf(sc->err, (size_t)sc->err_len,
-                 "step %ld: non-finite %s (loss %g, gradient norm %g), first in %s; the "
-                 "batch is in %.1000s under /nonfinite, the last good checkpoint is kept",
-                 done, isfinite(so->loss) ? "gradient" : "loss", so->loss, so->norm, what, piece);
-        if (t->rec)
-            run_record_flush(t->rec, t->run_h5, done, what, sizeof(what));
+                 "step %ld: non-finite %s (loss %g, gradient norm %g), first in %s; %s%s%s",
+                 done, isfinite(so->loss) ? "gradient" : "loss", so->loss, so->norm, what, where,
+                 state[0] ? "; " : "", state);
         return -ERANGE;
     }
     t->skipped += 1.0; /* [run] nonfinite = skip: no update this step */
@@ -495,14 +541,18 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
             rc = save_all(t, done, last && !cut, err, err_len);
             if (rc) /* agreed: the same message on every rank */
                 prefix_step(err, err_len, done);
-            else if (o->checkpoint && ctx->rank == 0)
+            else
+                t->ckpt_step = done;
+            if (!rc && o->checkpoint && ctx->rank == 0)
                 o->checkpoint(done, mode_now() - ts, o->log_user);
         }
         if (!rc && sig) {
-            snprintf(err, (size_t)err_len,
-                     "stopped by signal %d after step %ld%s; the checkpoint is written and "
-                     "--resume goes on from it", sig, done,
-                     cut ? " (during its evaluation, which the resume makes)" : "");
+            char state[1200] = "";
+            if (ctx->rank == 0)
+                checkpoint_state(t, state, sizeof(state));
+            snprintf(err, (size_t)err_len, "stopped by signal %d after step %ld%s%s%s", sig,
+                     done, cut ? " (during its evaluation, which the resume makes)" : "",
+                     state[0] ? "; " : "", state);
             stop_signal_set(sig);
             rc = -EINTR;
         }

@@ -17,6 +17,8 @@ typedef struct train_log {
     double loss, ce, aux, side, lr, grad_norm;
     double tokens_per_s, gflops, eta_s, wall_s;
     bool has_eval;          /* an evaluation ran at this step */
+    bool eval_late;         /* only the evaluation: a resume made the one a signal cut short,
+                               whose step's line the stopped run printed */
     double eval_topk, eval_causal;
     double eval_se;         /* the standard error of eval_topk over its windows */
     double eval_bpb;        /* eval_topk's bits per byte (NaN: unknown) */

@@ -53,6 +53,8 @@ typedef struct trainer {
     int eval_pending;      /* resumed at a step whose evaluation a signal cut short */
     double last_eval;      /* the held-out loss (top-k) of the last evaluation, NaN before */
     long reached;          /* the last step done by this invocation (or resumed at) */
+    long ckpt_step;        /* the step of the checkpoint this run wrote last or resumed
+                            * from; 0: none yet */
 } trainer;
 
 /* folder.c: the run folder */

@@ -464,8 +464,8 @@ errors)
 	expect 2 "unknown option --bogus" "$an" heatmap m/tiny/run.h5 --bogus
 	expect 2 "--step abc: expected a step number" "$an" heatmap m/tiny/run.h5 --step abc
 	expect 2 "unknown option --seq" "$an" tokens m/tiny/run.h5 --seq 1
-	expect 2 "too many run files" "$an" heatmap m/tiny/run.h5 m/tiny/run.h5
-	expect 2 "no run file given" "$an" compare
+	expect 2 "one file too many: heatmap takes at most 1" "$an" heatmap m/tiny/run.h5 m/tiny/run.h5
+	expect 2 "0 files given, compare takes at least 1" "$an" compare
 	expect 2 "--out needs a value" "$an" compare m/tiny/run.h5 --out
 	expect 2 "--fit-sizes 2: expected a number of sizes (3 or more) or all" \
 		"$an" isoflop m --fit-sizes 2
