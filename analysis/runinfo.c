@@ -354,3 +354,34 @@ int layer_record_expert(const layer_record *rec, int S, int r, int i)
             return slot[k];
     return -1;
 }
+
+static const char *last_component(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+bool run_data_differs(const run_config *a, const run_config *b, char *what, int len)
+{
+    const struct {
+        const char *key, *x, *y;
+    } paths[] = { { "data.source", a->source, b->source },
+                  { "data.val_source", a->val_source, b->val_source },
+                  { "data.tokenizer", a->tokenizer, b->tokenizer } };
+    if (a->vocab != b->vocab) { /* first: nats per token of other units */
+        snprintf(what, (size_t)len, "data.vocab is %d against %d", a->vocab, b->vocab);
+        return true;
+    }
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (strcmp(last_component(paths[i].x), last_component(paths[i].y))) {
+            snprintf(what, (size_t)len, "%s is %s against %s", paths[i].key, paths[i].x,
+                     paths[i].y);
+            return true;
+        }
+    if (a->val_fraction != b->val_fraction && !strcmp(a->val_source, "none")) {
+        snprintf(what, (size_t)len, "data.val_fraction is %g against %g (other held-out "
+                 "windows)", a->val_fraction, b->val_fraction);
+        return true;
+    }
+    return false;
+}

@@ -49,6 +49,14 @@ double run_layer_value(const run_info *ri, int l, const char *key);
  * split in granularity, docs/kinds/moe-routing.md); NaN without experts. */
 double run_layer_experts(const run_info *ri, int l);
 
+/* Whether runs of configs a and b were trained and evaluated on other
+ * data, so that their losses (nats per token) are not comparable: another
+ * data.source, data.val_source or data.tokenizer (paths compared by their
+ * last component, so a path spelt relative or absolute is the same), a
+ * data.vocab or data.val_fraction.  When they differ, what holds the first
+ * difference ("data.vocab is 512 against 256"). */
+bool run_data_differs(const run_config *a, const run_config *b, char *what, int len);
+
 /* Why the file holds no routing record, for a message: "the model has no
  * routed layer (layers = dense x 4)" or "run.routing_every = 0". */
 void run_no_routing_reason(const run_info *ri, char *buf, int len);
