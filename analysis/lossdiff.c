@@ -9,6 +9,7 @@
 #include "analysis/analyze.h"
 #include "analysis/runset.h"
 #include "analysis/stats.h"
+#include "core/util/finite.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -70,6 +71,13 @@ static int read_side(const an_args *a, const char *path, ld_side *s)
     s->loss = l;
     s->n = (long)dims[0];
     s->S = (int)dims[1];
+    long bad = first_nonfinite(s->loss, (size_t)s->n * (size_t)s->S);
+    if (bad >= 0) {
+        an_fail(a, EXIT_BAD_INPUT, "%s: routing/loss: token %ld of window %ld is %g, not a "
+                "finite number", path, bad % s->S, bad / s->S, (double)s->loss[bad]);
+        free_side(s);
+        return EXIT_BAD_INPUT;
+    }
     if (!run_reader_array(s->rd, "routing/labels", H5T_NATIVE_UINT8, 1, &lb, &nd, dims, NULL))
         s->lab = lb;
     return 0;

@@ -2,6 +2,7 @@
 
 #include "core/data/data.h"
 #include "core/io/h5util.h"
+#include "core/util/finite.h"
 #include "moe/kinds.h"
 
 #include <errno.h>
@@ -266,6 +267,15 @@ static int read_part(const run_info *ri, const char *group, const char *what, hi
     bool ok = !rc && nd == (k_out ? 3 : 2) && (int)dims[0] == ri->R && (int)dims[1] == ri->S;
     if (ok && k_out)
         *k_out = (int)dims[2];
+    size_t n = ok ? (size_t)dims[0] * dims[1] * (k_out ? dims[2] : 1) : 0;
+    long bad = ok && type == H5T_NATIVE_FLOAT ? first_nonfinite(*out, n) : -1;
+    if (bad >= 0) { /* router scores: a histogram or margin of NaN is no figure */
+        snprintf(err, (size_t)err_len, "%s: /%s: element %ld is %g, not a finite number",
+                 ri->path, name, bad, (double)((const float *)*out)[bad]);
+        free(*out);
+        *out = NULL;
+        return -EINVAL;
+    }
     if (!ok) {
         snprintf(err, (size_t)err_len, "%s: /%s is not [%d][%d]%s as /routing/tokens says",
                  ri->path, name, ri->R, ri->S, k_out ? "[top_k]" : "");
