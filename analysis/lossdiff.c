@@ -332,7 +332,8 @@ static int one_pair(const an_args *a, const char *fa, const char *fb, ld_report 
      * tokenizer) are other tokens: their losses do not pair */
     char diff[2 * CFG_PATH_LEN + 64];
     bool differs = read_a && !build_run_info(&rb, fb, err, (int)sizeof(err)) &&
-                   run_data_differs(&ri->cfg, &rb->cfg, diff, (int)sizeof(diff));
+                   run_data_differs(&ri->cfg, ri->data, &rb->cfg, rb->data, diff,
+                                    (int)sizeof(diff));
     free_run_info(&ri);
     free_run_info(&rb);
     if (differs) {

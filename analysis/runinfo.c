@@ -132,6 +132,25 @@ static void set_names(run_info *ri)
     }
 }
 
+/* provenance/data of run.h5, or NULL (files written before it was kept);
+ * the seal was checked when the reader opened the file */
+static char *read_data_fingerprint(const char *path)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return NULL;
+    char *fp = NULL;
+    if (H5Lexists(f, "provenance", H5P_DEFAULT) > 0) {
+        hid_t g = H5Gopen2(f, "provenance", H5P_DEFAULT);
+        if (g >= 0) {
+            fp = H5Aexists(g, "data") > 0 ? h5_attr_read_string(g, "data") : NULL;
+            H5Gclose(g);
+        }
+    }
+    H5Fclose(f);
+    return fp;
+}
+
 int build_run_info(run_info **out, const char *path, char *err, int err_len)
 {
     int rc = -EINVAL;
@@ -171,6 +190,7 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
     set_names(ri);
     if ((rc = read_routing(ri, err, err_len)))
         goto fail;
+    ri->data = read_data_fingerprint(path);
     free(config);
     *out = ri;
     return 0;
@@ -186,6 +206,7 @@ void free_run_info(run_info **pri)
     if (!ri)
         return;
     close_run_reader(&ri->rd);
+    free(ri->data);
     free(ri->steps);
     free(ri->tokens);
     free(ri->labels);
@@ -371,7 +392,26 @@ static const char *last_component(const char *path)
     return slash ? slash + 1 : path;
 }
 
-bool run_data_differs(const run_config *a, const run_config *b, char *what, int len)
+/* A fingerprint without its paths: "PATH: bytes N fnv1a64 H (whole); ...;
+ * tokenizer PATH: bytes ..." as the parts after each path, in order. */
+static void fingerprint_bytes(const char *fp, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (const char *p = fp; p && *p;) {
+        const char *end = strstr(p, "; ");
+        const char *colon = strstr(p, ": ");
+        if (colon && (!end || colon < end))
+            p = colon + 2;
+        int n = end ? (int)(end - p) : (int)strlen(p);
+        if (at < len)
+            at += (size_t)snprintf(out + at, len - at, "%s%.*s", at ? "; " : "", n, p);
+        p = end ? end + 2 : NULL;
+    }
+}
+
+bool run_data_differs(const run_config *a, const char *fa, const run_config *b, const char *fb,
+                      char *what, int len)
 {
     const struct {
         const char *key, *x, *y;
@@ -382,7 +422,17 @@ bool run_data_differs(const run_config *a, const run_config *b, char *what, int 
         snprintf(what, (size_t)len, "data.vocab is %d against %d", a->vocab, b->vocab);
         return true;
     }
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+    if (fa && fb) { /* the bytes themselves, wherever the files were */
+        char x[1024], y[1024];
+        fingerprint_bytes(fa, x, sizeof(x));
+        fingerprint_bytes(fb, y, sizeof(y));
+        if (strcmp(x, y)) {
+            snprintf(what, (size_t)len, "their data differ (provenance/data: %s against %s)",
+                     fa, fb);
+            return true;
+        }
+    }
+    for (size_t i = 0; !(fa && fb) && i < sizeof(paths) / sizeof(paths[0]); i++)
         if (strcmp(last_component(paths[i].x), last_component(paths[i].y))) {
             snprintf(what, (size_t)len, "%s is %s against %s", paths[i].key, paths[i].x,
                      paths[i].y);

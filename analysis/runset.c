@@ -82,6 +82,8 @@ static int read_one(const an_args *a, const char *path, an_run *r)
         goto done;
     }
     *r->cfg = ri->cfg;
+    r->data = ri->data;
+    ri->data = NULL;
     if (config_run_keys(&ri->cfg, mode_kinds, &r->keys)) {
         an_fail(a, rc, "out of memory");
         goto done;
@@ -244,7 +246,8 @@ static int comparable(const an_args *a, const an_run *ref, const an_run *runs, i
 {
     for (int i = 0; i < n; i++) {
         char diff[2 * CFG_PATH_LEN + 64];
-        if (run_data_differs(runs[i].cfg, ref->cfg, diff, (int)sizeof(diff)))
+        if (run_data_differs(runs[i].cfg, runs[i].data, ref->cfg, ref->data, diff,
+                             (int)sizeof(diff)))
             return an_fail(a, EXIT_BAD_INPUT, "%s%s and %s are not comparable: %s; their "
                            "losses are over other data or another vocabulary (nats per "
                            "token of different tokens): compare each data set's runs apart",
@@ -357,6 +360,7 @@ void an_free_runs(an_runset *rs)
 {
     for (int i = 0; rs->runs && i < rs->n; i++) {
         free(rs->runs[i].cfg);
+        free(rs->runs[i].data);
         free_run_keys(&rs->runs[i].keys);
     }
     free(rs->runs);

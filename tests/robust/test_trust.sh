@@ -12,7 +12,9 @@
 #   comparable  mode-analyze refuses losses of runs on other data side by
 #               side: compare, curves and isoflop of a folder holding a
 #               BPE 512 run and byte-level runs, compare --ladder of the
-#               BPE run; byte-level runs alone are compared
+#               BPE run, runs on another corpus or another file of the same
+#               name (the data's fingerprints); byte-level runs alone, and
+#               one file named two ways, are compared
 #   bench       bench's activations and work space are measured: not zero,
 #               and larger at a larger batch and at a longer sequence
 set -u
@@ -121,7 +123,19 @@ comparable)
 	cp "$src"/README.md readme.txt
 	"$exe" "$config" run.out=c run.name=text data.source=readme.txt --quiet ||
 		fail "training text"
-	expect 1 "not comparable: data.source is" "$an" compare c --out o5
+	expect 1 "not comparable: their data differ (provenance/data: readme.txt: bytes" \
+		"$an" compare c --out o5
+	# the data's fingerprints decide, not the paths: one file named two
+	# ways is the same data, another file of the same name is not
+	"$exe" "$config" run.out=t run.name=rel data.source=readme.txt --quiet || fail "training rel"
+	"$exe" "$config" run.out=t run.name=abs data.source="$PWD"/readme.txt --quiet ||
+		fail "training abs"
+	"$an" compare t --out o6 >out.txt 2>&1 || fail "one file named two ways: $(cat out.txt)"
+	mkdir other
+	head -c 30000 corpus.txt >other/readme.txt
+	"$exe" "$config" run.out=t run.name=other data.source=other/readme.txt --quiet ||
+		fail "training other"
+	expect 1 "not comparable: their data differ" "$an" compare t --out o7
 	;;
 bench)
 	# the model's buffers are allocated and zeroed up front: what the steps
