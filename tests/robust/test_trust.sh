@@ -57,6 +57,9 @@ nonfinite)
 	"$poke" r/tiny/ckpt.h5 optim/v/tok_emb 0 inf || fail "h5poke r"
 	expect 1 "dataset 'optim/v/tok_emb' holds a value that is not finite (inf" \
 		"$exe" "$config" run.out=r --resume --quiet
+	"$poke" r/tiny/ckpt.h5 optim/v/tok_emb 0 -1 || fail "h5poke r"
+	expect 1 "dataset 'optim/v/tok_emb' holds -1 at element 0 .*never negative" \
+		"$exe" "$config" run.out=r --resume --quiet
 	# finite weights whose outputs overflow: the result is refused, not printed
 	cp "$ck" big.h5
 	"$poke" big.h5 final_norm all 3e38 || fail "h5poke big"
