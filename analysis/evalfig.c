@@ -62,9 +62,29 @@ static int read_csv(const an_args *a, const char *path, const char *first_col, c
                        strcmp(first_col, "policy") ? "--dial" : "--routing", first_col);
     }
     r->cell = malloc(CF_MAX_ROWS * sizeof(*r->cell));
-    while (r->cell && r->n < CF_MAX_ROWS && fgets(line, sizeof(line), f))
-        if (split(line, r->cell[r->n]) == r->n_head)
-            r->n++;
+    /* every row as wide as the header, and every cell from the fifth on
+     * (tokens, windows, loss, ...) empty or a finite number */
+    for (int ln = 2; r->cell && r->n < CF_MAX_ROWS && fgets(line, sizeof(line), f); ln++) {
+        if (line[strspn(line, "\r\n")] == '\0')
+            continue;
+        int nf = split(line, r->cell[r->n]);
+        if (nf != r->n_head) {
+            fclose(f);
+            return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %d fields, where the header has %d",
+                           path, ln, nf, r->n_head);
+        }
+        for (int c = 4; c < nf; c++) {
+            const char *v = r->cell[r->n][c];
+            char *end = NULL;
+            double x = v[0] ? strtod(v, &end) : 0.0;
+            if (v[0] && (end == v || *end || !isfinite(x))) {
+                fclose(f);
+                return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s = '%s': expected a finite number "
+                               "(or nothing)", path, ln, r->head[c], v);
+            }
+        }
+        r->n++;
+    }
     fclose(f);
     if (!r->cell)
         return an_fail(a, EXIT_BAD_INPUT, "out of memory");

@@ -9,6 +9,7 @@
 #include "analysis/analyze.h"
 #include "analysis/runset.h"
 #include "analysis/stats.h"
+#include "core/util/finite.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -70,6 +71,13 @@ static int read_side(const an_args *a, const char *path, ld_side *s)
     s->loss = l;
     s->n = (long)dims[0];
     s->S = (int)dims[1];
+    long bad = first_nonfinite(s->loss, (size_t)s->n * (size_t)s->S);
+    if (bad >= 0) {
+        an_fail(a, EXIT_BAD_INPUT, "%s: routing/loss: token %ld of window %ld is %g, not a "
+                "finite number", path, bad % s->S, bad / s->S, (double)s->loss[bad]);
+        free_side(s);
+        return EXIT_BAD_INPUT;
+    }
     if (!run_reader_array(s->rd, "routing/labels", H5T_NATIVE_UINT8, 1, &lb, &nd, dims, NULL))
         s->lab = lb;
     return 0;
@@ -314,12 +322,25 @@ static int one_pair(const an_args *a, const char *fa, const char *fb, ld_report 
     char err[RUN_PATH_LEN + 256];
     *r = (ld_report){ .a = fa, .b = fb, .S = A.S, .windows = A.n,
                       .bucket_len = (A.S + LD_BUCKETS - 1) / LD_BUCKETS };
-    run_info *ri = NULL;
-    if (!build_run_info(&ri, fa, err, (int)sizeof(err)) && A.lab) {
+    run_info *ri = NULL, *rb = NULL;
+    bool read_a = !build_run_info(&ri, fa, err, (int)sizeof(err));
+    if (read_a && A.lab) {
         r->n_classes = ri->n_classes < LD_MAX_CLASSES ? ri->n_classes : LD_MAX_CLASSES;
         r->class_names = ri->class_names; /* static tables: they outlive ri */
     }
+    /* the same windows of other data (another corpus, vocabulary or
+     * tokenizer) are other tokens: their losses do not pair */
+    char diff[2 * CFG_PATH_LEN + 64];
+    bool differs = read_a && !build_run_info(&rb, fb, err, (int)sizeof(err)) &&
+                   run_data_differs(&ri->cfg, ri->data, &rb->cfg, rb->data, diff,
+                                    (int)sizeof(diff));
     free_run_info(&ri);
+    free_run_info(&rb);
+    if (differs) {
+        an_fail(a, rc, "%s and %s are not comparable: %s; their losses are over other data or "
+                "another vocabulary (nats per token of different tokens)", fa, fb, diff);
+        goto done;
+    }
     long n = A.n;
     int S = A.S, G = 1 + r->n_classes + LD_BUCKETS;
     double *sa = calloc((size_t)n * G, sizeof(double)), *sb = calloc((size_t)n * G, sizeof(double));

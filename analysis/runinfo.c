@@ -2,6 +2,7 @@
 
 #include "core/data/data.h"
 #include "core/io/h5util.h"
+#include "core/util/finite.h"
 #include "moe/kinds.h"
 
 #include <errno.h>
@@ -131,6 +132,25 @@ static void set_names(run_info *ri)
     }
 }
 
+/* provenance/data of run.h5, or NULL (files written before it was kept);
+ * the seal was checked when the reader opened the file */
+static char *read_data_fingerprint(const char *path)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return NULL;
+    char *fp = NULL;
+    if (H5Lexists(f, "provenance", H5P_DEFAULT) > 0) {
+        hid_t g = H5Gopen2(f, "provenance", H5P_DEFAULT);
+        if (g >= 0) {
+            fp = H5Aexists(g, "data") > 0 ? h5_attr_read_string(g, "data") : NULL;
+            H5Gclose(g);
+        }
+    }
+    H5Fclose(f);
+    return fp;
+}
+
 int build_run_info(run_info **out, const char *path, char *err, int err_len)
 {
     int rc = -EINVAL;
@@ -170,6 +190,7 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
     set_names(ri);
     if ((rc = read_routing(ri, err, err_len)))
         goto fail;
+    ri->data = read_data_fingerprint(path);
     free(config);
     *out = ri;
     return 0;
@@ -185,6 +206,7 @@ void free_run_info(run_info **pri)
     if (!ri)
         return;
     close_run_reader(&ri->rd);
+    free(ri->data);
     free(ri->steps);
     free(ri->tokens);
     free(ri->labels);
@@ -266,6 +288,15 @@ static int read_part(const run_info *ri, const char *group, const char *what, hi
     bool ok = !rc && nd == (k_out ? 3 : 2) && (int)dims[0] == ri->R && (int)dims[1] == ri->S;
     if (ok && k_out)
         *k_out = (int)dims[2];
+    size_t n = ok ? (size_t)dims[0] * dims[1] * (k_out ? dims[2] : 1) : 0;
+    long bad = ok && type == H5T_NATIVE_FLOAT ? first_nonfinite(*out, n) : -1;
+    if (bad >= 0) { /* router scores: a histogram or margin of NaN is no figure */
+        snprintf(err, (size_t)err_len, "%s: /%s: element %ld is %g, not a finite number",
+                 ri->path, name, bad, (double)((const float *)*out)[bad]);
+        free(*out);
+        *out = NULL;
+        return -EINVAL;
+    }
     if (!ok) {
         snprintf(err, (size_t)err_len, "%s: /%s is not [%d][%d]%s as /routing/tokens says",
                  ri->path, name, ri->R, ri->S, k_out ? "[top_k]" : "");
@@ -353,4 +384,64 @@ int layer_record_expert(const layer_record *rec, int S, int r, int i)
         if (slot[k] >= 0 && slot[k] < rec->n_experts)
             return slot[k];
     return -1;
+}
+
+static const char *last_component(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* A fingerprint without its paths: "PATH: bytes N fnv1a64 H (whole); ...;
+ * tokenizer PATH: bytes ..." as the parts after each path, in order. */
+static void fingerprint_bytes(const char *fp, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (const char *p = fp; p && *p;) {
+        const char *end = strstr(p, "; ");
+        const char *colon = strstr(p, ": ");
+        if (colon && (!end || colon < end))
+            p = colon + 2;
+        int n = end ? (int)(end - p) : (int)strlen(p);
+        if (at < len)
+            at += (size_t)snprintf(out + at, len - at, "%s%.*s", at ? "; " : "", n, p);
+        p = end ? end + 2 : NULL;
+    }
+}
+
+bool run_data_differs(const run_config *a, const char *fa, const run_config *b, const char *fb,
+                      char *what, int len)
+{
+    const struct {
+        const char *key, *x, *y;
+    } paths[] = { { "data.source", a->source, b->source },
+                  { "data.val_source", a->val_source, b->val_source },
+                  { "data.tokenizer", a->tokenizer, b->tokenizer } };
+    if (a->vocab != b->vocab) { /* first: nats per token of other units */
+        snprintf(what, (size_t)len, "data.vocab is %d against %d", a->vocab, b->vocab);
+        return true;
+    }
+    if (fa && fb) { /* the bytes themselves, wherever the files were */
+        char x[1024], y[1024];
+        fingerprint_bytes(fa, x, sizeof(x));
+        fingerprint_bytes(fb, y, sizeof(y));
+        if (strcmp(x, y)) {
+            snprintf(what, (size_t)len, "their data differ (provenance/data: %s against %s)",
+                     fa, fb);
+            return true;
+        }
+    }
+    for (size_t i = 0; !(fa && fb) && i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (strcmp(last_component(paths[i].x), last_component(paths[i].y))) {
+            snprintf(what, (size_t)len, "%s is %s against %s", paths[i].key, paths[i].x,
+                     paths[i].y);
+            return true;
+        }
+    if (a->val_fraction != b->val_fraction && !strcmp(a->val_source, "none")) {
+        snprintf(what, (size_t)len, "data.val_fraction is %g against %g (other held-out "
+                 "windows)", a->val_fraction, b->val_fraction);
+        return true;
+    }
+    return false;
 }

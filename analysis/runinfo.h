@@ -30,6 +30,8 @@ typedef struct run_info {
     uint8_t *labels;             /* [R][S+1] their label classes, or NULL */
     int n_classes;               /* label classes the [data] source defines */
     const char *const *class_names;
+    char *data;                  /* provenance/data: the fingerprint of the data the run
+                                    read (dataset_fingerprint), malloc'd; NULL without */
 } run_info;
 
 /* Open path as a run file: missing, not HDF5 and foreign files (no config
@@ -48,6 +50,19 @@ double run_layer_value(const run_info *ri, int l, const char *key);
 /* The experts layer l's tensors hold: experts x granularity (each expert
  * split in granularity, docs/kinds/moe-routing.md); NaN without experts. */
 double run_layer_experts(const run_info *ri, int l);
+
+/* Whether runs of configs a and b, with the fingerprints of their data
+ * fa and fb (run_info.data, NULL when a file has none), were trained and
+ * evaluated on other data, so that their losses (nats per token) are not
+ * comparable: another data.vocab; with both fingerprints, other bytes of
+ * the corpus, held-out file or tokenizer (the files' paths aside); without,
+ * another data.source, data.val_source or data.tokenizer (compared by
+ * their last component, so a path spelt relative or absolute is the same);
+ * another data.val_fraction where it splits the corpus.  When they
+ * differ, what holds the first difference ("data.vocab is 512 against
+ * 256"). */
+bool run_data_differs(const run_config *a, const char *fa, const run_config *b, const char *fb,
+                      char *what, int len);
 
 /* Why the file holds no routing record, for a message: "the model has no
  * routed layer (layers = dense x 4)" or "run.routing_every = 0". */

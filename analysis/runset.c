@@ -82,6 +82,8 @@ static int read_one(const an_args *a, const char *path, an_run *r)
         goto done;
     }
     *r->cfg = ri->cfg;
+    r->data = ri->data;
+    ri->data = NULL;
     if (config_run_keys(&ri->cfg, mode_kinds, &r->keys)) {
         an_fail(a, rc, "out of memory");
         goto done;
@@ -235,6 +237,25 @@ static int choose_baseline(const an_args *a, an_runset *rs)
     return 0;
 }
 
+/* Losses side by side only of runs on the same data (docs/robustness.md):
+ * nats per token over another vocabulary, corpus or held-out split are
+ * other units or another test.  Each of runs[n] against ref; what names
+ * the set in the message ("" or "--ladder DIR: "). */
+static int comparable(const an_args *a, const an_run *ref, const an_run *runs, int n,
+                      const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        char diff[2 * CFG_PATH_LEN + 64];
+        if (run_data_differs(runs[i].cfg, runs[i].data, ref->cfg, ref->data, diff,
+                             (int)sizeof(diff)))
+            return an_fail(a, EXIT_BAD_INPUT, "%s%s and %s are not comparable: %s; their "
+                           "losses are over other data or another vocabulary (nats per "
+                           "token of different tokens): compare each data set's runs apart",
+                           what, runs[i].path, ref->path, diff);
+    }
+    return 0;
+}
+
 /* --ladder DIR: the dense ladder from the runs of another folder and rs's
  * own dense runs (a study's dense baseline is the ladder's rung at its
  * budget). */
@@ -253,6 +274,12 @@ static int read_ladder(const an_args *a, const an_runset *rs, ladder_fit *f)
     free_run_files(&paths, n);
     if (rc)
         return rc;
+    char what[RUN_PATH_LEN + 32];
+    snprintf(what, sizeof(what), "--ladder %s: ", a->ladder);
+    if (rs->n > 0 && comparable(a, &rs->runs[0], lr.runs, lr.n, what)) {
+        an_free_runs(&lr);
+        return EXIT_BAD_INPUT;
+    }
     err[0] = '\0';
     int ok = ladder_from_runs(rs, &lr, f, err, (int)sizeof(err));
     an_free_runs(&lr);
@@ -280,6 +307,10 @@ int an_read_run_paths(const an_args *a, const char *const *paths, int n, an_runs
         }
     }
     rs->n = n;
+    if (n > 1 && comparable(a, &rs->runs[0], rs->runs + 1, n - 1, "")) {
+        an_free_runs(rs);
+        return EXIT_BAD_INPUT;
+    }
     unique_names(rs);
     run_keys *keys = malloc((size_t)(n > 0 ? n : 1) * sizeof(run_keys));
     const char **names = malloc((size_t)(n > 0 ? n : 1) * sizeof(char *));
@@ -329,6 +360,7 @@ void an_free_runs(an_runset *rs)
 {
     for (int i = 0; rs->runs && i < rs->n; i++) {
         free(rs->runs[i].cfg);
+        free(rs->runs[i].data);
         free_run_keys(&rs->runs[i].keys);
     }
     free(rs->runs);

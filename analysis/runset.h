@@ -23,6 +23,7 @@ typedef struct an_run {
     char dir[RUN_PATH_LEN];
     char name[128];          /* [run] name, or its folder where two runs share a name */
     run_config *cfg;         /* its resolved config (a run_config is ~50 KB: on the heap) */
+    char *data;              /* its data's fingerprint (run_info.data), or NULL */
     run_keys keys;
     char kinds[256];         /* "dense x2, mod x2" */
     char capacity[96];       /* the routed layers' capacities, "-" without */

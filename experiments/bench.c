@@ -15,6 +15,7 @@
 #include "moe/kinds.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,9 @@ static const char usage_bench[] =
     "  one after the steps; with run.precision=bf16 also the bf16 products' own\n"
     "  GFLOP/s and the path they took: amx, avx512-bf16 or emulated, forced with\n"
     "  MODE_BF16_KERNEL), the time by phase, the peak RSS and the\n"
-    "  memory the warm-up steps made resident (activations, caches, work space).\n";
+    "  activations, caches and work space resident after the warm-up steps (the\n"
+    "  resident memory then, less what was resident before the model was built and\n"
+    "  the parameter state).\n";
 
 static const char *const phase_names[PHASE_COUNT] = {
     "matmul", "attention", "routing", "experts", "comm", "optimizer", "other",
@@ -64,7 +67,7 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
         return -ENOMEM;
     optim_cfg oc = optim_of_config(cfg);
     oc.total_steps = steps + 2;
-    double t = 0.0, executed = 0.0, rss0 = current_rss_mb();
+    double t = 0.0, executed = 0.0;
     int rc = 0;
     for (int s = 0; s < steps + 2 && !rc; s++) {
         pcg32 r;
@@ -73,8 +76,9 @@ static int time_steps(model *m, const shard_plan *sp, mode_ctx *ctx, const run_c
             tok[i] = (token_t)pcg32_bounded(&r, (uint32_t)cfg->vocab);
         if (s == 2) { /* two warm-up steps */
             memset(ctx->timers, 0, sizeof(ctx->timers));
-            /* what the steps made resident: activations, caches, work space */
-            br->act_mb = current_rss_mb() - rss0;
+            /* resident now, from before the model was built: every buffer
+             * (allocated and zeroed up front, or touched by the steps) */
+            br->act_mb = current_rss_mb();
         }
         comm_barrier(ctx->comm);
         double t0 = mode_now();
@@ -125,32 +129,45 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     char err[1024] = "";
     int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
-    model *m = NULL;
-    model_dims dims = config_dims(&cfg);
-    dims.ranks = ctx->size; /* each rank holds its own experts, as in training */
-    dims.rank = ctx->rank;
-    if (!rc)
-        rc = build_model(&m, &dims, cfg.layers, mode_kind_ops, cfg.batch / ctx->size, err,
-                         sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp bench: %s\n", err);
         free(c.over);
         return 2;
     }
+    model *m = NULL;
+    model_dims dims = config_dims(&cfg);
+    dims.ranks = ctx->size; /* each rank holds its own experts, as in training */
+    dims.rank = ctx->rank;
     int threads = choose_threads(&c, ctx);
-    ctx->seed = cfg.init_seed;
-    model_init(m, cfg.init_seed);
     bool bf16 = !strcmp(cfg.precision, "bf16");
     if (bf16)
         matmul_bf16_prepare();
-    m->bf16 = bf16;
-    bench_result br = { 0 };
     int rows = cfg.batch / ctx->size * cfg.seq_len;
-    /* every rank measures at once: the machine's aggregate yardstick */
+    /* every rank measures at once: the machine's aggregate yardstick; first,
+     * so that its buffers (and OpenBLAS's) are resident before the model's
+     * baseline below */
     comm_barrier(ctx->comm);
     double g[4];
     yardsticks(ctx, rows, &dims, threads, bf16, g);
+    /* The model's buffers are allocated and zeroed up front, so what the
+     * steps add is nothing: the activations and work space are what is
+     * resident after the warm-up steps beyond this baseline and the
+     * parameter state (zeroed up front too: all of it resident). */
+    double rss_base = current_rss_mb();
+    rc = build_model(&m, &dims, cfg.layers, mode_kind_ops, cfg.batch / ctx->size, err,
+                     sizeof(err));
+    if (rc) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp bench: %s\n", err);
+        free(c.over);
+        return 2;
+    }
+    ctx->seed = cfg.init_seed;
+    model_init(m, cfg.init_seed);
+    m->bf16 = bf16;
+    bench_result br = { 0 };
+    br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
     shard_plan *sp = NULL;
     rc = build_shard_plan(&sp, m, ctx);
     if (!rc)
@@ -160,7 +177,8 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     /* the peak of training, before the yardstick's own buffers */
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    int rss_kb = (int)ru.ru_maxrss, act_kb = (int)(br.act_mb * 1024.0);
+    br.act_mb -= rss_base + br.param_mb;
+    int rss_kb = (int)ru.ru_maxrss, act_kb = br.act_mb > 0.0 ? (int)(br.act_mb * 1024.0) : 0;
     yardsticks(ctx, rows, &dims, threads, bf16, g + 2);
     comm_allreduce_sum_double(ctx->comm, g, 4);
     /* the better of before and after: the ratios err low, never high */
@@ -170,7 +188,6 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     comm_allreduce_max_int(ctx->comm, &act_kb);
     br.act_mb = act_kb / 1024.0;
     br.rss_mb = rss_kb / 1024.0;
-    br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
     /* the expert state this rank holds (parameters, gradients, both moments) */
     double expert_floats = 0.0;
     for (int t = 0; t < m->n_tensors; t++)
@@ -179,6 +196,22 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     br.expert_mb = 4.0 * expert_floats * sizeof(float) / (1024.0 * 1024.0);
     if (rc && ctx->rank == 0)
         fprintf(stderr, "mode-exp bench: a step failed: %s\n", strerror(-rc));
+    /* a figure that is not finite (a step timed at 0 s, a yardstick that
+     * measured nothing) is an error, not an output */
+    const struct {
+        const char *name;
+        double v;
+    } fig[] = { { "the step time", br.step_s }, { "tokens/s", br.tokens_s },
+                { "nominal GFLOP/s", br.gflops_nominal },
+                { "executed GFLOP/s", br.gflops_executed },
+                { "the ratio to sgemm", br.gflops_nominal / br.sgemm } };
+    for (size_t i = 0; !rc && i < sizeof(fig) / sizeof(fig[0]); i++)
+        if (!isfinite(fig[i].v) || fig[i].v <= 0.0) {
+            if (ctx->rank == 0)
+                fprintf(stderr, "mode-exp bench: %s is %g, not a finite positive number: "
+                        "nothing measured to print\n", fig[i].name, fig[i].v);
+            rc = -ERANGE;
+        }
     if (!rc && ctx->rank == 0) {
         if (c.json) {
             json_line j = json_begin(stdout, ", ");

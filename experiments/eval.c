@@ -176,6 +176,29 @@ static const char *mode_name(fwd_mode mode)
     return mode == FWD_EVAL_TOPK ? "topk" : "causal";
 }
 
+/* A result that is not finite is an error, never an output
+ * (docs/robustness.md): what names it ("the loss", "policy random's
+ * difference"), of ckpt (and setting, may be NULL). */
+static int finite_result(const char *ckpt, const char *setting, const char *what, double v,
+                         char *err, int err_len)
+{
+    if (isfinite(v))
+        return 0;
+    snprintf(err, (size_t)err_len, "%s%s%s: %s is %g, not a finite number: the model's outputs "
+             "overflow (its weights, or the setting, make them non-finite); nothing printed",
+             ckpt, setting ? " with " : "", setting ? setting : "", what, v);
+    return -ERANGE;
+}
+
+/* ",v" (%.6g), or "," when v is not finite (a standard error of one
+ * window, a p-value without one): a CSV cell is a number or empty. */
+static void csv_opt(FILE *f, double v)
+{
+    fputc(',', f);
+    if (isfinite(v))
+        fprintf(f, "%.6g", v);
+}
+
 /* ---- the counterfactual table ------------------------------------------------ */
 
 static void print_p(FILE *f, double p)
@@ -271,17 +294,23 @@ static int csv_cf(const char *path, const char *ckpt, fwd_mode mode, int S, cons
                "identical_windows,flops_per_token\n");
     for (int a = 0; a < r->n_arms; a++) {
         const cf_arm *x = &r->arms[a];
-        fprintf(f, "%s,%s,%s,all,%.0f,%ld,%.9g,%.6g,%.9g,%.6g,%.6g,%.0f,%.6g\n", ckpt,
-                mode_name(mode), route_policy_names[x->policy],
-                (double)r->windows * S, r->windows,
-                x->loss, x->se, x->diff, x->diff_se, x->p, x->identical, x->flops_per_token);
+        fprintf(f, "%s,%s,%s,all,%.0f,%ld,%.9g", ckpt, mode_name(mode),
+                route_policy_names[x->policy], (double)r->windows * S, r->windows, x->loss);
+        csv_opt(f, x->se);
+        fprintf(f, ",%.9g", x->diff);
+        csv_opt(f, x->diff_se);
+        csv_opt(f, x->p);
+        fprintf(f, ",%.0f,%.6g\n", x->identical, x->flops_per_token);
         for (int k = 0; k < r->n_classes; k++) {
             const cf_class *cl = &x->cls[k];
             if (cl->tokens <= 0)
                 continue;
-            fprintf(f, "%s,%s,%s,%s,%.0f,%ld,%.9g,,%.9g,%.6g,%.6g,,\n", ckpt, mode_name(mode),
+            fprintf(f, "%s,%s,%s,%s,%.0f,%ld,%.9g,,%.9g", ckpt, mode_name(mode),
                     route_policy_names[x->policy], r->class_names[k], cl->tokens, r->windows,
-                    cl->loss, cl->diff, cl->diff_se, cl->p);
+                    cl->loss, cl->diff);
+            csv_opt(f, cl->diff_se);
+            csv_opt(f, cl->p);
+            fprintf(f, ",,\n");
         }
     }
     return out_commit(&o, err, err_len);
@@ -342,6 +371,29 @@ static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
     cf_result r;
     rc = evaluate_counterfactual(m, ctx, d, &o, &r, err, err_len);
     fail_local(ctx, rc && r.local_failure, err);
+    for (int a = 0; !rc && a < r.n_arms; a++) { /* every number of the table */
+        const cf_arm *x = &r.arms[a];
+        char what[96];
+        const char *pn = route_policy_names[x->policy];
+        snprintf(what, sizeof(what), "policy %s's loss", pn);
+        rc = finite_result(c->config, NULL, what, x->loss, err, err_len);
+        snprintf(what, sizeof(what), "policy %s's difference to learned", pn);
+        if (!rc)
+            rc = finite_result(c->config, NULL, what, x->diff, err, err_len);
+        snprintf(what, sizeof(what), "policy %s's FLOPs a token", pn);
+        if (!rc)
+            rc = finite_result(c->config, NULL, what, x->flops_per_token, err, err_len);
+        for (int k = 0; !rc && k < r.n_classes; k++) {
+            if (x->cls[k].tokens <= 0)
+                continue;
+            snprintf(what, sizeof(what), "policy %s's loss on class %s", pn, r.class_names[k]);
+            rc = finite_result(c->config, NULL, what, x->cls[k].loss, err, err_len);
+            snprintf(what, sizeof(what), "policy %s's difference on class %s", pn,
+                     r.class_names[k]);
+            if (!rc)
+                rc = finite_result(c->config, NULL, what, x->cls[k].diff, err, err_len);
+        }
+    }
     if (!rc && ctx->rank == 0) {
         if (c->json)
             json_cf(mode, &r);
@@ -418,6 +470,11 @@ static int dial(mode_ctx *ctx, const cli *c, const run_config *cfg0, fwd_mode mo
             rc = evaluate(m, ctx, d, c->windows, mode, &ev, err, err_len);
             fail_local(ctx, rc && ev.local_failure, err);
         }
+        if (!rc)
+            rc = finite_result(c->config, item, "the loss", ev.loss, err, err_len);
+        if (!rc)
+            rc = finite_result(c->config, item, "the FLOPs a token", ev.flops_per_token, err,
+                               err_len);
         if (!rc && ctx->rank == 0) {
             if (c->json) {
                 json_line j = json_begin(stdout, ", ");
@@ -432,10 +489,12 @@ static int dial(mode_ctx *ctx, const cli *c, const run_config *cfg0, fwd_mode mo
                 printf("%-14.*s %10.6f %9.6f %16.6g %8ld\n", vlen, v, ev.loss, ev.se,
                        ev.flops_per_token, ev.windows);
             }
-            if (csv)
-                fprintf(csv, "%s,%s,%.*s,%.*s,%ld,%.9g,%.6g,%.9g\n", c->config, mode_name(mode),
-                        (int)klen, c->dial, vlen, v, ev.windows, ev.loss, ev.se,
-                        ev.flops_per_token);
+            if (csv) {
+                fprintf(csv, "%s,%s,%.*s,%.*s,%ld,%.9g", c->config, mode_name(mode), (int)klen,
+                        c->dial, vlen, v, ev.windows, ev.loss);
+                csv_opt(csv, ev.se);
+                fprintf(csv, ",%.9g\n", ev.flops_per_token);
+            }
         }
         free_model(&m);
         rows++;
@@ -509,6 +568,11 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         if (rc && !err[0])
             snprintf(err, sizeof(err), "evaluation failed: %s", strerror(-rc));
         fail_local(ctx, rc && ev.local_failure, err);
+        if (!rc)
+            rc = finite_result(c.config, NULL, "the loss", ev.loss, err, sizeof(err));
+        if (!rc)
+            rc = finite_result(c.config, NULL, "the FLOPs a token", ev.flops_per_token, err,
+                               sizeof(err));
         if (rc && ctx->rank == 0)
             fprintf(stderr, "mode-exp eval: %s\n", err);
         if (!rc && ctx->rank == 0) {

@@ -7,6 +7,7 @@
 
 #include "core/rng/pcg32.h"
 #include "core/rng/streams.h"
+#include "core/util/finite.h"
 
 #include <errno.h>
 #include <math.h>
@@ -85,6 +86,19 @@ static int sample_token(const float *logits, int V, double temperature, long top
     return best;
 }
 
+/* Logits that are not finite would be sampled as token 0 (a NUL byte):
+ * an error naming the position and the first bad logit, never output. */
+static int check_logits(const float *logits, int V, int32_t pos, char *err, int err_len)
+{
+    long bad = first_nonfinite(logits, (size_t)V);
+    if (bad < 0)
+        return 0;
+    snprintf(err, (size_t)err_len, "decoding position %d: the logit of token %ld is %g, not a "
+             "finite number: the model's outputs overflow (its weights, or the setting, make "
+             "them non-finite); nothing more is generated", pos, bad, (double)logits[bad]);
+    return -ERANGE;
+}
+
 /* The decode benchmark (sample --bench R): R more sequences from the same
  * prompt, each decoded with the KV cache to --tokens tokens or the context's
  * end, timed from the first generated token's step to the last (sampling
@@ -98,7 +112,7 @@ typedef struct decode_bench {
 
 static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *prompt, long plen,
                         int S, int V, pcg32 *rng, float *logits, double *p,
-                        unsigned char *taken, decode_bench *out)
+                        unsigned char *taken, decode_bench *out, char *err, int err_len)
 {
     int L = m->dims.n_layers, rc = 0;
     for (long r = 0; r < c->bench && !rc; r++) {
@@ -110,12 +124,16 @@ static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *pr
         for (int32_t pos = 0; pos < plen + c->tokens - 1 && gen < c->tokens; pos++) {
             if (pos == plen - 1)
                 t0 = mode_now(); /* the step whose logits give the first new token */
-            if ((rc = model_decode_step(m, ctx, tok, pos, logits, taken)))
+            if ((rc = model_decode_step(m, ctx, tok, pos, logits, taken))) {
+                snprintf(err, (size_t)err_len, "decode benchmark failed: %s", strerror(-rc));
                 break;
+            }
             if (pos + 1 < plen) {
                 tok = prompt[pos + 1];
                 continue;
             }
+            if ((rc = check_logits(logits, V, pos, err, err_len)))
+                break;
             if (pos >= plen)
                 for (int l = 0; l < L; l++)
                     out->took[l] += taken[l];
@@ -296,6 +314,8 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             tok = prompt[pos + 1];
             continue;
         }
+        if ((rc = check_logits(logits, V, pos, err, sizeof(err))))
+            break;
         if (pos >= plen) /* taken[] describes a generated token */
             for (int l = 0; l < L; l++)
                 took[l] += taken[l];
@@ -325,8 +345,9 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     if (!rc && c.bench > 0) {
         if (!db.took)
             rc = -ENOMEM;
-        else if ((rc = bench_decode(m, ctx, &c, prompt, plen, S, V, &rng, logits, p, taken, &db)))
-            snprintf(err, sizeof(err), "decode benchmark failed: %s", strerror(-rc));
+        else
+            rc = bench_decode(m, ctx, &c, prompt, plen, S, V, &rng, logits, p, taken, &db, err,
+                              sizeof(err));
     }
     if (!rc) {
         if (tk)

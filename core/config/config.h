@@ -106,6 +106,12 @@ char *config_to_ini(const run_config *c);
  * key this build does not know makes it another config); a run.out that
  * names c's folder another way (absolute or relative) is c's. */
 bool config_same_as(const run_config *c, const char *ini, const char *stored);
+/* Whether the model of the stored config (a checkpoint's, named label in
+ * messages) has c's head count, layer count, vocabulary and sequence
+ * length, which a tensor's shape does not show (--init-from): 0, or
+ * -EINVAL with err naming the key and both values. */
+int config_same_widths(const run_config *c, const char *stored, const char *label, char *err,
+                       int err_len);
 
 /* The declared sections of a schema (the kinds' key groups, then its
  * others), every key with its default, what it takes and its meaning, and

@@ -435,6 +435,17 @@ int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char 
         rc = read_tensors(f, path, m, "optim/m/", m->adam_m, err, err_len);
     if (!rc && with_optim)
         rc = read_tensors(f, path, m, "optim/v/", m->adam_v, err, err_len);
+    for (int t = 0; !rc && with_optim && t < m->n_tensors; t++) { /* a second moment: >= 0 */
+        const model_tensor *mt = &m->tensors[t];
+        for (long i = 0; i < (long)mt->numel; i++)
+            if (m->adam_v[mt->offset + (size_t)i] < 0.0f) {
+                snprintf(err, (size_t)err_len, "%s: dataset 'optim/v/%s' holds %g at element %ld "
+                         "of this rank's part: a second moment is never negative", path, mt->path,
+                         (double)m->adam_v[mt->offset + (size_t)i], i);
+                rc = -EINVAL;
+                break;
+            }
+    }
     if (f >= 0)
         H5Fclose(f);
     return comm_agree(cm, rc, err, err_len);

@@ -2,6 +2,7 @@
 
 #include "core/util/file.h"
 #include "core/util/outfile.h"
+#include "core/util/finite.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -81,6 +82,19 @@ int h5_read_floats_rows(hid_t loc, const char *name, float *data, int ndim, cons
     if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, data) < 0) {
         snprintf(err, (size_t)err_len, "dataset '%s' cannot be read", name);
         rc = -EIO;
+        goto close_spaces;
+    }
+    /* a weight or a moment that is not finite poisons every result made
+     * from it: refused here, naming the tensor, for every reader */
+    size_t n = ndim > 0 ? (size_t)rows : 1;
+    for (int i = 1; i < nd; i++)
+        n *= (size_t)dims[i];
+    long bad = first_nonfinite(data, n);
+    if (bad >= 0) {
+        snprintf(err, (size_t)err_len, "dataset '%s' holds a value that is not finite (%g at "
+                 "element %ld%s): the file's numbers are unusable", name, (double)data[bad],
+                 bad + (long)(ndim > 0 ? row0 * (n / (rows ? rows : 1)) : 0),
+                 ndim > 0 && row0 ? " of the whole tensor" : "");
         goto close_spaces;
     }
     rc = 0;

@@ -14,7 +14,8 @@ void h5_quiet(void);
 hid_t h5_lcpl(void);
 
 /* Read a float dataset whose shape must be exactly dims (else -EINVAL and a
- * description of the mismatch in err). */
+ * description of the mismatch in err), every element finite (else -EINVAL
+ * naming the dataset, the value and its element). */
 int h5_read_floats(hid_t loc, const char *name, float *data, int ndim, const hsize_t *dims,
                    char *err, int err_len);
 /* Rows [row0, row0 + rows) of dimension 0 of a float dataset whose whole

@@ -1,4 +1,5 @@
 #include "core/model/model.h"
+#include "core/util/finite.h"
 
 #include "core/kernels/matmul.h"
 #include "core/kernels/parallel.h"
@@ -485,10 +486,7 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
 
 static bool all_finite(const float *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(p[i]))
-            return false;
-    return true;
+    return first_nonfinite(p, n) < 0;
 }
 
 int model_first_nonfinite_activation(const model *m, int nseq)

@@ -5,6 +5,7 @@
 #include "core/io/runfile.h"
 #include "core/train/trainer.h"
 #include "core/util/names.h"
+#include "core/util/finite.h"
 #include "core/util/signals.h"
 #include "core/util/student.h"
 
@@ -493,6 +494,13 @@ static int read_floats(run_reader *rd, const char *path, route_book *b, int li,
         elems *= (long)dims[i];
     if (ndim < 2 || (long)dims[0] != n) {
         snprintf(err, (size_t)err_len, "%s: %llu rows for %ld windows", path, dims[0], n);
+        free(data);
+        return -EINVAL;
+    }
+    long bad = first_nonfinite(data, (size_t)n * (size_t)elems);
+    if (bad >= 0) { /* a score that is not finite would decide a replay */
+        snprintf(err, (size_t)err_len, "%s: element %ld is %g, not a finite number", path, bad,
+                 (double)((const float *)data)[bad]);
         free(data);
         return -EINVAL;
     }

@@ -665,6 +665,8 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     if (o->init_from) { /* the parameters of another run; moments and step start anew */
         ckpt_meta meta;
         rc = checkpoint_read_meta(o->init_from, &meta, ctx->comm, err, err_len);
+        if (!rc)
+            rc = config_same_widths(cfg, meta.config, o->init_from, err, err_len);
         ckpt_meta_clear(&meta);
         ckpt_upcycle up = { .noise = o->upcycle_noise, .reinit = o->upcycle_reinit,
                             .seed = cfg->init_seed };
