@@ -374,7 +374,10 @@ static void expected_text(const cfg_key *k, char *out, size_t n)
         break;
     case K_U64: snprintf(out, n, "an integer in [0, %" PRIu64 "]", UINT64_MAX); break;
     default:
-        if (k->max == NO_MAX)
+        if (k->max == NO_MAX && k->type == K_INT) /* the int it is stored in bounds it */
+            snprintf(out, n, "%s in %c%.10g, %d]", what, (k->open & MIN_OPEN) ? '(' : '[',
+                     k->min, INT_MAX);
+        else if (k->max == NO_MAX)
             snprintf(out, n, "%s %s %.10g", what, (k->open & MIN_OPEN) ? ">" : ">=", k->min);
         else
             snprintf(out, n, "%s in %c%.10g, %.10g%c", what, (k->open & MIN_OPEN) ? '(' : '[',
