@@ -377,14 +377,14 @@ int experts_gate(experts *ex, const fwd_args *a, const float *m, const row_set *
         int r0 = rs->seq_start[b], r1 = rs->seq_start[b + 1], nb = r1 - r0;
         memset(count, 0, (size_t)N * sizeof(int));
         if (replayed) { /* the book's choices as they were admitted (-1 dropped) */
+            /* -1 (dropped) or a column: any other value is refused */
             const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b),
-                                            (long)a->seq_len * K);
+                                            (long)a->seq_len * K, -1, N - 1);
             if (!src)
                 return -ENOENT;
             for (int i = r0; i < r1; i++) {
                 for (int j = 0; j < K; j++) {
                     int e = (int)src[(size_t)rs->pos[i] * K + j];
-                    e = e >= 0 && e < N ? e : -1;
                     ex->choice[(size_t)i * K + j] = e;
                     ex->col[(size_t)i * K + j] = e >= 0 ? e : ex->col[(size_t)i * K + j];
                 }
