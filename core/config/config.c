@@ -10,6 +10,7 @@
 #include "core/config/layers.h"
 #include "core/model/model.h"
 #include "core/util/file.h"
+#include "core/util/num.h"
 
 #include <ini.h>
 
@@ -268,17 +269,7 @@ static bool parse_long_text(const char *s, long *v)
 
 static bool parse_u64_text(const char *s, uint64_t *v)
 {
-    while (isspace((unsigned char)*s))
-        s++;
-    if (*s == '-') /* strtoull would wrap it around */
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (end == s || errno == ERANGE || !only_space(end))
-        return false;
-    *v = (uint64_t)x;
-    return true;
+    return num_parse_u64(s, v);
 }
 
 static bool parse_double_text(const char *s, double *v)

@@ -26,6 +26,23 @@ bool num_parse_long(const char *s, long lo, long hi, long *v)
     return true;
 }
 
+bool num_parse_u64(const char *s, uint64_t *v)
+{
+    if (!s)
+        return false;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '-') /* strtoull would wrap it around */
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || errno == ERANGE || !only_space(end) || x > UINT64_MAX)
+        return false;
+    *v = (uint64_t)x;
+    return true;
+}
+
 bool num_parse_double(const char *s, double lo, double hi, double *v)
 {
     if (!s)

@@ -8,10 +8,14 @@
  * never the wrapped value of a product past 2^31. */
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* s as a base-10 integer in [lo, hi] (spaces around it allowed): false when
  * s is empty, not a whole integer, or out of range (never wrapped). */
 bool num_parse_long(const char *s, long lo, long hi, long *v);
+/* s as a base-10 integer in [0, 2^64 - 1] (a seed): a minus sign is
+ * refused, not wrapped around as strtoull does. */
+bool num_parse_u64(const char *s, uint64_t *v);
 /* s as a finite number in [lo, hi] (spaces around it allowed). */
 bool num_parse_double(const char *s, double lo, double hi, double *v);
 
