@@ -33,7 +33,7 @@ const cfg_key config_keys[N_KEYS] = {
     { SEC_RUN, "final_eval_windows", K_LONG, RC(final_eval_windows), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "ckpt_every", K_LONG, RC(ckpt_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "routing_every", K_LONG, RC(routing_every), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "routing_windows", K_LONG, RC(routing_windows), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "routing_windows", K_LONG, RC(routing_windows), 0, 1 << 20, 0, NULL },
     { SEC_RUN, "nonfinite", K_ENUM, RC(nonfinite), 0, 0, 0, nonfinite_policies },
     { SEC_RUN, "precision", K_ENUM, RC(precision), 0, 0, 0, precisions },
     { SEC_DATA, "source", K_SOURCE, RC(source), 0, 0, 0, NULL },

@@ -171,7 +171,7 @@ static int run_pass(model *m, mode_ctx *ctx, const dataset *d, fwd_mode mode, cf
         if (rc)
             return rc;
         batch b = { .tokens = w->tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
-                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
+                    .global_seqs = n, .n_counted = real > 0 ? real : -1,
                     .seq_ce = w->seq_ce, .tok_ce = w->tok_ce, .window = w->win, .route = plan };
         fwd_result r;
         if ((rc = model_forward(m, ctx, &b, mode, &r))) {
