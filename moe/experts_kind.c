@@ -42,8 +42,8 @@ static const kind_key moe_keys[] = {
       "experts each token picks by gate probability (token-choice), weights not renormalised", 0 },
     { "capacity_factor", KEY_REAL, P(capacity_factor), "1.25", 0, KEY_NO_MAX, 0, NULL,
       "each expert takes at most ceil(capacity_factor top_k S / E) assignments a sequence "
-      "(at most S: a larger factor drops nothing, as S does), earlier positions first; 0: no "
-      "dropping", 0 },
+      "(one past the tokens there are drops nothing), earlier positions first; 0: no dropping",
+      0 },
     { "d_ff", KEY_INT, P(d_ff), "0", 0, MODE_MAX_WIDTH, 0, NULL,
       "each expert's hidden width; 0: the model's d_ff", 0 },
     { "balance_weight", KEY_REAL, P(balance_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
@@ -176,15 +176,17 @@ int experts_stat_cols_count(const experts_cfg *c)
 
 int experts_capacity(const experts_cfg *c, int rows_per_seq)
 {
-    /* computed in double and clamped before narrowing (num.h): an expert
-     * takes at most the rows_per_seq tokens there are, so a factor of 1e9
-     * is one that covers them all, never a product wrapped past 2^31 */
+    /* computed in double and clamped before narrowing (num.h), never a
+     * product wrapped past 2^31: expert choice takes at most the
+     * rows_per_seq tokens there are (c = 1e9 is c = E); token choice's
+     * capacity past 2^31 - 1 drops nothing, as one past the rows does
+     * (staged's causal rows may outnumber the nominal k, so no tighter) */
     int S = rows_per_seq > 1 ? rows_per_seq : 1;
     if (c->expert_choice)
         return num_floor_int(c->capacity_factor * rows_per_seq / c->experts, 1, S);
     if (c->capacity_factor <= 0.0)
         return INT32_MAX;
-    return num_ceil_int(c->capacity_factor * c->top_k * rows_per_seq / c->experts, 1, S);
+    return num_ceil_int(c->capacity_factor * c->top_k * rows_per_seq / c->experts, 1, INT32_MAX);
 }
 
 int experts_capacity_in(const experts_cfg *c, int rows_per_seq, int mode)
