@@ -447,6 +447,12 @@ numbers)
 	"$exe" flops "$config" "model.layers=dense, moe" moe.capacity_factor=0 >m0.txt || fail "flops moe 0"
 	"$exe" flops "$config" "model.layers=dense, moe" moe.capacity_factor=1e9 >m9.txt || fail "flops moe 1e9"
 	diff m0.txt m9.txt >/dev/null || fail "moe.capacity_factor 1e9 is not 0: $(diff m0.txt m9.txt)"
+	for c in 0 1e9; do
+		"$exe" "$config" "model.layers=dense, moe" moe.capacity_factor=$c run.steps=4 \
+			run.out=moe$c --quiet || fail "training moe.capacity_factor=$c"
+	done
+	"$compare" moe0/tiny/run.h5 moe1e9/tiny/run.h5 0 >cmp.txt ||
+		fail "moe.capacity_factor 1e9 (wrapped: every assignment dropped) is not 0: $(cat cmp.txt)"
 	# the environment's numbers have the command line's bounds: refused
 	# naming the variable (training, eval, sweep), 2 threads taken as given
 	expect 2 "OPENBLAS_NUM_THREADS=99999999999: expected an integer in \[0, 4096\]" \
