@@ -377,14 +377,23 @@ int experts_gate(experts *ex, const fwd_args *a, const float *m, const row_set *
         int r0 = rs->seq_start[b], r1 = rs->seq_start[b + 1], nb = r1 - r0;
         memset(count, 0, (size_t)N * sizeof(int));
         if (replayed) { /* the book's choices as they were admitted (-1 dropped) */
-            /* -1 (dropped) or a column: any other value is refused */
-            const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b),
-                                            (long)a->seq_len * K, -1, N - 1);
+            /* the values this gate reads, each -1 (dropped) or a column:
+             * any other is refused (staged's rows that skipped the block
+             * hold -2 and are not read) */
+            long elems = (long)a->seq_len * K;
+            const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b), elems, 0,
+                                            -1);
             if (!src)
                 return -ENOENT;
             for (int i = r0; i < r1; i++) {
                 for (int j = 0; j < K; j++) {
-                    int e = (int)src[(size_t)rs->pos[i] * K + j];
+                    float v = src[(size_t)rs->pos[i] * K + j];
+                    if (!(v >= -1.0f && v <= (float)(N - 1) && v == floorf(v))) {
+                        route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, v, -1,
+                                       N - 1);
+                        return -EINVAL;
+                    }
+                    int e = (int)v;
                     ex->choice[(size_t)i * K + j] = e;
                     ex->col[(size_t)i * K + j] = e >= 0 ? e : ex->col[(size_t)i * K + j];
                 }

@@ -158,6 +158,16 @@ const char *route_book_source(const route_book *b)
     return b->source;
 }
 
+void route_note_bad(const route_plan *p, int layer, const char *name, long window, long elems,
+                    double value, int lo, int hi)
+{
+    if (!p->miss || p->miss->any)
+        return;
+    *p->miss = (route_miss){ .any = true, .bad = true, .layer = layer, .window = window,
+                             .elems = elems, .value = value, .lo = lo, .hi = hi };
+    snprintf(p->miss->name, sizeof(p->miss->name), "%s", name);
+}
+
 const float *route_source(const route_plan *p, int layer, const char *name, long window,
                           long elems, int lo, int hi)
 {
@@ -176,15 +186,11 @@ const float *route_source(const route_plan *p, int layer, const char *name, long
     if (p->policy == ROUTE_SHUFFLE)
         k = route_partner(k, p->book->n);
     const float *row = a->data + (size_t)k * (size_t)elems;
-    for (long i = 0; i < elems; i++) {
+    for (long i = 0; lo <= hi && i < elems; i++) {
         float v = row[i];
         if (v >= (float)lo && v <= (float)hi && v == floorf(v))
             continue;
-        if (p->miss && !p->miss->any) {
-            *p->miss = (route_miss){ .any = true, .bad = true, .layer = layer, .window = window,
-                                     .elems = elems, .value = v, .lo = lo, .hi = hi };
-            snprintf(p->miss->name, sizeof(p->miss->name), "%s", name);
-        }
+        route_note_bad(p, layer, name, window, elems, v, lo, hi);
         return NULL;
     }
     return row;

@@ -61,12 +61,17 @@ static inline bool route_applies(const route_plan *p, int layer)
 
 /* The decisions plan reads for window (the book's row of that window, or
  * under ROUTE_SHUFFLE the row of its partner, route_partner), elems values,
- * each an integer in [lo, hi] (an expert id or -1, a 0/1 pick); NULL when
- * the book has no such array or window, or (miss->bad) a value of the row
- * is outside the range: a record read from a file is checked where its
- * range is known, never taken as a drop or a pick. */
+ * each an integer in [lo, hi] (a 0/1 pick); NULL when the book has no such
+ * array or window, or (miss->bad) a value of the row is outside the range:
+ * a record read from a file is checked where its range is known, never
+ * taken as a drop or a pick.  lo > hi: no check here, the caller checks
+ * each value it reads (route_note_bad). */
 const float *route_source(const route_plan *p, int layer, const char *name, long window,
                           long elems, int lo, int hi);
+/* Note in p->miss (the first only) that value, read from name of layer for
+ * window, is not an integer in [lo, hi]. */
+void route_note_bad(const route_plan *p, int layer, const char *name, long window, long elems,
+                    double value, int lo, int hi);
 
 /* ---- the book ------------------------------------------------------------- */
 
