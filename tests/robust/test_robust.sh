@@ -496,6 +496,15 @@ numbers)
 	# an eval CSV cell that is not a number: refused, not read as 0
 	an=$(dirname "$exe")/../analysis/mode-analyze
 	[ -x "$an" ] || fail "no mode-analyze at $an"
+	# records the analysis reads as indices: a mor depth of -7 indexed its
+	# histogram out of bounds (depth, heatmap)
+	"$exe" "$config" "model.layers=dense, mor" run.steps=2 run.out=r --quiet || fail "training mor"
+	cp r/tiny/run.h5 deep.h5
+	"$compare" --set deep.h5 routing/step_000002/layer_1/depth -7 || fail "--set depth"
+	for cmd in depth heatmap; do
+		expect 1 "deep.h5: /routing/step_000002/layer_1/depth holds -7 at element 0: expected an integer in \[0, 3\]" \
+			"$an" $cmd deep.h5 --out f
+	done
 	h=checkpoint,mode,policy,class,tokens,windows,loss,se,diff,diff_se,p,identical_windows,flops_per_token
 	printf '%s\n%s\n' "$h" "o/x/ckpt.h5,topk,random,all,10,2,1.5,0.1,abc,0.01,0.001,0,5" >cf.csv
 	expect 1 "cf.csv:2: column diff holds 'abc': expected a number" "$an" counterfactual cf.csv --out f
