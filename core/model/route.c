@@ -159,13 +159,17 @@ const char *route_book_source(const route_book *b)
 }
 
 void route_note_bad(const route_plan *p, int layer, const char *name, long window, long elems,
-                    double value, int lo, int hi)
+                    double value, int lo, int hi, const char *expect)
 {
     if (!p->miss || p->miss->any)
         return;
     *p->miss = (route_miss){ .any = true, .bad = true, .layer = layer, .window = window,
-                             .elems = elems, .value = value, .lo = lo, .hi = hi };
+                             .elems = elems, .value = value };
     snprintf(p->miss->name, sizeof(p->miss->name), "%s", name);
+    if (expect)
+        snprintf(p->miss->expect, sizeof(p->miss->expect), "%s", expect);
+    else
+        snprintf(p->miss->expect, sizeof(p->miss->expect), "an integer in [%d, %d]", lo, hi);
 }
 
 const float *route_source(const route_plan *p, int layer, const char *name, long window,
@@ -190,7 +194,7 @@ const float *route_source(const route_plan *p, int layer, const char *name, long
         float v = row[i];
         if (v >= (float)lo && v <= (float)hi && v == floorf(v))
             continue;
-        route_note_bad(p, layer, name, window, elems, v, lo, hi);
+        route_note_bad(p, layer, name, window, elems, v, lo, hi, NULL);
         return NULL;
     }
     return row;

@@ -41,7 +41,8 @@ typedef struct route_miss {
     int layer;
     char name[32];
     long window, elems;
-    double value, lo, hi;
+    double value;
+    char expect[64]; /* what the value should have been */
 } route_miss;
 
 typedef struct route_plan {
@@ -69,9 +70,10 @@ static inline bool route_applies(const route_plan *p, int layer)
 const float *route_source(const route_plan *p, int layer, const char *name, long window,
                           long elems, int lo, int hi);
 /* Note in p->miss (the first only) that value, read from name of layer for
- * window, is not an integer in [lo, hi]. */
+ * window, is not an integer in [lo, hi] (expect NULL), or not what expect
+ * says. */
 void route_note_bad(const route_plan *p, int layer, const char *name, long window, long elems,
-                    double value, int lo, int hi);
+                    double value, int lo, int hi, const char *expect);
 
 /* ---- the book ------------------------------------------------------------- */
 

@@ -177,12 +177,12 @@ static int run_pass(model *m, mode_ctx *ctx, const dataset *d, fwd_mode mode, cf
         if ((rc = model_forward(m, ctx, &b, mode, &r))) {
             if (plan && plan->miss && plan->miss->bad)
                 snprintf(err, (size_t)err_len, "--routing %s: %s%slayer_%d/%s holds %.9g "
-                         "(window %ld): expected an integer in [%g, %g]",
+                         "(window %ld): expected %s",
                          route_policy_names[plan->policy],
                          plan->book ? route_book_source(plan->book) : "",
                          plan->book && route_book_source(plan->book)[0] ? "/" : "",
                          plan->miss->layer, plan->miss->name, plan->miss->value,
-                         plan->miss->window, plan->miss->lo, plan->miss->hi);
+                         plan->miss->window, plan->miss->expect);
             else if (plan && plan->miss && plan->miss->any)
                 snprintf(err, (size_t)err_len, "--routing %s: the decisions read back have no "
                          "'%s' of layer %d (%ld values) for window %ld",

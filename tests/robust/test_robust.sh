@@ -488,6 +488,18 @@ numbers)
 		expect 1 "bad.h5: routing/step_000002/layer_1/experts holds $v (window [0-9]*): expected an integer in \[-1, 7\]" \
 			"$exe" eval m/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:bad.h5
 	done
+	# expert choice: the picks read back (the gate ignored the book: any
+	# record replayed as the learned routing), slot e holding e or -1
+	"$exe" eval ec8/tiny/ckpt.h5 --windows 4 --mode topk --record ecrec.h5 >/dev/null ||
+		fail "record ec"
+	cp ecrec.h5 ecnone.h5
+	"$compare" --set ecnone.h5 routing/step_000004/layer_0/experts -1 || fail "--set ec -1"
+	"$exe" eval ec8/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:ecnone.h5 >ec.txt ||
+		fail "ec replay: $(cat ec.txt)"
+	grep -q "^replay .* 0/4 " ec.txt || fail "ec: a record of no picks replayed as the learned routing: $(cat ec.txt)"
+	"$compare" --set ecrec.h5 routing/step_000004/layer_0/experts 99 || fail "--set ec 99"
+	expect 1 "ecrec.h5: routing/step_000004/layer_0/experts holds 99 (window 0): expected -1 or 0 (slot 0 is expert 0's)" \
+		"$exe" eval ec8/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:ecrec.h5
 	"$exe" "$config" "model.layers=dense, mod" run.steps=2 run.out=d --quiet || fail "training mod"
 	"$exe" eval d/tiny/ckpt.h5 --windows 4 --record drec.h5 >/dev/null || fail "record mod"
 	"$compare" --set drec.h5 routing/step_000002/layer_1/causal 7 || fail "--set causal"
