@@ -12,6 +12,7 @@
 #include "analysis/analyze.h"
 #include "analysis/runset.h"
 #include "analysis/stats.h"
+#include "core/util/num.h"
 #include "core/util/student.h"
 
 #include <errno.h>
@@ -47,6 +48,28 @@ static int split(char *line, char out[CF_FIELDS][CF_FIELD])
     }
 }
 
+/* The columns the figures read as numbers. */
+static const char *const numeric_cols[] = { "tokens", "windows", "loss", "se", "diff",
+                                            "diff_se", "p", "flops_per_token", NULL };
+
+/* Whether a cell of a numeric column of row i is not a finite number (an
+ * empty cell, as eval writes a value it has not, is allowed), said in why. */
+static bool bad_number(const csv_rows *r, int i, char *why, size_t n)
+{
+    for (int c = 0; c < r->n_head; c++)
+        for (int k = 0; numeric_cols[k]; k++) {
+            const char *v = r->cell[i][c];
+            double x;
+            if (strcmp(r->head[c], numeric_cols[k]) || !v[0] ||
+                num_parse_double(v, -HUGE_VAL, HUGE_VAL, &x))
+                continue;
+            snprintf(why, n, "%s = '%.*s': expected a finite number (or nothing)", r->head[c],
+                     CF_FIELD - 1, v);
+            return true;
+        }
+    return false;
+}
+
 static int read_csv(const an_args *a, const char *path, const char *first_col, csv_rows *r)
 {
     memset(r, 0, sizeof(*r));
@@ -62,32 +85,27 @@ static int read_csv(const an_args *a, const char *path, const char *first_col, c
                        strcmp(first_col, "policy") ? "--dial" : "--routing", first_col);
     }
     r->cell = malloc(CF_MAX_ROWS * sizeof(*r->cell));
-    /* every row as wide as the header, and every cell from the fifth on
-     * (tokens, windows, loss, ...) empty or a finite number */
-    for (int ln = 2; r->cell && r->n < CF_MAX_ROWS && fgets(line, sizeof(line), f); ln++) {
-        if (line[strspn(line, "\r\n")] == '\0')
-            continue;
-        int nf = split(line, r->cell[r->n]);
-        if (nf != r->n_head) {
-            fclose(f);
-            return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %d fields, where the header has %d",
-                           path, ln, nf, r->n_head);
-        }
-        for (int c = 4; c < nf; c++) {
-            const char *v = r->cell[r->n][c];
-            char *end = NULL;
-            double x = v[0] ? strtod(v, &end) : 0.0;
-            if (v[0] && (end == v || *end || !isfinite(x))) {
-                fclose(f);
-                return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s = '%s': expected a finite number "
-                               "(or nothing)", path, ln, r->head[c], v);
-            }
-        }
-        r->n++;
+    int line_no = 1, nf = 0;
+    char why[CF_FIELD + 96] = "";
+    while (r->cell && !why[0] && fgets(line, sizeof(line), f)) {
+        line_no++;
+        if (!line[strspn(line, " \t\r\n")])
+            continue; /* a blank line */
+        if (r->n == CF_MAX_ROWS)
+            snprintf(why, sizeof(why), "more than the %d rows a figure takes", CF_MAX_ROWS);
+        else if ((nf = split(line, r->cell[r->n])) != r->n_head)
+            snprintf(why, sizeof(why), "%d fields, where the header has %d", nf, r->n_head);
+        else
+            bad_number(r, r->n++, why, sizeof(why));
     }
     fclose(f);
     if (!r->cell)
         return an_fail(a, EXIT_BAD_INPUT, "out of memory");
+    if (why[0]) {
+        free(r->cell);
+        r->cell = NULL;
+        return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s", path, line_no, why);
+    }
     if (!r->n)
         return an_fail(a, EXIT_BAD_INPUT, "%s: no rows", path);
     return 0;
@@ -106,7 +124,7 @@ static double num(const csv_rows *r, int row, const char *name)
     int c = col_of(r, name);
     if (c < 0 || !r->cell[row][c][0])
         return (double)NAN;
-    return strtod(r->cell[row][c], NULL);
+    return strtod(r->cell[row][c], NULL); /* checked by read_csv */
 }
 
 /* ---- counterfactual ------------------------------------------------------------ */

@@ -1,4 +1,5 @@
 #include "analysis/groups.h"
+#include "core/util/num.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -352,9 +353,8 @@ bool key_is_numeric(const run_keys *keys, int n, const char *name)
         const char *v = run_key_value(&keys[i], name);
         if (!strcmp(v, "-"))
             continue;
-        char *end;
-        double x = strtod(v, &end);
-        if (end == v || *end)
+        double x;
+        if (!num_parse_double(v, -HUGE_VAL, HUGE_VAL, &x))
             return false;
         two |= any && x != first;
         if (!any)

@@ -14,11 +14,13 @@
  * The subcommands over many runs take folders of runs too, and group
  * replicates (analysis/groups.h).  The subcommands are rows of one table
  * below. */
+#include "core/util/num.h"
 #include "analysis/analyze.h"
 #include "analysis/rundir.h"
 #include "core/util/file.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,10 +240,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *opt, boo
 
 static bool parse_long(const char *s, long *v)
 {
-    char *end;
-    errno = 0;
-    *v = strtol(s, &end, 10);
-    return !errno && end != s && !*end && *v >= 0;
+    return num_parse_long(s, 0, LONG_MAX, v);
 }
 
 /* The positional arguments: a folder given to a command over many runs

@@ -307,6 +307,25 @@ static int read_part(const run_info *ri, const char *group, const char *what, hi
     return 0;
 }
 
+/* Whether every value of a record's dataset (n of them, int32 or uint8)
+ * is in [lo, hi]; else err names the file, the dataset, the first value
+ * outside and its index.  Values read from a file index tables here
+ * (depth histograms, expert colours): they are checked before use. */
+static bool part_in_range(const run_info *ri, const char *group, const char *what,
+                          const void *data, bool bytes, long n, long lo, long hi, char *err,
+                          int err_len)
+{
+    for (long t = 0; data && t < n; t++) {
+        long v = bytes ? ((const uint8_t *)data)[t] : ((const int32_t *)data)[t];
+        if (v >= lo && v <= hi)
+            continue;
+        snprintf(err, (size_t)err_len, "%s: /%s/%s holds %ld at element %ld: expected an "
+                 "integer in [%ld, %ld]", ri->path, group, what, v, t, lo, hi);
+        return false;
+    }
+    return true;
+}
+
 int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, char *err,
                       int err_len)
 {
@@ -336,10 +355,25 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     if (!rc)
         rc = read_part(ri, group, "exited", H5T_NATIVE_UINT8, 1, (void **)&rec->exited, NULL,
                        err, err_len);
+    if (!rc && rec->experts) {
+        double E = run_layer_experts(ri, l);
+        rec->n_experts = isfinite(E) && E >= 1 && E <= 1e6 ? (int)E : 0;
+    }
+    long RS = (long)ri->R * ri->S;
+    double R = run_layer_value(ri, l, "recursions");
+    long max_depth = isfinite(R) && R >= 1 && R <= 1e6 ? (long)R : 0;
+    /* experts: -2 skipped (staged), -1 dropped, a column, E the no-op */
+    if (!rc && (!part_in_range(ri, group, "selected", rec->selected, true, RS, 0, 1, err,
+                               err_len) ||
+                !part_in_range(ri, group, "causal", rec->causal, true, RS, 0, 1, err, err_len) ||
+                !part_in_range(ri, group, "exited", rec->exited, true, RS, 0, 1, err, err_len) ||
+                !part_in_range(ri, group, "experts", rec->experts, false, RS * rec->top_k, -2,
+                               rec->n_experts, err, err_len) ||
+                !part_in_range(ri, group, "depth", rec->depth, false, RS, 0, max_depth, err,
+                               err_len)))
+        rc = -EINVAL;
     if (rc)
         free_layer_record(rec);
-    else if (rec->experts)
-        rec->n_experts = (int)run_layer_experts(ri, l);
     return rc;
 }
 

@@ -6,6 +6,7 @@
  * (dense: no layer reads mod.capacity) as horizontal bands of mean and 95%
  * interval, since they are one number whatever the key. */
 #include "analysis/runset.h"
+#include "core/util/num.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,13 +73,11 @@ static int build_series(const an_args *a, sweep_data *d)
                        "optim.lr, model.d_model)", d->key);
     for (int j = 0; j < G; j++) {
         const char *v = run_key_value(&rs->runs[rs->g.groups[j].members[0]].keys, d->key);
-        char *end;
-        d->x[j] = strtod(v, &end);
         d->series_of[j] = 0; /* on the axis, series decided below */
         if (!strcmp(v, "-")) {
             d->series_of[j] = -1;
             d->x[j] = (double)NAN;
-        } else if (end == v || *end) {
+        } else if (!num_parse_double(v, -HUGE_VAL, HUGE_VAL, &d->x[j])) {
             return an_fail(a, EXIT_BAD_INPUT, "--key %s: group %s has the value '%s', not a "
                            "number (a sweep figure needs a numeric key)", d->key,
                            rs->g.groups[j].name, v);

@@ -7,6 +7,7 @@
 #include "core/io/checkpoint.h"
 #include "core/kernels/matmul.h"
 #include "core/util/names.h"
+#include "core/util/num.h"
 #include "core/util/pool.h"
 #include "moe/kinds.h"
 
@@ -63,22 +64,20 @@ static const opt options[] = {
 
 static int set_option(cli *c, const opt *o, const char *v)
 {
-    char *f = (char *)c + o->offset, *end = NULL;
+    char *f = (char *)c + o->offset;
     switch (o->type) {
     case OPT_FLAG: *(bool *)(void *)f = true; return 0;
     case OPT_STRING: *(const char **)(void *)f = v; return 0;
     case OPT_DOUBLE: {
-        double x = strtod(v, &end);
-        if (!*v || *end || !(x >= 0.0 && x < o->max))
+        double x;
+        if (!num_parse_double(v, 0.0, o->max, &x) || !(x < o->max))
             break;
         *(double *)(void *)f = x;
         return 0;
     }
     default: {
-        errno = 0;
-        long n = strtol(v, &end, 10);
-        if (!*v || *end || errno || n < (o->type == OPT_POSITIVE ? 1 : 0) ||
-            (double)n > o->max)
+        long n;
+        if (!num_parse_long(v, o->type == OPT_POSITIVE ? 1 : 0, (long)o->max, &n))
             break;
         if (o->offset == OFF(threads))
             c->threads = (int)n;
@@ -134,6 +133,21 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage)
         fputs(usage, stderr);
         return -EINVAL;
     }
+    return c->threads ? 0 : cli_env_threads(&c->threads);
+}
+
+int cli_env_threads(int *threads)
+{
+    /* the bound --threads has holds for the variable too: 99999999999
+     * through atoi was 1215752191 threads */
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    long t = 0;
+    if (env && *env && !num_parse_long(env, 0, CLI_MAX_THREADS, &t)) {
+        fprintf(stderr, "mode-exp: OPENBLAS_NUM_THREADS=%s: expected an integer in [0, %d] "
+                "(0: as many as the cores allow), as --threads\n", env, CLI_MAX_THREADS);
+        return -EINVAL;
+    }
+    *threads = (int)t;
     return 0;
 }
 
@@ -149,11 +163,7 @@ int parse_cli(cli *c, int argc, char **argv, const char *usage)
 
 int choose_threads(const cli *c, mode_ctx *ctx)
 {
-    int t = c->threads;
-    if (t <= 0) {
-        const char *env = getenv("OPENBLAS_NUM_THREADS");
-        t = env ? atoi(env) : 0;
-    }
+    int t = c->threads; /* --threads, else OPENBLAS_NUM_THREADS (parse_cli) */
     if (t <= 0) {
         /* ranks x threads <= cores: more only makes them fight */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -34,6 +34,10 @@ typedef struct cli {
  * checkpoint, the rest section.key=value overrides); --help prints usage and
  * exits 0.  Returns non-zero (after a message) on a bad command line. */
 int parse_cli(cli *c, int argc, char **argv, const char *usage);
+/* OPENBLAS_NUM_THREADS as --threads reads it: unset, empty or 0 gives 0
+ * (as many as the cores allow); else an integer up to CLI_MAX_THREADS, or
+ * a message and -EINVAL (a usage error: exit 2). */
+int cli_env_threads(int *threads);
 /* Threads per rank: --threads, else $OPENBLAS_NUM_THREADS, else cores /
  * ranks on the node (ranks x threads <= cores).  They become ctx->pool,
  * which runs the products (BLAS itself then keeps to one thread), attention

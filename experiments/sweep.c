@@ -11,6 +11,7 @@
 #include "core/io/runfile.h"
 #include "core/train/trainer.h"
 #include "core/util/lock.h"
+#include "core/util/num.h"
 #include "core/util/signals.h"
 #include "experiments/sweep.h"
 #include "moe/kinds.h"
@@ -81,9 +82,8 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
         } else if (!strcmp(a, "--no-report")) {
             o->no_report = true;
         } else if (!strcmp(a, "--threads")) {
-            char *end = NULL;
-            long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || t < 1 || t > CLI_MAX_THREADS) {
+            long t = 0;
+            if (i + 1 >= argc || !num_parse_long(argv[i + 1], 1, CLI_MAX_THREADS, &t)) {
                 fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer up "
                         "to %d\n", i + 1 < argc ? argv[i + 1] : "(missing)", CLI_MAX_THREADS);
                 return -EINVAL;
@@ -103,7 +103,7 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
         fputs(usage_sweep, stderr);
         return -EINVAL;
     }
-    return 0;
+    return o->threads ? 0 : cli_env_threads(&o->threads);
 }
 
 static double last_value(run_reader *rd, const char *name)
@@ -187,18 +187,65 @@ static int budget_line(const sweep_run *r)
     return 0;
 }
 
+/* Runs a and b of the plan resolve to one config (their names apart): the
+ * same run twice, which the report would count as two replicates (sd 0).
+ * err names the overrides that differ only in spelling (lr = 1e-3 and
+ * 0.001, seeds 1 and 01). */
+static int same_runs(const sweep_plan *p, const sweep_run *a, const sweep_run *b, char *err,
+                     int err_len)
+{
+    char diff[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < a->n_over; i++) {
+        const char *ta = a->over[i].text, *eq = strchr(ta, '=');
+        if (!eq || !strncmp(ta, "run.name=", 9))
+            continue;
+        for (int j = 0; j < b->n_over; j++) {
+            const char *tb = b->over[j].text;
+            if (strncmp(ta, tb, (size_t)(eq - ta + 1)) || !strcmp(ta, tb) || used >= sizeof(diff))
+                continue;
+            int w = snprintf(diff + used, sizeof(diff) - used, "%s%s (line %d) and %s (line %d)",
+                             used ? ", " : "", ta, a->over[i].line, tb, b->over[j].line);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    snprintf(err, (size_t)err_len, "%s: runs %s and %s resolve to the same config%s%.900s: one "
+             "run twice, which the report would count as two replicates; list each value once",
+             p->path, a->name, b->name, diff[0] ? ", the same numbers spelt two ways: " : "",
+             diff);
+    return -EINVAL;
+}
+
 /* Every config, its planned steps and what its folder holds, before any
  * work.  Rank 0 reads the folders and tells the others. */
 static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_action *act,
                      char *err, int err_len)
 {
     run_config *cfg = malloc(sizeof(run_config));
-    if (!cfg)
+    char **resolved = calloc((size_t)(p->n_runs > 0 ? p->n_runs : 1), sizeof(char *));
+    if (!cfg || !resolved) {
+        free(cfg);
+        free(resolved);
         return -ENOMEM;
+    }
     int rc = 0;
     for (int i = 0; i < p->n_runs && !rc; i++) {
         const sweep_run *r = &p->runs[i];
         if ((rc = load_run_config(p, r, cfg, ctx->size, err, err_len)))
+            break;
+        /* the config but its name: no two runs may be the same */
+        char name[sizeof(cfg->name)];
+        memcpy(name, cfg->name, sizeof(name));
+        cfg->name[0] = '\0';
+        if (!(resolved[i] = config_to_ini(cfg))) {
+            rc = -ENOMEM;
+            break;
+        }
+        memcpy(cfg->name, name, sizeof(name));
+        for (int j = 0; j < i && !rc; j++)
+            if (!strcmp(resolved[j], resolved[i]))
+                rc = same_runs(p, &p->runs[j], r, err, err_len);
+        if (rc)
             break;
         double step_flops = config_train_flops_per_step(cfg);
         planned[i] = config_planned_steps(cfg, step_flops);
@@ -230,6 +277,9 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
         }
     }
     free(cfg);
+    for (int i = 0; i < p->n_runs; i++)
+        free(resolved[i]);
+    free(resolved);
     /* rank 0 alone read the folders: its verdict and its message go to all
      * (every rank checked the configs; the first failure's message wins) */
     if (!rc && (rc = comm_fault(ctx->comm, "sweep-plan")))

@@ -6,6 +6,7 @@
  * back at the line. */
 #include "experiments/sweep.h"
 
+#include "core/util/num.h"
 #include "core/config/config.h"
 #include "core/model/spec.h"
 #include "core/util/file.h"
@@ -472,9 +473,8 @@ static int parse_size(parser *P, const section *s, const entry *e, iso_size *z)
         const char *key = w, *value = eq + 1;
         char full[KEY_LEN];
         if (!strcmp(key, "depth")) {
-            char *end;
-            long d = strtol(value, &end, 10);
-            if (*end || d < 1 || d > MODE_MAX_LAYERS)
+            long d;
+            if (!num_parse_long(value, 1, MODE_MAX_LAYERS, &d))
                 return fail(P, e->line, "[isoflop] size: depth=%s: expected a layer count "
                                         "from 1 to %d", value, MODE_MAX_LAYERS);
             z->depth = (int)d;
@@ -552,9 +552,7 @@ static int expand_isoflop(parser *P, const section *iso)
             if ((rc = split_list(P, iso, e, ',', bl)))
                 goto done;
             for (int b = 0; b < bl->n; b++) {
-                char *end;
-                bv[b] = strtod(bl->v[b], &end);
-                if (*end || !isfinite(bv[b]) || bv[b] <= 0.0) {
+                if (!num_parse_double(bl->v[b], 0.0, HUGE_VAL, &bv[b]) || bv[b] <= 0.0) {
                     rc = fail(P, e->line, "[isoflop] budgets: %s: expected training FLOPs "
                                           "(a number > 0, such as 1e13)", bl->v[b]);
                     goto done;
@@ -657,13 +655,10 @@ static int expand_seeds(parser *P, const entry *seeds)
         return rc;
     }
     for (int i = 0; i < vl->n && !rc; i++) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(vl->v[i], &end, 10);
-        if (errno || *end || vl->v[i][0] == '-' || !vl->v[i][0])
+        uint64_t v;
+        if (!num_parse_u64(vl->v[i], &v))
             rc = fail(P, seeds->line, "[sweep] seeds: %s is not a seed (expected integers >= 0)",
                       vl->v[i]);
-        (void)v;
     }
     int n = p->n_runs;
     for (int r = 0; r < n && !rc; r++)

@@ -10,6 +10,7 @@
  * byte for byte, else nothing is written. */
 #include "experiments/cli.h"
 
+#include "core/util/num.h"
 #include "core/data/data.h"
 #include "core/data/tokenizer.h"
 #include "core/util/file.h"
@@ -87,7 +88,7 @@ int cmd_tokenize(int argc, char **argv)
     long vocab = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--vocab") && i + 1 < argc)
-            vocab = strtol(argv[++i], NULL, 10);
+            vocab = num_parse_long(argv[++i], 260, 1L << 20, &vocab) ? vocab : -1;
         else if (!strcmp(argv[i], "--type") && i + 1 < argc)
             type = argv[++i];
         else if (!strcmp(argv[i], "--labels") && i + 1 < argc)

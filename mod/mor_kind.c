@@ -1,4 +1,5 @@
 /* The `mor` kind's description (its compute: mor.c). */
+#include "core/util/num.h"
 #include "mod/mor.h"
 #include "mod/mod.h"
 #include "mod/mor_state.h"
@@ -41,8 +42,7 @@ int mor_k(const mor_params *p, int r, int S)
     double share = p->schedule == MOR_LINEAR
                        ? (double)(p->recursions - r + 1) / (double)p->recursions
                        : pow(p->capacity, (double)(r - 1));
-    int k = (int)floor(share * S);
-    return k < 1 ? 1 : k > S ? S : k;
+    return num_floor_int(share * S, 1, S > 1 ? S : 1);
 }
 
 mod_router_params mor_router_params(void)

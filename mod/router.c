@@ -211,11 +211,11 @@ static int counterfactual(mod_router *rt, const fwd_args *a, int layer_index, in
     }
     if (p->policy == ROUTE_SHUFFLE || p->policy == ROUTE_REPLAY) {
         const char *name = a->mode == FWD_EVAL_CAUSAL ? "causal" : "selected";
-        const float *src = route_source(p, layer_index, name, win, S);
+        const float *src = route_source(p, layer_index, name, win, S, 0, 1);
         if (!src)
             return -ENOENT;
         for (int i = 0; i < S; i++)
-            take[i] = src[i] != 0.0f;
+            take[i] = src[i] != 0.0f; /* 0 or 1 (route_source) */
         return 0;
     }
     return -EINVAL;

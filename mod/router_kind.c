@@ -2,6 +2,7 @@
  * keys, the configuration they give, the tensors, FLOPs and buffers of the
  * router and of a routed block's rows.  The kinds' descriptions link this
  * file alone. */
+#include "core/util/num.h"
 #include "mod/router.h"
 
 #include <errno.h>
@@ -50,8 +51,7 @@ const key_group mod_router_group = {
 int mod_k(double capacity, int seq_len)
 {
     /* floor in double, to the letter of MODEL.md (0.29 x 100 gives 28) */
-    int k = (int)floor(capacity * seq_len);
-    return k < 1 ? 1 : (k > seq_len ? seq_len : k);
+    return num_floor_int(capacity * seq_len, 1, seq_len > 1 ? seq_len : 1);
 }
 
 mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *dims)

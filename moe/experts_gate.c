@@ -232,11 +232,37 @@ static void counterfactual_row(experts *ex, const route_plan *p, long win, int p
  * in causal evaluation token i goes to the experts with l_ie > 0.  Slot e of
  * token i is expert e's: choice e or -1, weight p_ie.  The causal rule's
  * BCE of sigmoid(l_ie) against the pick is the auxiliary loss. */
+/* shuffle, replay: the experts' picks of sequence b read back from the
+ * book, slot e of a token e (expert e took it) or -1, any other value
+ * refused; weights stay the gate's p. */
+static int ec_replay(experts *ex, const fwd_args *a, const row_set *rs, const route_plan *rp,
+                     int b)
+{
+    int E = ex->c.experts;
+    long elems = (long)a->seq_len * E;
+    const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b), elems, 0, -1);
+    if (!src)
+        return -ENOENT;
+    for (int i = rs->seq_start[b]; i < rs->seq_start[b + 1]; i++)
+        for (int e = 0; e < E; e++) {
+            float v = src[(size_t)rs->pos[i] * E + e];
+            if (v != -1.0f && v != (float)e) {
+                char expect[64];
+                snprintf(expect, sizeof(expect), "-1 or %d (slot %d is expert %d's)", e, e, e);
+                route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, v, -1, E - 1,
+                               expect);
+                return -EINVAL;
+            }
+            ex->choice[(size_t)i * E + e] = (int32_t)v;
+        }
+    return 0;
+}
+
 int experts_ec_gate(experts *ex, const fwd_args *a, const float *m, const row_set *rs,
                    const float *wg, int capacity)
 {
     const experts_cfg *c = &ex->c;
-    int n = rs->n, E = c->experts;
+    int n = rs->n, E = c->experts, rc;
     bool train = a->mode == FWD_TRAIN, causal = a->mode == FWD_EVAL_CAUSAL;
     linear_forward(NULL, ex->probs, m, wg, n, ex->d, E, 0.0f);
     for (int i = 0; i < n; i++) {
@@ -251,9 +277,11 @@ int experts_ec_gate(experts *ex, const fwd_args *a, const float *m, const row_se
     }
     if (train)
         memset(ex->sums, 0, (size_t)experts_stat_sums_count(c) * sizeof(double));
+    const route_plan *rp = !train && route_applies(a->route, ex->layer) ? a->route : NULL;
+    bool replayed = rp && (rp->policy == ROUTE_SHUFFLE || rp->policy == ROUTE_REPLAY);
     for (int b = 0; b < rs->nseq; b++) {
         int r0 = rs->seq_start[b], nb = rs->seq_start[b + 1] - r0;
-        if (!causal)
+        if (!causal && !replayed)
             for (int e = 0; e < E && nb > 0; e++) {
                 for (int j = 0; j < nb; j++)
                     ex->ec_scores[j] = ex->probs[(size_t)(r0 + j) * E + e];
@@ -262,6 +290,8 @@ int experts_ec_gate(experts *ex, const fwd_args *a, const float *m, const row_se
                 for (int j = 0; j < nb; j++)
                     ex->choice[(size_t)(r0 + j) * E + e] = ex->ec_z[j] ? e : -1;
             }
+        if (replayed && (rc = ec_replay(ex, a, rs, rp, b)))
+            return rc;
         if (!train || nb == 0)
             continue;
         double bce = 0.0, ent = 0.0;
@@ -377,14 +407,23 @@ int experts_gate(experts *ex, const fwd_args *a, const float *m, const row_set *
         int r0 = rs->seq_start[b], r1 = rs->seq_start[b + 1], nb = r1 - r0;
         memset(count, 0, (size_t)N * sizeof(int));
         if (replayed) { /* the book's choices as they were admitted (-1 dropped) */
-            const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b),
-                                            (long)a->seq_len * K);
+            /* the values this gate reads, each -1 (dropped) or a column:
+             * any other is refused (staged's rows that skipped the block
+             * hold -2 and are not read) */
+            long elems = (long)a->seq_len * K;
+            const float *src = route_source(rp, ex->layer, "experts", seq_id(a, b), elems, 0,
+                                            -1);
             if (!src)
                 return -ENOENT;
             for (int i = r0; i < r1; i++) {
                 for (int j = 0; j < K; j++) {
-                    int e = (int)src[(size_t)rs->pos[i] * K + j];
-                    e = e >= 0 && e < N ? e : -1;
+                    float v = src[(size_t)rs->pos[i] * K + j];
+                    if (!(v >= -1.0f && v <= (float)(N - 1) && v == floorf(v))) {
+                        route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, v, -1,
+                                       N - 1, NULL);
+                        return -EINVAL;
+                    }
+                    int e = (int)v;
                     ex->choice[(size_t)i * K + j] = e;
                     ex->col[(size_t)i * K + j] = e >= 0 ? e : ex->col[(size_t)i * K + j];
                 }

@@ -2,6 +2,7 @@
  * keys, the configuration they give, the tensors, FLOPs and the layouts of
  * the buffers.  The kinds' descriptions link this file alone. */
 #include "moe/experts_kind.h"
+#include "core/util/num.h"
 #include "moe/experts_state.h"
 
 #include <errno.h>
@@ -40,9 +41,10 @@ static const kind_key moe_keys[] = {
     { "top_k", KEY_INT, P(top_k), "1", 1, KEY_NO_MAX, 0, NULL,
       "experts each token picks by gate probability (token-choice), weights not renormalised", 0 },
     { "capacity_factor", KEY_REAL, P(capacity_factor), "1.25", 0, KEY_NO_MAX, 0, NULL,
-      "each expert takes at most ceil(capacity_factor top_k S / E) assignments a sequence, "
-      "earlier positions first; 0: no dropping", 0 },
-    { "d_ff", KEY_INT, P(d_ff), "0", 0, KEY_NO_MAX, 0, NULL,
+      "each expert takes at most ceil(capacity_factor top_k S / E) assignments a sequence "
+      "(one past the tokens there are drops nothing), earlier positions first; 0: no dropping",
+      0 },
+    { "d_ff", KEY_INT, P(d_ff), "0", 0, MODE_MAX_WIDTH, 0, NULL,
       "each expert's hidden width; 0: the model's d_ff", 0 },
     { "balance_weight", KEY_REAL, P(balance_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
       "weight of the Switch balance loss N sum_e frac_e meanP_e (per sequence)", 0 },
@@ -85,8 +87,9 @@ static const kind_key ec_keys[] = {
       "E, the experts of a layer; a multiple or a divisor of the rank count", KEY_SHARDED },
     { "capacity_factor", KEY_REAL, Q(capacity_factor), "1", 0, KEY_NO_MAX, KEY_MIN_OPEN, NULL,
       "c (Zhou et al.): each expert takes the max(1, floor(c S / E)) tokens of the sequence of "
-      "the highest gate probability, so a token goes to c experts on average", 0 },
-    { "d_ff", KEY_INT, Q(d_ff), "0", 0, KEY_NO_MAX, 0, NULL,
+      "the highest gate probability (at most S: c >= E takes every token), so a token goes to "
+      "c experts on average", 0 },
+    { "d_ff", KEY_INT, Q(d_ff), "0", 0, MODE_MAX_WIDTH, 0, NULL,
       "each expert's hidden width; 0: the model's d_ff", 0 },
     { "aux_weight", KEY_REAL, Q(aux_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
       "weight of the causal rule's BCE of sigmoid(l_ie) against expert e taking token i; "
@@ -173,13 +176,17 @@ int experts_stat_cols_count(const experts_cfg *c)
 
 int experts_capacity(const experts_cfg *c, int rows_per_seq)
 {
-    if (c->expert_choice) {
-        int C = (int)floor(c->capacity_factor * rows_per_seq / c->experts);
-        return C < 1 ? 1 : C > rows_per_seq ? rows_per_seq : C;
-    }
+    /* computed in double and clamped before narrowing (num.h), never a
+     * product wrapped past 2^31: expert choice takes at most the
+     * rows_per_seq tokens there are (c = 1e9 is c = E); token choice's
+     * capacity past 2^31 - 1 drops nothing, as one past the rows does
+     * (staged's causal rows may outnumber the nominal k, so no tighter) */
+    int S = rows_per_seq > 1 ? rows_per_seq : 1;
+    if (c->expert_choice)
+        return num_floor_int(c->capacity_factor * rows_per_seq / c->experts, 1, S);
     if (c->capacity_factor <= 0.0)
         return INT32_MAX;
-    return (int)ceil(c->capacity_factor * c->top_k * rows_per_seq / c->experts);
+    return num_ceil_int(c->capacity_factor * c->top_k * rows_per_seq / c->experts, 1, INT32_MAX);
 }
 
 int experts_capacity_in(const experts_cfg *c, int rows_per_seq, int mode)

@@ -9,7 +9,10 @@
 
 #include "core/config/config.h"
 #include "core/train/optim.h"
+#include "core/util/num.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +130,10 @@ static const bad_case bad_cases[] = {
     { "[run]\nseed = -1\n", NULL, 0, "cfg.ini:2: [run] seed = -1: expected an integer in [0," },
     { "[run]\nsteps = 12x\n", NULL, 0, "cfg.ini:2: [run] steps = 12x: expected an integer in [0, 1e+12]" },
     { "[run]\nsteps =\n", NULL, 0, "cfg.ini:2: [run] steps = : expected an integer in [0, 1e+12]" },
-    { "[data]\nbatch = 99999999999999999999\n", NULL, 0, "cfg.ini:2: [data] batch = 99999999999999999999: expected an integer >= 1" },
+    { "[data]\nbatch = 99999999999999999999\n", NULL, 0, "cfg.ini:2: [data] batch = 99999999999999999999: expected an integer in [1, 2147483647]" },
+    { "[data]\nbatch = 2147483648\n", NULL, 0, "cfg.ini:2: [data] batch = 2147483648: expected an integer in [1, 2147483647]" },
+    { "[run]\nseed = 18446744073709551616\n", NULL, 0, "cfg.ini:2: [run] seed = 18446744073709551616: expected an integer in [0, 18446744073709551615]" },
+    { "[run]\nseed = 12x\n", NULL, 0, "cfg.ini:2: [run] seed = 12x: expected an integer in [0," },
     { "[optim]\nlr = 1e-3x\n", NULL, 0, "cfg.ini:2: [optim] lr = 1e-3x: expected a number > 0" },
     { "[optim]\nlr = inf\n", NULL, 0, "cfg.ini:2: [optim] lr = inf: expected a number > 0" },
     /* ranges */
@@ -138,7 +144,11 @@ static const bad_case bad_cases[] = {
     { "[mod]\ncapacity = 0\n", NULL, 0, "cfg.ini:2: [mod] capacity = 0: expected a number in (0, 1]" },
     { "[mod]\ncapacity = 1.5\n", NULL, 0, "cfg.ini:2: [mod] capacity = 1.5: expected a number in (0, 1]" },
     { "[mod]\nrouter = smart\n", NULL, 0, "cfg.ini:2: [mod] router = smart: expected one of learned, random" },
-    { "[moe]\nexperts = 0\n", NULL, 0, "cfg.ini:2: [moe] experts = 0: expected an integer >= 1" },
+    { "[moe]\nexperts = 0\n", NULL, 0, "cfg.ini:2: [moe] experts = 0: expected an integer in [1, 2147483647]" },
+    /* widths and counts that size buffers: bounded where they would wrap */
+    { "[model]\nd_model = 1048577\n", NULL, 0, "cfg.ini:2: [model] d_model = 1048577: expected an integer in [1, 1048576]" },
+    { "[model]\nd_ff = 3000000000\n", NULL, 0, "cfg.ini:2: [model] d_ff = 3000000000: expected an integer in [1, 1048576]" },
+    { "[run]\nrouting_windows = 1048577\n", NULL, 0, "cfg.ini:2: [run] routing_windows = 1048577: expected an integer in [0, 1048576]" },
     { "[run]\nname = a;b\n", NULL, 0,
       "cfg.ini:2: [run] name = a;b: expected a folder name inside run.out" },
     /* a name that is a path would leave run.out */
@@ -663,6 +673,53 @@ static void test_same_as(void **state)
     free(ini);
 }
 
+/* The one parser and the one narrowing (core/util/num.h), at their bounds. */
+static void test_numbers(void **state)
+{
+    (void)state;
+    long l = -5;
+    assert_true(num_parse_long("4096", 1, 4096, &l) && l == 4096);
+    assert_true(num_parse_long(" 7 ", 1, 4096, &l) && l == 7);
+    l = -5;
+    assert_false(num_parse_long("4097", 1, 4096, &l));
+    assert_false(num_parse_long("0", 1, 4096, &l));
+    /* past a long: refused, not LONG_MAX (strtol) nor 1215752191 (atoi) */
+    assert_false(num_parse_long("99999999999", 1, 4096, &l));
+    assert_false(num_parse_long("99999999999999999999", LONG_MIN, LONG_MAX, &l));
+    assert_false(num_parse_long("12x", 0, 100, &l));
+    assert_false(num_parse_long("1e3", 0, 10000, &l));
+    assert_false(num_parse_long("", 0, 100, &l));
+    assert_false(num_parse_long(NULL, 0, 100, &l));
+    assert_int_equal(l, -5); /* untouched by every refusal */
+    double d = 0.0;
+    assert_true(num_parse_double("1e9", 0.0, HUGE_VAL, &d) && d == 1e9);
+    assert_false(num_parse_double("inf", -HUGE_VAL, HUGE_VAL, &d));
+    assert_false(num_parse_double("nan", -HUGE_VAL, HUGE_VAL, &d));
+    assert_false(num_parse_double("1e999", -HUGE_VAL, HUGE_VAL, &d));
+    assert_false(num_parse_double("0.5", 1.0, 2.0, &d));
+    assert_false(num_parse_double("1e-3x", 0.0, 1.0, &d));
+    uint64_t u = 0;
+    assert_true(num_parse_u64("18446744073709551615", &u) && u == UINT64_MAX);
+    assert_false(num_parse_u64("18446744073709551616", &u));
+    assert_false(num_parse_u64("-1", &u));
+    assert_false(num_parse_u64(" -1", &u));
+    assert_false(num_parse_u64("7 8", &u));
+    /* floor and ceil clamped before narrowing: ec.capacity_factor = 1e9 at
+     * S 128, E 8 is 1.6e10, which a cast wrapped to a capacity of 1 */
+    assert_int_equal(num_floor_int(1e9 * 128 / 8, 1, 128), 128);
+    assert_int_equal(num_floor_int(8.0 * 128 / 8, 1, 128), 128);
+    assert_int_equal(num_floor_int(0.01 * 128 / 8, 1, 128), 1);
+    assert_int_equal(num_floor_int(2147483648.0, 0, INT_MAX), INT_MAX);
+    assert_int_equal(num_floor_int(2147483646.5, 0, INT_MAX), 2147483646);
+    assert_int_equal(num_floor_int(-1e300, -3, 3), -3);
+    assert_int_equal(num_floor_int(NAN, 1, 9), 1);
+    assert_int_equal(num_floor_int(HUGE_VAL, 1, 9), 9);
+    assert_int_equal(num_ceil_int(2147483646.5, 0, INT_MAX), INT_MAX);
+    assert_int_equal(num_ceil_int(1e300, 1, 12), 12);
+    assert_int_equal(num_ceil_int(3.75, 1, 12), 4);
+    assert_int_equal(num_ceil_int(3.0, 1, 12), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -677,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_sources),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_same_as),
+        cmocka_unit_test(test_numbers),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "core/model/model.h"
+#include "mod/router.h"
 #include "moe_cases.h"
 #include "testlib.h"
 
@@ -152,6 +153,33 @@ static void test_capacity(void **state)
     ec.top_k = 8;
     ec.capacity_factor = 1.25;
     assert_int_equal(experts_capacity(&ec, 1024), 160);
+    /* a factor whose capacity passes 2^31 is computed in double and clamped
+     * before narrowing (1e9 x 8 x 1024 / 64 wrapped): it drops nothing,
+     * as 0 does */
+    ec.capacity_factor = 1e9;
+    assert_int_equal(experts_capacity(&ec, 1024), INT32_MAX);
+    ec.capacity_factor = 1e300;
+    assert_int_equal(experts_capacity(&ec, 1024), INT32_MAX);
+    ec.capacity_factor = 16.0;
+    assert_int_equal(experts_capacity(&ec, 1024), 2048); /* past the rows: no drop either */
+    ec.eval_capacity_factor = 1e12;
+    assert_int_equal(experts_capacity_in(&ec, 1024, FWD_EVAL_TOPK), INT32_MAX);
+    ec.eval_capacity_factor = -1.0;
+    /* expert choice: C = min(S, max(1, floor(c S / E))): 1e9 and 8 (= E)
+     * the same capacity, every token */
+    experts_cfg ch = { .experts = 8, .top_k = 1, .capacity_factor = 1e9, .d_ff = 8,
+                       .expert_choice = true };
+    assert_int_equal(experts_capacity(&ch, 128), 128);
+    ch.capacity_factor = 8.0;
+    assert_int_equal(experts_capacity(&ch, 128), 128);
+    ch.capacity_factor = 1.0;
+    assert_int_equal(experts_capacity(&ch, 128), 16);
+    ch.capacity_factor = 1e-9;
+    assert_int_equal(experts_capacity(&ch, 128), 1);
+    /* MoD: k = max(1, floor(capacity S)) within [1, S] */
+    assert_int_equal(mod_k(1.0, 65536), 65536);
+    assert_int_equal(mod_k(1e-9, 65536), 1);
+    assert_int_equal(mod_k(0.29, 100), 28);
 
     const int nseq = 3, S = 12;
     tl_fixture f;

@@ -10,6 +10,7 @@
 #include "core/config/layers.h"
 #include "core/model/model.h"
 #include "core/util/file.h"
+#include "core/util/num.h"
 
 #include <ini.h>
 
@@ -268,17 +269,7 @@ static bool parse_long_text(const char *s, long *v)
 
 static bool parse_u64_text(const char *s, uint64_t *v)
 {
-    while (isspace((unsigned char)*s))
-        s++;
-    if (*s == '-') /* strtoull would wrap it around */
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (end == s || errno == ERANGE || !only_space(end))
-        return false;
-    *v = (uint64_t)x;
-    return true;
+    return num_parse_u64(s, v);
 }
 
 static bool parse_double_text(const char *s, double *v)
@@ -374,7 +365,10 @@ static void expected_text(const cfg_key *k, char *out, size_t n)
         break;
     case K_U64: snprintf(out, n, "an integer in [0, %" PRIu64 "]", UINT64_MAX); break;
     default:
-        if (k->max == NO_MAX)
+        if (k->max == NO_MAX && k->type == K_INT) /* the int it is stored in bounds it */
+            snprintf(out, n, "%s in %c%.10g, %d]", what, (k->open & MIN_OPEN) ? '(' : '[',
+                     k->min, INT_MAX);
+        else if (k->max == NO_MAX)
             snprintf(out, n, "%s %s %.10g", what, (k->open & MIN_OPEN) ? ">" : ">=", k->min);
         else
             snprintf(out, n, "%s in %c%.10g, %.10g%c", what, (k->open & MIN_OPEN) ? '(' : '[',

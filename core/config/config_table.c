@@ -33,7 +33,7 @@ const cfg_key config_keys[N_KEYS] = {
     { SEC_RUN, "final_eval_windows", K_LONG, RC(final_eval_windows), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "ckpt_every", K_LONG, RC(ckpt_every), 0, NO_MAX, 0, NULL },
     { SEC_RUN, "routing_every", K_LONG, RC(routing_every), 0, NO_MAX, 0, NULL },
-    { SEC_RUN, "routing_windows", K_LONG, RC(routing_windows), 0, NO_MAX, 0, NULL },
+    { SEC_RUN, "routing_windows", K_LONG, RC(routing_windows), 0, 1 << 20, 0, NULL },
     { SEC_RUN, "nonfinite", K_ENUM, RC(nonfinite), 0, 0, 0, nonfinite_policies },
     { SEC_RUN, "precision", K_ENUM, RC(precision), 0, 0, 0, precisions },
     { SEC_DATA, "source", K_SOURCE, RC(source), 0, 0, 0, NULL },
@@ -43,9 +43,9 @@ const cfg_key config_keys[N_KEYS] = {
     { SEC_DATA, "val_source", K_HELD_OUT, RC(val_source), 0, 0, 0, NULL },
     { SEC_DATA, "vocab", K_INT, RC(vocab), 2, INT_MAX, 0, NULL },
     { SEC_DATA, "tokenizer", K_STR, RC(tokenizer), 0, 0, 0, NULL },
-    { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, NO_MAX, 0, NULL },
+    { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, MODE_MAX_WIDTH, 0, NULL },
     { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
-    { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, NO_MAX, 0, NULL },
+    { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, MODE_MAX_WIDTH, 0, NULL },
     { SEC_MODEL, "layers", K_LAYERS, RC(layers_text), 0, 0, 0, NULL },
 };
 

@@ -1,6 +1,8 @@
 #include "core/io/checkpoint.h"
 
 #include "core/util/file.h"
+#include "core/config/config.h"
+#include "core/util/num.h"
 #include "core/io/h5util.h"
 
 #include "core/comm/comm.h"
@@ -381,11 +383,27 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
                  "%s: not a mode checkpoint (missing attribute config, seed or step)", path);
         rc = -EINVAL;
         ckpt_meta_clear(meta);
+    } else if (meta->step < 0 || meta->step > MODE_MAX_STEPS) {
+        /* numbers read from a file are checked as the config's are */
+        snprintf(err, (size_t)err_len, "%s: attribute step = %ld: expected a step in [0, "
+                 "10^12]", path, meta->step);
+        rc = -EINVAL;
+        ckpt_meta_clear(meta);
+    } else if (!num_parse_u64(seed, &meta->seed)) {
+        snprintf(err, (size_t)err_len, "%s: attribute seed = %.40s: expected an integer in "
+                 "[0, 2^64 - 1]", path, seed);
+        rc = -EINVAL;
+        ckpt_meta_clear(meta);
     } else {
-        meta->seed = strtoull(seed, NULL, 10);
         meta->data = H5Aexists(f, "data") > 0 ? h5_attr_read_string(f, "data") : NULL;
-        if (H5Aexists(f, "train_flops_executed") > 0)
-            h5_attr_read_double(f, "train_flops_executed", &meta->train_flops_executed);
+        if (H5Aexists(f, "train_flops_executed") > 0 &&
+            (h5_attr_read_double(f, "train_flops_executed", &meta->train_flops_executed) ||
+             !(meta->train_flops_executed >= 0.0 && meta->train_flops_executed < HUGE_VAL))) {
+            snprintf(err, (size_t)err_len, "%s: attribute train_flops_executed = %g: expected "
+                     "a finite count >= 0", path, meta->train_flops_executed);
+            rc = -EINVAL;
+            ckpt_meta_clear(meta);
+        }
     }
     free(seed);
     if (f >= 0)

@@ -1,39 +1,22 @@
 #include "core/model/keys.h"
+#include "core/util/num.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bool only_space(const char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
-    return *s == '\0';
-}
-
 bool key_text_long(const char *s, long *v)
 {
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (end == s || errno == ERANGE || !only_space(end))
-        return false;
-    *v = x;
-    return true;
+    return num_parse_long(s, LONG_MIN, LONG_MAX, v);
 }
 
 bool key_text_double(const char *s, double *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || errno == ERANGE || !isfinite(x) || !only_space(end))
-        return false;
-    *v = x;
-    return true;
+    return num_parse_double(s, -HUGE_VAL, HUGE_VAL, v);
 }
 
 void key_format_double(double v, char *out, size_t n)
@@ -73,7 +56,10 @@ void key_expected(const kind_key *k, char *out, size_t n)
     default: break;
     }
     const char *what = k->type == KEY_REAL ? "a number" : "an integer";
-    if (k->max == KEY_NO_MAX)
+    if (k->max == KEY_NO_MAX && k->type == KEY_INT) /* the int it is stored in bounds it */
+        snprintf(out, n, "%s in %c%.10g, %d]", what, (k->open & KEY_MIN_OPEN) ? '(' : '[', k->min,
+                 INT_MAX);
+    else if (k->max == KEY_NO_MAX)
         snprintf(out, n, "%s %s %.10g", what, (k->open & KEY_MIN_OPEN) ? ">" : ">=", k->min);
     else
         snprintf(out, n, "%s in %c%.10g, %.10g%c", what, (k->open & KEY_MIN_OPEN) ? '(' : '[',

@@ -66,7 +66,7 @@ typedef struct batch {
     int nseq;
     long step;
     long seq0;        /* global index of the first sequence */
-    int global_seqs;  /* sequences over all ranks: the loss is their mean */
+    long global_seqs; /* sequences over all ranks: the loss is their mean */
     int n_counted;    /* > 0: only the first n_counted sequences count in the loss
                          (the rest pad a rank's batch so every rank runs the same
                          forwards, as expert parallelism needs) */

@@ -2,6 +2,7 @@
 #include "core/model/route.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct book_array {
 } book_array;
 
 struct route_book {
+    char source[640];
     long n;
     long *win; /* [n] increasing */
     book_array *arr;
@@ -146,8 +148,32 @@ long route_partner(long k, long n)
     return n > 0 ? (k + half) % n : -1;
 }
 
+void route_book_set_source(route_book *b, const char *source)
+{
+    snprintf(b->source, sizeof(b->source), "%s", source);
+}
+
+const char *route_book_source(const route_book *b)
+{
+    return b->source;
+}
+
+void route_note_bad(const route_plan *p, int layer, const char *name, long window, long elems,
+                    double value, int lo, int hi, const char *expect)
+{
+    if (!p->miss || p->miss->any)
+        return;
+    *p->miss = (route_miss){ .any = true, .bad = true, .layer = layer, .window = window,
+                             .elems = elems, .value = value };
+    snprintf(p->miss->name, sizeof(p->miss->name), "%s", name);
+    if (expect)
+        snprintf(p->miss->expect, sizeof(p->miss->expect), "%s", expect);
+    else
+        snprintf(p->miss->expect, sizeof(p->miss->expect), "an integer in [%d, %d]", lo, hi);
+}
+
 const float *route_source(const route_plan *p, int layer, const char *name, long window,
-                          long elems)
+                          long elems, int lo, int hi)
 {
     if (!p || !p->book)
         return NULL;
@@ -163,5 +189,13 @@ const float *route_source(const route_plan *p, int layer, const char *name, long
     }
     if (p->policy == ROUTE_SHUFFLE)
         k = route_partner(k, p->book->n);
-    return a->data + (size_t)k * (size_t)elems;
+    const float *row = a->data + (size_t)k * (size_t)elems;
+    for (long i = 0; lo <= hi && i < elems; i++) {
+        float v = row[i];
+        if (v >= (float)lo && v <= (float)hi && v == floorf(v))
+            continue;
+        route_note_bad(p, layer, name, window, elems, v, lo, hi, NULL);
+        return NULL;
+    }
+    return row;
 }

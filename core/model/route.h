@@ -34,12 +34,15 @@ int route_policy_lookup(const char *name);
 
 typedef struct route_book route_book;
 
-/* What a plan's book lacked when a kind asked for it (route_source). */
+/* What a plan's book lacked when a kind asked for it (route_source), or
+ * (bad) the first value it held outside the kind's range [lo, hi]. */
 typedef struct route_miss {
-    bool any;
+    bool any, bad;
     int layer;
     char name[32];
     long window, elems;
+    double value;
+    char expect[64]; /* what the value should have been */
 } route_miss;
 
 typedef struct route_plan {
@@ -58,10 +61,19 @@ static inline bool route_applies(const route_plan *p, int layer)
 }
 
 /* The decisions plan reads for window (the book's row of that window, or
- * under ROUTE_SHUFFLE the row of its partner, route_partner), elems values;
- * NULL when the book has no such array or window. */
+ * under ROUTE_SHUFFLE the row of its partner, route_partner), elems values,
+ * each an integer in [lo, hi] (a 0/1 pick); NULL when the book has no such
+ * array or window, or (miss->bad) a value of the row is outside the range:
+ * a record read from a file is checked where its range is known, never
+ * taken as a drop or a pick.  lo > hi: no check here, the caller checks
+ * each value it reads (route_note_bad). */
 const float *route_source(const route_plan *p, int layer, const char *name, long window,
-                          long elems);
+                          long elems, int lo, int hi);
+/* Note in p->miss (the first only) that value, read from name of layer for
+ * window, is not an integer in [lo, hi] (expect NULL), or not what expect
+ * says. */
+void route_note_bad(const route_plan *p, int layer, const char *name, long window, long elems,
+                    double value, int lo, int hi, const char *expect);
 
 /* ---- the book ------------------------------------------------------------- */
 
@@ -78,6 +90,10 @@ float *route_book_array(route_book *b, int layer, const char *name, long elems, 
 /* The k-th array: its layer, name, elems, type; false past the last. */
 bool route_book_entry(const route_book *b, int k, int *layer, const char **name, long *elems,
                       int *type, float **data);
+/* Where the book was read from ("FILE: routing/step_N"), for messages;
+ * "" for one built in memory. */
+void route_book_set_source(route_book *b, const char *source);
+const char *route_book_source(const route_book *b);
 /* The row of window (its index in the book), or -1. */
 long route_book_row(const route_book *b, long window);
 /* ROUTE_SHUFFLE's partner of row k among n: row (k + n/2) mod n, a window

@@ -83,6 +83,11 @@ static inline int experts_local(int E, int P)
     return P <= 1 ? E : P <= E ? E / P : 1;
 }
 
+/* The widest d_model and d_ff (the model's and each expert's): 2^20, so a
+ * tensor's element count (experts x d_model x d_ff) stays far inside a
+ * long, and a row's inside an int. */
+#define MODE_MAX_WIDTH 1048576
+
 static inline long tensor_numel(const tensor_desc *t)
 {
     long n = 1;

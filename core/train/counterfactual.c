@@ -171,11 +171,19 @@ static int run_pass(model *m, mode_ctx *ctx, const dataset *d, fwd_mode mode, cf
         if (rc)
             return rc;
         batch b = { .tokens = w->tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
-                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
+                    .global_seqs = n, .n_counted = real > 0 ? real : -1,
                     .seq_ce = w->seq_ce, .tok_ce = w->tok_ce, .window = w->win, .route = plan };
         fwd_result r;
         if ((rc = model_forward(m, ctx, &b, mode, &r))) {
-            if (plan && plan->miss && plan->miss->any)
+            if (plan && plan->miss && plan->miss->bad)
+                snprintf(err, (size_t)err_len, "--routing %s: %s%slayer_%d/%s holds %.9g "
+                         "(window %ld): expected %s",
+                         route_policy_names[plan->policy],
+                         plan->book ? route_book_source(plan->book) : "",
+                         plan->book && route_book_source(plan->book)[0] ? "/" : "",
+                         plan->miss->layer, plan->miss->name, plan->miss->value,
+                         plan->miss->window, plan->miss->expect);
+            else if (plan && plan->miss && plan->miss->any)
                 snprintf(err, (size_t)err_len, "--routing %s: the decisions read back have no "
                          "'%s' of layer %d (%ld values) for window %ld",
                          route_policy_names[plan->policy], plan->miss->name, plan->miss->layer,
@@ -549,8 +557,11 @@ int route_book_load(route_book **out, const char *path, long step, int seq_len, 
             snprintf(err, (size_t)err_len, "%s: no routing records", path);
         rc = -EINVAL;
     }
-    if (!rc)
-        rc = build_route_book(out, wv, n);
+    if (!rc && !(rc = build_route_book(out, wv, n))) {
+        char source[640];
+        snprintf(source, sizeof(source), "%.500s: %.96s", path, group);
+        route_book_set_source(*out, source);
+    }
     if (rc == -EINVAL && !err[0])
         snprintf(err, (size_t)err_len, "%s: routing/windows is not increasing", path);
     if (!rc)

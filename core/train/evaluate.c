@@ -59,7 +59,7 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
         if (rc)
             break;
         batch b = { .tokens = tok, .nseq = cnt, .step = 0, .seq0 = rank + i0 * P,
-                    .global_seqs = (int)n, .n_counted = real > 0 ? real : -1,
+                    .global_seqs = n, .n_counted = real > 0 ? real : -1,
                     .seq_ce = seq_ce, .window = win };
         fwd_result r;
         if ((rc = model_forward(m, ctx, &b, mode, &r))) {

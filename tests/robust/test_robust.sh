@@ -426,6 +426,100 @@ numbers)
 		"$exe" bench "$config" --steps 99999999999
 	printf '[sweep]\nbase = %s\nout = sw\n[grid]\nrun.flops_budget = 1e300\n' "$config" >big.ini
 	expect 2 "buys more than 10^12 steps" "$exe" sweep big.ini --dry-run
+	# widths that size tensors, bounded where experts x d_model x d_ff would wrap
+	expect 2 "model.d_model=1048577: expected an integer in \[1, 1048576\]" \
+		"$exe" flops "$config" model.d_model=1048577
+	expect 2 "moe.d_ff=3000000000: expected an integer in \[0, 1048576\]" \
+		"$exe" flops "$config" "model.layers=dense, moe" moe.d_ff=3000000000
+	# derived sizes in a width that cannot wrap: an expert-choice capacity
+	# max(1, floor(c S / E)) is at most S, so c = 1e9 is c = E = 8 (it wrapped
+	# past 2^31 to 1: another model, fewer FLOPs); in flops and in training
+	"$exe" flops "$config" "model.layers=ec x 2" ec.capacity_factor=8 >f8.txt || fail "flops ec 8"
+	"$exe" flops "$config" "model.layers=ec x 2" ec.capacity_factor=1e9 >f9.txt || fail "flops ec 1e9"
+	diff f8.txt f9.txt >/dev/null || fail "ec.capacity_factor 1e9 is not 8: $(diff f8.txt f9.txt)"
+	for c in 8 1e9; do
+		"$exe" "$config" "model.layers=ec x 2" ec.capacity_factor=$c run.steps=4 run.out=ec$c \
+			--quiet || fail "training ec.capacity_factor=$c"
+	done
+	"$compare" ec8/tiny/run.h5 ec1e9/tiny/run.h5 0 >cmp.txt ||
+		fail "ec.capacity_factor 1e9 trained another model than 8: $(cat cmp.txt)"
+	# token choice: a capacity past 2^31 is no dropping, as 0 is
+	"$exe" flops "$config" "model.layers=dense, moe" moe.capacity_factor=0 >m0.txt || fail "flops moe 0"
+	"$exe" flops "$config" "model.layers=dense, moe" moe.capacity_factor=1e9 >m9.txt || fail "flops moe 1e9"
+	diff m0.txt m9.txt >/dev/null || fail "moe.capacity_factor 1e9 is not 0: $(diff m0.txt m9.txt)"
+	for c in 0 1e9; do
+		"$exe" "$config" "model.layers=dense, moe" moe.capacity_factor=$c run.steps=4 \
+			run.out=moe$c --quiet || fail "training moe.capacity_factor=$c"
+	done
+	"$compare" moe0/tiny/run.h5 moe1e9/tiny/run.h5 0 >cmp.txt ||
+		fail "moe.capacity_factor 1e9 (wrapped: every assignment dropped) is not 0: $(cat cmp.txt)"
+	# the environment's numbers have the command line's bounds: refused
+	# naming the variable (training, eval, sweep), 2 threads taken as given
+	expect 2 "OPENBLAS_NUM_THREADS=99999999999: expected an integer in \[0, 4096\]" \
+		env OPENBLAS_NUM_THREADS=99999999999 "$exe" "$config" run.out=t --quiet
+	nothing_left t
+	expect 2 "OPENBLAS_NUM_THREADS=4x: expected an integer" \
+		env OPENBLAS_NUM_THREADS=4x "$exe" eval ec8/tiny/ckpt.h5 --windows 2
+	printf '[sweep]\nbase = %s\nout = sw\n[grid]\noptim.lr = 1e-3, 2e-3\n' "$config" >lr.ini
+	expect 2 "OPENBLAS_NUM_THREADS=-1: expected an integer" \
+		env OPENBLAS_NUM_THREADS=-1 "$exe" sweep lr.ini --dry-run
+	expect 0 "1 rank(s) x 2 thread(s)" env OPENBLAS_NUM_THREADS=2 "$exe" "$config" run.steps=1 run.out=t2
+	# command-line numbers through the same parser: 512x is not 512
+	printf 'some text\n' >t.txt
+	expect 2 "expected TEXT OUT (or brown), --vocab from 260" "$exe" tokenize t.txt T --vocab 512x
+	# one grid axis's values that are one number (or runs that resolve to
+	# one config): refused naming both spellings, not two replicates
+	printf '[sweep]\nbase = %s\nout = sw\n[grid]\noptim.lr = 1e-3, 0.001\n' "$config" >dup.ini
+	expect 2 "runs lr-1e-3 and lr-0.001 resolve to the same config.*optim.lr=1e-3 (line 5) and optim.lr=0.001 (line 5)" \
+		"$exe" sweep dup.ini --dry-run
+	printf '[sweep]\nbase = %s\nout = sw\nseeds = 1, 01\n[grid]\noptim.lr = 1e-3, 2e-3\n' "$config" >dups.ini
+	expect 2 "run.seed=1 (line 4) and run.seed=01 (line 4)" "$exe" sweep dups.ini --dry-run
+	[ -e sw ] && fail "a refused sweep wrote sw"
+	# numbers read from files: a routing record's expert ids and picks
+	# checked against the kind's range where they are replayed (99, -7, 1e10
+	# were drops, 7 a pick), the record, its dataset and the value named
+	"$exe" "$config" "model.layers=dense, moe" run.steps=2 run.out=m --quiet || fail "training moe"
+	"$exe" eval m/tiny/ckpt.h5 --windows 4 --mode topk --record rec.h5 >/dev/null || fail "record"
+	"$exe" eval m/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:rec.h5 >/dev/null ||
+		fail "the record as written does not replay"
+	for v in 99 -7 1e+10 0.5; do
+		cp rec.h5 bad.h5
+		"$compare" --set bad.h5 routing/step_000002/layer_1/experts $v || fail "--set $v"
+		expect 1 "bad.h5: routing/step_000002/layer_1/experts holds $v (window [0-9]*): expected an integer in \[-1, 7\]" \
+			"$exe" eval m/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:bad.h5
+	done
+	# expert choice: the picks read back (the gate ignored the book: any
+	# record replayed as the learned routing), slot e holding e or -1
+	"$exe" eval ec8/tiny/ckpt.h5 --windows 4 --mode topk --record ecrec.h5 >/dev/null ||
+		fail "record ec"
+	cp ecrec.h5 ecnone.h5
+	"$compare" --set ecnone.h5 routing/step_000004/layer_0/experts -1 || fail "--set ec -1"
+	"$exe" eval ec8/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:ecnone.h5 >ec.txt ||
+		fail "ec replay: $(cat ec.txt)"
+	grep -q "^replay .* 0/4 " ec.txt || fail "ec: a record of no picks replayed as the learned routing: $(cat ec.txt)"
+	"$compare" --set ecrec.h5 routing/step_000004/layer_0/experts 99 || fail "--set ec 99"
+	expect 1 "ecrec.h5: routing/step_000004/layer_0/experts holds 99 (window 0): expected -1 or 0 (slot 0 is expert 0's)" \
+		"$exe" eval ec8/tiny/ckpt.h5 --windows 4 --mode topk --routing replay:ecrec.h5
+	"$exe" "$config" "model.layers=dense, mod" run.steps=2 run.out=d --quiet || fail "training mod"
+	"$exe" eval d/tiny/ckpt.h5 --windows 4 --record drec.h5 >/dev/null || fail "record mod"
+	"$compare" --set drec.h5 routing/step_000002/layer_1/causal 7 || fail "--set causal"
+	expect 1 "drec.h5: routing/step_000002/layer_1/causal holds 7 (window [0-9]*): expected an integer in \[0, 1\]" \
+		"$exe" eval d/tiny/ckpt.h5 --windows 4 --routing replay:drec.h5
+	# an eval CSV cell that is not a number: refused, not read as 0
+	an=$(dirname "$exe")/../analysis/mode-analyze
+	[ -x "$an" ] || fail "no mode-analyze at $an"
+	# records the analysis reads as indices: a mor depth of -7 indexed its
+	# histogram out of bounds (depth, heatmap)
+	"$exe" "$config" "model.layers=dense, mor" run.steps=2 run.out=r --quiet || fail "training mor"
+	cp r/tiny/run.h5 deep.h5
+	"$compare" --set deep.h5 routing/step_000002/layer_1/depth -7 || fail "--set depth"
+	for cmd in depth heatmap; do
+		expect 1 "deep.h5: /routing/step_000002/layer_1/depth holds -7 at element 0: expected an integer in \[0, 3\]" \
+			"$an" $cmd deep.h5 --out f
+	done
+	h=checkpoint,mode,policy,class,tokens,windows,loss,se,diff,diff_se,p,identical_windows,flops_per_token
+	printf '%s\n%s\n' "$h" "o/x/ckpt.h5,topk,random,all,10,2,1.5,0.1,abc,0.01,0.001,0,5" >cf.csv
+	expect 1 "cf.csv:2: diff = 'abc': expected a finite number" "$an" counterfactual cf.csv --out f
 	;;
 names)
 	# run.name stays inside run.out (the sweep's rule for its run names)
