@@ -12,7 +12,9 @@
 #include "analysis/analyze.h"
 #include "analysis/runset.h"
 #include "analysis/stats.h"
+#include "core/util/file.h"
 #include "core/util/student.h"
+#include "core/util/text.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,11 +52,20 @@ static int split(char *line, char out[CF_FIELDS][CF_FIELD])
 static int read_csv(const an_args *a, const char *path, const char *first_col, csv_rows *r)
 {
     memset(r, 0, sizeof(*r));
-    FILE *f = fopen(path, "r");
+    char why[600];
+    FILE *f = file_fopen_regular(path, "r", why, sizeof(why));
     if (!f)
-        return an_fail(a, EXIT_BAD_INPUT, "%s: %s", path, strerror(errno));
+        return an_fail(a, EXIT_BAD_INPUT, "%s", why);
+    /* parsed text: a line that is not UTF-8 or holds a NUL is refused */
+    text_lines lines = { .f = f };
     char line[8192];
-    if (!fgets(line, sizeof(line), f) || (r->n_head = split(line, r->head)) < 2 ||
+    size_t len;
+    int got = text_next_line(&lines, line, sizeof(line), &len, why, sizeof(why));
+    if (got < 0) {
+        fclose(f);
+        return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s", path, lines.line, why);
+    }
+    if (!got || (r->n_head = split(line, r->head)) < 2 ||
         strcmp(r->head[0], "checkpoint") || strcmp(r->head[2], first_col)) {
         fclose(f);
         return an_fail(a, EXIT_BAD_INPUT, "%s: not a table of mode-exp eval %s --csv (expected "
@@ -62,9 +73,16 @@ static int read_csv(const an_args *a, const char *path, const char *first_col, c
                        strcmp(first_col, "policy") ? "--dial" : "--routing", first_col);
     }
     r->cell = malloc(CF_MAX_ROWS * sizeof(*r->cell));
-    while (r->cell && r->n < CF_MAX_ROWS && fgets(line, sizeof(line), f))
+    while (r->cell && r->n < CF_MAX_ROWS &&
+           (got = text_next_line(&lines, line, sizeof(line), &len, why, sizeof(why))) > 0)
         if (split(line, r->cell[r->n]) == r->n_head)
             r->n++;
+    if (got < 0) {
+        fclose(f);
+        free(r->cell);
+        r->cell = NULL;
+        return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s", path, lines.line, why);
+    }
     fclose(f);
     if (!r->cell)
         return an_fail(a, EXIT_BAD_INPUT, "out of memory");
