@@ -29,41 +29,6 @@ static const char usage[] =
     "  ($MODE_DATA for data).  Use OUT.bin as data.source, V as data.vocab and OUT.model\n"
     "  as data.tokenizer.\n";
 
-static int read_whole(const char *path, char **out, long *n, char *err, int err_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
-        return -ENOENT;
-    }
-    long cap = 1 << 20, len = 0;
-    char *b = malloc((size_t)cap);
-    size_t got;
-    while (b && (got = fread(b + len, 1, (size_t)(cap - len), f)) > 0) {
-        len += (long)got;
-        if (len == cap) {
-            char *nb = realloc(b, (size_t)cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        snprintf(err, (size_t)err_len, "%s: %s", path, b ? "read error" : "out of memory");
-        return -EIO;
-    }
-    *out = b;
-    *n = len;
-    return 0;
-}
-
 static int write_whole(const char *path, const void *data, size_t n, char *err, int err_len)
 {
     char tmp[1100];
@@ -113,26 +78,34 @@ int cmd_tokenize(int argc, char **argv)
                         "unigram\n%s", 1L << 20, usage);
         return 2;
     }
-    char err[2048], mfile[700], tokens[700], pos[700];
+    char err[2048], mfile[700], vfile[700], tokens[700], pos[700];
     snprintf(mfile, sizeof(mfile), "%s.model", out);
+    snprintf(vfile, sizeof(vfile), "%s.vocab", out);
     snprintf(tokens, sizeof(tokens), "%s.%s", out, vocab > 65536 ? "u32" : "bin");
     snprintf(pos, sizeof(pos), "%s.pos", out);
-    char *txt = NULL, *lab = NULL;
-    long n = 0, nl = 0;
-    int rc = read_whole(text, &txt, &n, err, sizeof(err));
-    if (!rc && labels && !(rc = read_whole(labels, &lab, &nl, err, sizeof(err))) && nl != n) {
-        snprintf(err, sizeof(err), "%s: %ld labels for the %ld bytes of %s", labels, nl, n, text);
+    char *txt = NULL, *lab = NULL, *mbytes = NULL, *listing = NULL;
+    size_t un = 0, unl = 0, model_len = 0, listing_len = 0;
+    /* TEXT and POS through the one checked open (a FIFO or a folder is
+     * refused at once); SentencePiece is handed the bytes, never the path */
+    int rc = file_read_all(text, &txt, &un, err, sizeof(err));
+    if (!rc && labels && !(rc = file_read_all(labels, &lab, &unl, err, sizeof(err))) && unl != un) {
+        snprintf(err, sizeof(err), "%s: %zu labels for the %zu bytes of %s", labels, unl, un,
+                 text);
         rc = -EINVAL;
     }
+    long n = (long)un;
     if (!rc) {
         printf("# training a %s tokenizer of %ld pieces on %s (%ld bytes)\n", type, vocab, text,
                n);
         fflush(stdout);
-        rc = tokenizer_train(text, out, (int)vocab, type, 2, err, sizeof(err));
+        char why[1000];
+        if ((rc = tokenizer_train(txt, un, (int)vocab, type, 2, &mbytes, &model_len, why,
+                                  sizeof(why))))
+            snprintf(err, sizeof(err), "training the tokenizer on %.600s: %s", text, why);
     }
     tokenizer *tk = NULL;
     if (!rc)
-        rc = tokenizer_load(&tk, mfile, err, sizeof(err));
+        rc = tokenizer_from_model(&tk, mbytes, model_len, mfile, err, sizeof(err));
     if (!rc && tokenizer_vocab(tk) != vocab) {
         snprintf(err, sizeof(err), "%s: %d pieces, asked for %ld", mfile, tokenizer_vocab(tk),
                  vocab);
@@ -177,6 +150,12 @@ int cmd_tokenize(int argc, char **argv)
         snprintf(err, sizeof(err), "the pieces' bytes add up to %ld, not the text's %ld", off, n);
         rc = -EINVAL;
     }
+    if (!rc && !(listing = tokenizer_vocab_listing(tk, &listing_len)))
+        rc = -ENOMEM;
+    if (!rc)
+        rc = write_whole(mfile, mbytes, model_len, err, sizeof(err));
+    if (!rc)
+        rc = write_whole(vfile, listing, listing_len, err, sizeof(err));
     if (!rc)
         rc = write_whole(tokens, buf, (size_t)n_ids * (vocab > 65536 ? 4 : 2), err, sizeof(err));
     if (!rc && cls)
@@ -194,5 +173,7 @@ int cmd_tokenize(int argc, char **argv)
     tokenizer_free(&tk);
     free(txt);
     free(lab);
+    free(mbytes);
+    free(listing);
     return rc ? 1 : 0;
 }

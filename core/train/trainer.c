@@ -215,7 +215,9 @@ static int keep_tokenizer(trainer *t, const char *path, char *err, int err_len)
     char dst[MODE_PATH_MAX + 32], tmp[MODE_PATH_MAX + 40];
     snprintf(dst, sizeof(dst), "%s/tokenizer.model", t->dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", dst);
-    FILE *in = fopen(path, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
+    char why[MODE_PATH_MAX + 64] = "";
+    FILE *in = file_fopen_regular(path, "rb", why, sizeof(why));
+    FILE *out = in ? fopen(tmp, "wb") : NULL;
     char buf[65536];
     size_t n;
     int rc = in && out ? 0 : -errno;
@@ -230,7 +232,9 @@ static int keep_tokenizer(trainer *t, const char *path, char *err, int err_len)
         rc = -EIO;
     if (!rc && rename(tmp, dst) != 0)
         rc = -errno;
-    if (rc)
+    if (rc && !in)
+        snprintf(err, (size_t)err_len, "tokenizer %s", why);
+    else if (rc)
         snprintf(err, (size_t)err_len, "%s: cannot copy the tokenizer %s there (%s)", dst, path,
                  strerror(-rc));
     return rc;
