@@ -72,11 +72,13 @@ special() {
 	"$exe" tiny.ini data.source=X.bin data.vocab=300 data.tokenizer=X.model run.out=t \
 		run.steps=2 --quiet || fail "training with the tokenizer"
 	expect 1 "f.txt: not a regular file (a FIFO)" timeout 30 "$exe" eval t/tiny/ckpt.h5 --data f.txt
-	# the analysis' tables too
+	# the analysis' tables and run files too
 	if [ "$an" != none ]; then
 		mkfifo cf.csv
 		expect 1 "cf.csv: not a regular file (a FIFO)" timeout 30 "$an" counterfactual cf.csv \
 			--out cf
+		mkfifo f.h5
+		expect 1 "f.h5: not a regular file (a FIFO)" timeout 30 "$an" curves f.h5
 	fi
 }
 
