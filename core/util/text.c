@@ -14,7 +14,10 @@ static size_t utf8_len(const unsigned char *s, size_t n)
         return 0;
     if (c < 0x80)
         return 1;
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
     if (!len || len > n)
         return 0;
     /* the second byte's range rules out overlong forms, surrogates and
