@@ -12,8 +12,10 @@
 #include "analysis/analyze.h"
 #include "analysis/runset.h"
 #include "analysis/stats.h"
+#include "core/util/file.h"
 #include "core/util/num.h"
 #include "core/util/student.h"
+#include "core/util/text.h"
 
 #include <errno.h>
 #include <math.h>
@@ -73,11 +75,20 @@ static bool bad_number(const csv_rows *r, int i, char *why, size_t n)
 static int read_csv(const an_args *a, const char *path, const char *first_col, csv_rows *r)
 {
     memset(r, 0, sizeof(*r));
-    FILE *f = fopen(path, "r");
+    char why[600];
+    FILE *f = file_fopen_regular(path, "r", why, sizeof(why));
     if (!f)
-        return an_fail(a, EXIT_BAD_INPUT, "%s: %s", path, strerror(errno));
+        return an_fail(a, EXIT_BAD_INPUT, "%s", why);
+    /* parsed text: a line that is not UTF-8 or holds a NUL is refused */
+    text_lines lines = { .f = f };
     char line[8192];
-    if (!fgets(line, sizeof(line), f) || (r->n_head = split(line, r->head)) < 2 ||
+    size_t len;
+    int got = text_next_line(&lines, line, sizeof(line), &len, why, sizeof(why));
+    if (got < 0) {
+        fclose(f);
+        return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s", path, lines.line, why);
+    }
+    if (!got || (r->n_head = split(line, r->head)) < 2 ||
         strcmp(r->head[0], "checkpoint") || strcmp(r->head[2], first_col)) {
         fclose(f);
         return an_fail(a, EXIT_BAD_INPUT, "%s: not a table of mode-exp eval %s --csv (expected "
@@ -85,27 +96,28 @@ static int read_csv(const an_args *a, const char *path, const char *first_col, c
                        strcmp(first_col, "policy") ? "--dial" : "--routing", first_col);
     }
     r->cell = malloc(CF_MAX_ROWS * sizeof(*r->cell));
-    int line_no = 1, nf = 0;
-    char why[CF_FIELD + 96] = "";
-    while (r->cell && !why[0] && fgets(line, sizeof(line), f)) {
-        line_no++;
+    /* every row as wide as the header, every numeric cell empty or finite */
+    int nf = 0;
+    char bad[CF_FIELD + 96] = "";
+    while (r->cell && !bad[0] &&
+           (got = text_next_line(&lines, line, sizeof(line), &len, why, sizeof(why))) > 0) {
         if (!line[strspn(line, " \t\r\n")])
             continue; /* a blank line */
         if (r->n == CF_MAX_ROWS)
-            snprintf(why, sizeof(why), "more than the %d rows a figure takes", CF_MAX_ROWS);
+            snprintf(bad, sizeof(bad), "more than the %d rows a figure takes", CF_MAX_ROWS);
         else if ((nf = split(line, r->cell[r->n])) != r->n_head)
-            snprintf(why, sizeof(why), "%d fields, where the header has %d", nf, r->n_head);
+            snprintf(bad, sizeof(bad), "%d fields, where the header has %d", nf, r->n_head);
         else
-            bad_number(r, r->n++, why, sizeof(why));
+            bad_number(r, r->n++, bad, sizeof(bad));
     }
     fclose(f);
-    if (!r->cell)
-        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
-    if (why[0]) {
+    if (got < 0 || bad[0]) {
         free(r->cell);
         r->cell = NULL;
-        return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s", path, line_no, why);
+        return an_fail(a, EXIT_BAD_INPUT, "%s:%d: %s", path, lines.line, got < 0 ? why : bad);
     }
+    if (!r->cell)
+        return an_fail(a, EXIT_BAD_INPUT, "out of memory");
     if (!r->n)
         return an_fail(a, EXIT_BAD_INPUT, "%s: no rows", path);
     return 0;

@@ -1,4 +1,5 @@
 #include "analysis/html.h"
+#include "core/util/file.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 
 bool html_image(FILE *f, const char *path, const char *alt)
 {
-    FILE *in = fopen(path, "rb");
+    FILE *in = file_fopen_regular(path, "rb", NULL, 0);
     if (!in)
         return false;
     fputs("<p><img alt=\"", f);
@@ -57,7 +58,7 @@ bool html_image(FILE *f, const char *path, const char *alt)
 
 bool html_markdown(FILE *f, const char *path)
 {
-    FILE *in = fopen(path, "r");
+    FILE *in = file_fopen_regular(path, "r", NULL, 0);
     if (!in)
         return false;
     char line[8192];

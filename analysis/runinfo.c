@@ -3,6 +3,7 @@
 #include "core/data/data.h"
 #include "core/io/h5util.h"
 #include "core/util/finite.h"
+#include "core/util/file.h"
 #include "moe/kinds.h"
 
 #include <errno.h>
@@ -10,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 /* Read a whole dataset of up to 4 dimensions as mem_type into a malloc'd
  * array; -ENOENT when it is absent. */
@@ -161,12 +162,15 @@ int build_run_info(run_info **out, const char *path, char *err, int err_len)
         return -ENOMEM;
     snprintf(ri->path, sizeof(ri->path), "%s", path);
     h5_quiet();
-    struct stat st;
-    if (stat(path, &st)) {
+    /* the one checked open first (core/util/file.h): a FIFO or a folder is
+     * named as one, and never reaches HDF5's own open */
+    int fd = file_open_regular(path, err, err_len);
+    if (fd == -ENOENT)
         snprintf(err, (size_t)err_len, "%s: no such file", path);
+    if (fd < 0)
         goto fail;
-    }
-    if (!S_ISREG(st.st_mode) || H5Fis_hdf5(path) <= 0) {
+    close(fd);
+    if (H5Fis_hdf5(path) <= 0) {
         snprintf(err, (size_t)err_len, "%s: not an HDF5 file", path);
         goto fail;
     }

@@ -34,6 +34,7 @@
  * reported). */
 #include "core/data/data.h"
 #include "core/util/outfile.h"
+#include "core/util/file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -126,9 +127,10 @@ static void emit(writer *w, const char *s, size_t n, int cls)
 /* One corpus file: every non-blank line is a sentence. */
 static int convert_file(writer *w, const char *path, int first_file, long *untagged)
 {
-    FILE *f = fopen(path, "r");
+    char why[600];
+    FILE *f = file_fopen_regular(path, "r", why, sizeof(why));
     if (!f) {
-        fprintf(stderr, "brown-convert: %s: cannot open (%s)\n", path, strerror(errno));
+        fprintf(stderr, "brown-convert: %s\n", why);
         return -1;
     }
     if (!first_file)

@@ -12,6 +12,7 @@
 #include "core/train/counterfactual.h"
 #include "core/train/trainer.h"
 #include "core/util/outfile.h"
+#include "core/util/file.h"
 #include "experiments/json.h"
 
 #include <errno.h>
@@ -63,26 +64,13 @@ static int load_encoded_text(const char *src, const char *tpath, const run_confi
     tokenizer *tk = NULL;
     char *text = NULL, dir[64] = "/tmp/mode-eval-XXXXXX", tmp[96] = "";
     int32_t *ids = NULL;
-    long n_ids = 0, n = 0;
+    long n_ids = 0;
+    size_t n = 0;
     int rc = tokenizer_load(&tk, tpath, err, err_len);
-    FILE *f = rc ? NULL : fopen(src, "rb");
-    if (!rc && !f) {
-        snprintf(err, (size_t)err_len, "%s: %s", src, strerror(errno));
-        rc = -ENOENT;
-    }
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        text = malloc((size_t)(n > 0 ? n : 1));
-        if (!text || (long)fread(text, 1, (size_t)n, f) != n) {
-            snprintf(err, (size_t)err_len, "%s: cannot read it", src);
-            rc = -EIO;
-        }
-        fclose(f);
-    }
+    if (!rc) /* through the one checked open: a FIFO is refused, not waited on */
+        rc = file_read_all(src, &text, &n, err, err_len);
     if (!rc)
-        rc = tokenizer_encode(tk, text, (size_t)n, &ids, &n_ids, err, err_len);
+        rc = tokenizer_encode(tk, text, n, &ids, &n_ids, err, err_len);
     int fd = -1;
     if (!rc && mkdtemp(dir)) {
         snprintf(tmp, sizeof(tmp), "%s/tokens.bin", dir);

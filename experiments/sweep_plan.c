@@ -10,6 +10,7 @@
 #include "core/config/config.h"
 #include "core/model/spec.h"
 #include "core/util/file.h"
+#include "core/util/text.h"
 #include "moe/kinds.h"
 
 #include <ctype.h>
@@ -174,14 +175,18 @@ static int add_entry(parser *P, section *s, const char *key, const char *value, 
 
 static int read_file(parser *P, FILE *f)
 {
-    char buf[SWEEP_LINE_CHARS + 2];
-    int line = 0, rc = 0;
+    char buf[SWEEP_LINE_CHARS + 2], why[200];
+    int rc = 0, got;
+    size_t len;
     section *cur = NULL;
-    while (!rc && fgets(buf, sizeof(buf), f)) {
-        line++;
-        size_t len = strlen(buf);
-        if (len && buf[len - 1] != '\n' && !feof(f))
+    /* a line that is not UTF-8 or holds a NUL is refused (core/util/text.h) */
+    text_lines lines = { .f = f };
+    while (!rc && (got = text_next_line(&lines, buf, sizeof(buf), &len, why, sizeof(why)))) {
+        int line = lines.line;
+        if (got == -E2BIG)
             return fail(P, line, "expected lines of at most %d characters", SWEEP_LINE_CHARS);
+        if (got < 0)
+            return fail(P, line, "%s", why);
         strip_comment(buf);
         char *s = config_trim(buf);
         if (!*s)
@@ -791,7 +796,12 @@ int sweep_plan_load(sweep_plan *p, const char *path, int n_cli, char *const *cli
         char key[KEY_LEN], *eq = strchr(cli[i], '=');
         snprintf(key, sizeof(key), "%.*s", eq ? (int)(eq - cli[i]) : 0, cli[i]);
         const char *k = config_trim(key), *why = eq ? reserved_key(k, p->isoflop) : NULL;
-        if (!eq || !key_syntax(k) || why) {
+        char bad[200];
+        size_t at = 0;
+        if (text_check(cli[i], strlen(cli[i]), 0, &at, bad, sizeof(bad))) {
+            snprintf(err, (size_t)err_len, "command line: %.*s...: %s", (int)at, cli[i], bad);
+            rc = -EINVAL;
+        } else if (!eq || !key_syntax(k) || why) {
             snprintf(err, (size_t)err_len, "command line: %s: %s", cli[i],
                      why ? why : "expected section.key=value, such as run.steps=100");
             rc = -EINVAL;

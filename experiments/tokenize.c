@@ -10,10 +10,10 @@
  * byte for byte, else nothing is written. */
 #include "experiments/cli.h"
 
-#include "core/util/num.h"
 #include "core/data/data.h"
 #include "core/data/tokenizer.h"
 #include "core/util/file.h"
+#include "core/util/num.h"
 #include "core/util/outfile.h"
 #include "core/util/signals.h"
 
@@ -32,41 +32,6 @@ static const char usage[] =
     "  token.  `brown`: data/brown.txt with data/brown.pos into data/brown-<type><V>.*\n"
     "  ($MODE_DATA for data).  Use OUT.bin as data.source, V as data.vocab and OUT.model\n"
     "  as data.tokenizer.\n";
-
-static int read_whole(const char *path, char **out, long *n, char *err, int err_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, (size_t)err_len, "%s: %s", path, strerror(errno));
-        return -ENOENT;
-    }
-    long cap = 1 << 20, len = 0;
-    char *b = malloc((size_t)cap);
-    size_t got;
-    while (b && (got = fread(b + len, 1, (size_t)(cap - len), f)) > 0) {
-        len += (long)got;
-        if (len == cap) {
-            char *nb = realloc(b, (size_t)cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        snprintf(err, (size_t)err_len, "%s: %s", path, b ? "read error" : "out of memory");
-        return -EIO;
-    }
-    *out = b;
-    *n = len;
-    return 0;
-}
 
 /* A new file of the set: data into a temporary beside path (outfile.h). */
 static int write_member(out_file *o, const char *path, const void *data, size_t n, char *err,
@@ -120,56 +85,50 @@ int cmd_tokenize(int argc, char **argv)
         return 2;
     }
     /* the set OUT.model, OUT.vocab, OUT.bin (.u32), OUT.pos is replaced whole
-     * or not at all (core/util/outfile.h): SentencePiece writes the model
-     * and its vocabulary under a temporary prefix beside OUT, the tokens
-     * and labels go to temporaries, and all are renamed together at the
-     * end; a stop signal before then leaves the old set untouched */
+     * or not at all (core/util/outfile.h): each goes to a temporary beside
+     * OUT and all are renamed together at the end; a stop signal before
+     * then (SentencePiece's training is not interrupted: the signal is
+     * honoured when it returns) leaves the old set untouched */
     char err[2048], mfile[700], vfile[700], tokens[700], pos[700], stale[700];
-    char prefix[700], tmodel[720], tvocab[720];
     snprintf(mfile, sizeof(mfile), "%s.model", out);
     snprintf(vfile, sizeof(vfile), "%s.vocab", out);
     snprintf(tokens, sizeof(tokens), "%s.%s", out, vocab > 65536 ? "u32" : "bin");
     snprintf(stale, sizeof(stale), "%s.%s", out, vocab > 65536 ? "bin" : "u32");
     snprintf(pos, sizeof(pos), "%s.pos", out);
-    snprintf(prefix, sizeof(prefix), "%s.%ld.tmp", out, (long)getpid());
-    snprintf(tmodel, sizeof(tmodel), "%s.model", prefix);
-    snprintf(tvocab, sizeof(tvocab), "%s.vocab", prefix);
     const char *inputs[] = { text, labels };
     const char *members[] = { mfile, vfile, tokens, pos, stale };
-    int rc = 0;
-    for (int i = 0; !rc && i < 5; i++)
-        rc = out_check(members[i], inputs, 2, err, sizeof(err));
-    if (rc) {
-        fprintf(stderr, "mode-exp tokenize: %s\n", err);
-        return 2;
-    }
+    for (int i = 0; i < 5; i++)
+        if (out_check(members[i], inputs, 2, err, sizeof(err))) {
+            fprintf(stderr, "mode-exp tokenize: %s\n", err);
+            return 2;
+        }
     out_file set[4] = { 0 };
     int n_set = 0;
-    char *txt = NULL, *lab = NULL;
-    long n = 0, nl = 0;
     stop_signals_install();
-    rc = read_whole(text, &txt, &n, err, sizeof(err));
-    if (!rc && labels && !(rc = read_whole(labels, &lab, &nl, err, sizeof(err))) && nl != n) {
-        snprintf(err, sizeof(err), "%s: %ld labels for the %ld bytes of %s", labels, nl, n, text);
+    char *txt = NULL, *lab = NULL, *mbytes = NULL, *listing = NULL;
+    int rc;
+    size_t un = 0, unl = 0, model_len = 0, listing_len = 0;
+    /* TEXT and POS through the one checked open (a FIFO or a folder is
+     * refused at once); SentencePiece is handed the bytes, never the path */
+    rc = file_read_all(text, &txt, &un, err, sizeof(err));
+    if (!rc && labels && !(rc = file_read_all(labels, &lab, &unl, err, sizeof(err))) && unl != un) {
+        snprintf(err, sizeof(err), "%s: %zu labels for the %zu bytes of %s", labels, unl, un,
+                 text);
         rc = -EINVAL;
     }
+    long n = (long)un;
     if (!rc) {
         printf("# training a %s tokenizer of %ld pieces on %s (%ld bytes)\n", type, vocab, text,
                n);
         fflush(stdout);
-        rc = tokenizer_train(text, prefix, (int)vocab, type, 2, err, sizeof(err));
-        if (!rc)
-            rc = out_adopt(&set[n_set++], mfile, tmodel, err, sizeof(err));
-        if (!rc)
-            rc = out_adopt(&set[n_set++], vfile, tvocab, err, sizeof(err));
-        if (rc && n_set == 0) { /* whatever a failed training left */
-            unlink(tmodel);
-            unlink(tvocab);
-        }
+        char why[1000];
+        if ((rc = tokenizer_train(txt, un, (int)vocab, type, 2, &mbytes, &model_len, why,
+                                  sizeof(why))))
+            snprintf(err, sizeof(err), "training the tokenizer on %.600s: %s", text, why);
     }
     tokenizer *tk = NULL;
     if (!rc)
-        rc = tokenizer_load(&tk, tmodel, err, sizeof(err));
+        rc = tokenizer_from_model(&tk, mbytes, model_len, mfile, err, sizeof(err));
     if (!rc && tokenizer_vocab(tk) != vocab) {
         snprintf(err, sizeof(err), "%s: %d pieces, asked for %ld", mfile, tokenizer_vocab(tk),
                  vocab);
@@ -214,6 +173,12 @@ int cmd_tokenize(int argc, char **argv)
         snprintf(err, sizeof(err), "the pieces' bytes add up to %ld, not the text's %ld", off, n);
         rc = -EINVAL;
     }
+    if (!rc && !(listing = tokenizer_vocab_listing(tk, &listing_len)))
+        rc = -ENOMEM;
+    if (!rc)
+        rc = write_member(&set[n_set++], mfile, mbytes, model_len, err, sizeof(err));
+    if (!rc)
+        rc = write_member(&set[n_set++], vfile, listing, listing_len, err, sizeof(err));
     if (!rc)
         rc = write_member(&set[n_set++], tokens, buf, (size_t)n_ids * (vocab > 65536 ? 4 : 2),
                           err, sizeof(err));
@@ -249,5 +214,7 @@ int cmd_tokenize(int argc, char **argv)
     tokenizer_free(&tk);
     free(txt);
     free(lab);
+    free(mbytes);
+    free(listing);
     return sig && rc == -EINTR ? 128 + sig : rc ? 1 : 0;
 }

@@ -10,6 +10,9 @@
 #include "core/config/config.h"
 #include "core/train/optim.h"
 #include "core/util/num.h"
+#include "core/util/text.h"
+
+#include <errno.h>
 
 #include <limits.h>
 #include <math.h>
@@ -327,6 +330,52 @@ static void test_long_line(void **state)
     char *o[1] = { over };
     rc = config_load_string(&c, "", "cfg.ini", 1, o, kinds, 0, err, sizeof(err));
     expect_error(1, rc, err, "expected a text of 1 to 192 characters");
+}
+
+/* Parsed text is UTF-8 without NULs (core/util/text.h): the code points at
+ * the edges of RFC 3629's table pass, overlong forms, surrogates, past
+ * U+10FFFF, stray and cut sequences are refused at their first byte. */
+static void test_utf8(void **state)
+{
+    static const char *const good[] = { "a", "\x7f", "\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80",
+                                        "\xed\x9f\xbf", "\xee\x80\x80", "\xef\xbb\xbf",
+                                        "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf" };
+    static const char *const bad[] = { "\x80", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf",
+                                       "\xed\xa0\x80", "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80",
+                                       "\xf5\x80\x80\x80", "\xff", "\xe2\x82", "\xc3" };
+    char why[200];
+    size_t at = 99;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_int_equal(text_check(good[i], strlen(good[i]), 0, &at, why, sizeof(why)), 0);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char s[16];
+        int n = snprintf(s, sizeof(s), "ok%s", bad[i]);
+        assert_int_equal(text_check(s, (size_t)n, 0, &at, why, sizeof(why)), -EILSEQ);
+        assert_int_equal(at, 2);
+    }
+    assert_int_equal(text_check("a\0b", 3, 0, &at, why, sizeof(why)), -EILSEQ);
+    assert_non_null(strstr(why, "byte offset 1 is 0x00, a NUL byte"));
+    /* a config's lines: a NUL is refused, not read as the end of the line */
+    char path[sizeof(tmpdir) + 16];
+    snprintf(path, sizeof(path), "%s/utf8.ini", tmpdir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite("[run]\nseed = 1\n\0name = x\n", 1, 25, f);
+    fclose(f);
+    run_config c;
+    char err[CFG_ERR_LEN];
+    int rc = config_load(&c, path, 0, NULL, kinds, 0, err, sizeof(err));
+    expect_error(0, rc, err, "utf8.ini:3: byte offset 0 of the line (15 of the file) is 0x00, a "
+                             "NUL byte");
+    rc = config_load_string(&c, "[run]\nname = caf\xe9\n", "cfg.ini", 0, NULL, kinds, 0, err,
+                            sizeof(err));
+    expect_error(0, rc, err, "cfg.ini:2: byte offset 10 of the line (16 of the file) is 0xe9, not "
+                             "UTF-8");
+    char over[] = "run.name=caf\xe9";
+    char *o[1] = { over };
+    rc = config_load_string(&c, "", "cfg.ini", 1, o, kinds, 0, err, sizeof(err));
+    expect_error(1, rc, err, "command line: run.name=caf...: byte offset 12 is 0xe9, not UTF-8");
+    remove(path);
 }
 
 static void test_missing_file(void **state)
@@ -725,6 +774,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad),
         cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_utf8),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_layer_table),

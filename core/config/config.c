@@ -11,6 +11,7 @@
 #include "core/model/model.h"
 #include "core/util/file.h"
 #include "core/util/num.h"
+#include "core/util/text.h"
 
 #include <ini.h>
 
@@ -59,8 +60,7 @@ typedef struct loader {
     layer_entry *entries;
     int n_entries, cap_entries;
     /* the reader */
-    FILE *file;
-    const char *text;
+    text_lines lines;
     int line;      /* lines handed to inih so far: the handler's line */
     bool indented; /* the current line starts with white space */
     /* the first error */
@@ -574,6 +574,10 @@ int config_override_split(const char *over, size_t *sec_len)
 /* "section.key=value", split by config_override_split. */
 static int apply_override(loader *L, const char *arg)
 {
+    char why[MSG_LEN];
+    size_t at = 0;
+    if (text_check(arg, strlen(arg), 0, &at, why, sizeof(why)))
+        return fail_line(L, 0, "%.*s...: %s", (int)at, arg, why);
     char *s = strdup(arg);
     if (!s)
         return -ENOMEM;
@@ -597,48 +601,23 @@ static int apply_override(loader *L, const char *arg)
 
 /* ---- the INI file ------------------------------------------------------- */
 
-static bool next_chunk(loader *L, char *str, int num)
-{
-    if (L->file)
-        return fgets(str, num, L->file) != NULL;
-    const char *p = L->text;
-    if (!*p)
-        return false;
-    int i = 0;
-    while (i < num - 1 && p[i]) {
-        str[i] = p[i];
-        if (p[i++] == '\n')
-            break;
-    }
-    str[i] = '\0';
-    L->text = p + i;
-    return true;
-}
-
-static bool at_end(loader *L)
-{
-    if (!L->file)
-        return !*L->text;
-    int ch = getc(L->file);
-    if (ch == EOF)
-        return true;
-    ungetc(ch, L->file);
-    return false;
-}
-
 /* inih's reader: hands over one whole line and counts it, so that L->line is
- * the line the handler is called for (this inih has no INI_HANDLER_LINENO). */
+ * the line the handler is called for (this inih has no INI_HANDLER_LINENO).
+ * A line that is not UTF-8 or holds a NUL byte (a file saved as UTF-16) is
+ * refused, never skipped or read up to its NUL (core/util/text.h). */
 static char *read_line(char *str, int num, void *stream)
 {
     loader *L = stream;
-    if (!next_chunk(L, str, num))
-        return NULL;
-    size_t n = strlen(str);
-    L->line++;
-    if (n && str[n - 1] != '\n' && !at_end(L)) {
+    char why[MSG_LEN];
+    size_t n = 0;
+    int rc = text_next_line(&L->lines, str, num, &n, why, sizeof(why));
+    L->line = L->lines.line;
+    if (rc == -E2BIG)
         fail_line(L, L->line, "expected lines of at most %d characters", LINE_CHARS);
+    else if (rc < 0)
+        fail_line(L, L->line > 0 ? L->line : 1, "%s", why);
+    if (rc <= 0)
         return NULL;
-    }
     L->indented = isspace((unsigned char)str[0]) && !only_space(str);
     return str;
 }
@@ -958,8 +937,8 @@ static int load(run_config *c, FILE *f, const char *text, const char *path, int 
 {
     int rc = -ENOMEM;
     schema = schema ? schema : &config_core_schema;
-    loader L = { .kinds = schema->kinds, .path = path ? path : "config", .file = f,
-                 .text = text ? text : "" };
+    loader L = { .kinds = schema->kinds, .path = path ? path : "config",
+                 .lines = { .f = f, .text = text ? text : "" } };
     L.c = malloc(sizeof(*L.c));
     if (!L.c)
         goto fail;

@@ -372,11 +372,10 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
     int rc = check_seal(path, cm, err, err_len);
     if (rc)
         return rc < 0 ? rc : -EIO;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_input(path, err, err_len);
     char *seed = f < 0 ? NULL : h5_attr_read_string(f, "seed");
     meta->config = f < 0 ? NULL : h5_attr_read_string(f, "config");
     if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
         rc = -EIO;
     } else if (!meta->config || !seed || h5_attr_read_long(f, "step", &meta->step)) {
         snprintf(err, (size_t)err_len,
@@ -441,10 +440,9 @@ int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char 
                     int err_len)
 {
     h5_quiet();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_input(path, err, err_len);
     int rc = 0;
     if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
         rc = -EIO;
     }
     if (!rc)
@@ -573,9 +571,8 @@ int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, comm
     h5_quiet();
     char up[1024] = "", fresh[1024] = "";
     int n_up = 0, n_fresh = 0, n_read = 0, rc = 0;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_input(path, err, err_len);
     if (f < 0) {
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
         rc = -EIO;
     }
     for (int t = 0; !rc && t < m->n_tensors; t++) {

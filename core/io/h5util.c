@@ -390,15 +390,25 @@ int h5_check_seal(const char *path, char *err, int err_len)
     return h5_seal_matches(path, len, crc, err, err_len);
 }
 
+hid_t h5_open_input(const char *path, char *err, int err_len)
+{
+    h5_quiet();
+    int fd = file_open_regular(path, err, err_len);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    hid_t h = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (h < 0 && err && err_len > 0)
+        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
+    return h;
+}
+
 hid_t h5_open_checked(const char *path, char *err, int err_len)
 {
     h5_quiet();
     if (h5_check_seal(path, err, err_len))
         return -1;
-    hid_t h = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (h < 0)
-        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it", path);
-    return h;
+    return h5_open_input(path, err, err_len);
 }
 
 /* The temporary beside path (committed by out_replace: fsync, rename, the

@@ -40,6 +40,12 @@ int h5_attr_read_double(hid_t loc, const char *name, double *value);
 #define H5_USERBLOCK 512
 #define H5_MAGIC "mode-h5\n"
 
+/* Every HDF5 file mode reads is opened here (read-only): path is first
+ * opened through file_open_regular (core/util/file.h), so a FIFO, a device
+ * or a folder is refused at once, never handed to HDF5's own open, which
+ * would block on a FIFO.  The seal is not checked (h5_open_checked does
+ * both).  A negative id with err naming path on failure. */
+hid_t h5_open_input(const char *path, char *err, int err_len);
 /* Open a file mode wrote, read-only, after checking its seal.  On failure
  * returns a negative id and says what is wrong (missing, not HDF5, not
  * written by mode, truncated, corrupted) in err, naming path. */

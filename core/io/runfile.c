@@ -661,7 +661,7 @@ static hid_t reader_file(run_reader *r, int i)
         return r->open_f;
     if (r->open_f >= 0)
         H5Fclose(r->open_f);
-    r->open_f = H5Fopen(r->files[i], H5F_ACC_RDONLY, H5P_DEFAULT);
+    r->open_f = h5_open_input(r->files[i], NULL, 0);
     r->open_idx = i;
     return r->open_f;
 }
@@ -737,7 +737,7 @@ int open_run_reader(run_reader **out, const char *run_h5, char *err, int err_len
     }
     r->last_step = reach;
     {
-        hid_t h = H5Fopen(run_h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t h = h5_open_input(run_h5, NULL, 0);
         if (h < 0) {
             rc = -EINVAL;
             goto fail;

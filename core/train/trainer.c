@@ -232,7 +232,9 @@ static int keep_tokenizer(trainer *t, const char *path, char *err, int err_len)
         rc = out_commit(&o, why, (int)sizeof(why));
     else if (in)
         out_abort(&o);
-    if (rc)
+    if (rc && !in)
+        snprintf(err, (size_t)err_len, "tokenizer %s", why);
+    else if (rc)
         snprintf(err, (size_t)err_len, "%s: cannot copy the tokenizer %s there (%s)", dst, path,
                  why[0] ? why : strerror(-rc));
     return rc;

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +72,50 @@ FILE *file_fopen_regular(const char *path, const char *mode, char *err, int err_
         errno = e;
     }
     return f;
+}
+
+int file_read_all(const char *path, char **out, size_t *n, char *err, int err_len)
+{
+    *out = NULL;
+    *n = 0;
+    int fd = file_open_regular(path, err, err_len);
+    if (fd < 0)
+        return fd;
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap + 1);
+    int rc = b ? 0 : -ENOMEM;
+    while (!rc) {
+        if (len == cap) {
+            char *nb = cap > SIZE_MAX / 4 ? NULL : realloc(b, cap * 2 + 1);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        ssize_t got = read(fd, b + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = -errno;
+        else if (got == 0)
+            break;
+        else
+            len += (size_t)got;
+    }
+    close(fd);
+    if (rc) {
+        free(b);
+        if (err && err_len > 0)
+            snprintf(err, (size_t)err_len, "%s: %s", path,
+                     rc == -ENOMEM ? "out of memory" : strerror(-rc));
+        return rc;
+    }
+    b[len] = '\0';
+    *out = b;
+    *n = len;
+    return 0;
 }
 
 int file_make_dirs(const char *dir)

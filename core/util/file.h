@@ -19,6 +19,11 @@ int file_open_regular(const char *path, char *err, int err_len);
 /* The same as a stdio stream ("r" or "rb"), or NULL with err. */
 FILE *file_fopen_regular(const char *path, const char *mode, char *err, int err_len);
 
+/* The whole of the regular file at path, read through file_open_regular:
+ * malloc'd into *out with a NUL after its *n bytes; 0, or a negative errno
+ * with err naming the file. */
+int file_read_all(const char *path, char **out, size_t *n, char *err, int err_len);
+
 /* mkdir -p: dir and its parents; 0 or a negative errno. */
 int file_make_dirs(const char *dir);
 
