@@ -136,6 +136,10 @@ int cmd_tokenize(int argc, char **argv)
     }
     int32_t *ids = NULL;
     long n_ids = 0;
+    if (!rc) {
+        printf("# trained; encoding %s and checking that it decodes back\n", text);
+        fflush(stdout);
+    }
     if (!rc)
         rc = tokenizer_encode(tk, txt, (size_t)n, &ids, &n_ids, err, sizeof(err));
     size_t dlen = 0;
