@@ -249,7 +249,7 @@ class lines_of : public sentencepiece::SentenceIterator {
     std::string line_;
 };
 
-static int train(const char *text, size_t n, int vocab, const char *type, int threads,
+static int train_model(const char *text, size_t n, int vocab, const char *type, int threads,
                  char **model, size_t *model_len, char *err, int err_len)
 {
     /* the options as a map, never a flag string the library splits on ' '
@@ -288,7 +288,7 @@ extern "C" int tokenizer_train(const char *text, size_t n, int vocab, const char
     *model = nullptr;
     *model_len = 0;
     try {
-        return train(text, n, vocab, type, threads, model, model_len, err, err_len);
+        return train_model(text, n, vocab, type, threads, model, model_len, err, err_len);
     }
     CATCH_AT_C_BOUNDARY(err, err_len, "training the tokenizer")
 }
