@@ -1,5 +1,6 @@
 # Sourced by the end-to-end test scripts: absolute paths, the Open MPI
-# settings a root CI needs, a private work folder removed at exit, fail().
+# settings a root CI needs, a private work folder removed at exit, fail(),
+# expect() and nothing_left().
 abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
@@ -15,3 +16,17 @@ enter_workdir() {
 	trap 'rm -rf "$work"' EXIT
 	cd "$work" || exit 1
 }
+# expect CODE PATTERN CMD...: the command exits with CODE (or any non-zero
+# for "nz") and its output matches PATTERN.
+expect() {
+	want=$1 pat=$2
+	shift 2
+	"$@" >out.txt 2>&1
+	got=$?
+	if [ "$want" = nz ]; then [ "$got" -ne 0 ] || fail "exit 0 from: $*"; else
+		[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"; fi
+	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
+	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
+}
+# no output folder may be left behind by a refused run
+nothing_left() { [ -e "$1" ] && fail "a refused run left $1 behind"; return 0; }

@@ -16,17 +16,6 @@ analyze=none
 convert=$(abspath "$3")
 enter_workdir
 
-# expect CODE PATTERN CMD...: the command exits with CODE and its output
-# matches PATTERN.
-expect() {
-	want=$1 pat=$2
-	shift 2
-	"$@" >out.txt 2>&1
-	got=$?
-	[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"
-	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
-	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
-}
 same() { cmp -s "$1" "$2" || fail "$1 changed: $3"; }
 no_temps() { ls "$1" | grep -q 'tmp' && fail "a temporary was left in $1: $(ls "$1")"; return 0; }
 input="one of this command's inputs; an output never replaces an input"

@@ -13,17 +13,6 @@ an=none
 enter_workdir
 cp "$config" tiny.ini
 
-# expect CODE PATTERN CMD...: as in test_robust.sh
-expect() {
-	want=$1 pat=$2
-	shift 2
-	"$@" >out.txt 2>&1
-	got=$?
-	[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"
-	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
-	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
-}
-nothing_left() { [ -e "$1" ] && fail "a refused run left $1 behind"; return 0; }
 
 # words TAG N: N lines of a text of few distinct characters (so that 300
 # pieces cover its characters and the 256 bytes), its words shuffled by TAG

@@ -10,17 +10,6 @@ exe=$(abspath "$1") config=$(abspath "$3") an=none
 [ "$2" = none ] || an=$(abspath "$2")
 enter_workdir
 
-# expect CODE PATTERN CMD...: the command exits with CODE and its output
-# (stdout and stderr) matches PATTERN
-expect() {
-	want=$1 pat=$2
-	shift 2
-	"$@" >out.txt 2>&1
-	got=$?
-	[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"
-	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
-	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
-}
 # not_said PATTERN WHAT: the last command's output does not claim PATTERN
 not_said() {
 	grep -q -- "$1" out.txt && fail "$2: $(cat out.txt)"

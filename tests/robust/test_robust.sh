@@ -10,20 +10,6 @@ test_name=$1
 exe=$(abspath "$2") compare=$(abspath "$3") config=$(abspath "$4")
 enter_workdir
 
-# expect CODE PATTERN CMD...: the command exits with CODE (or any non-zero
-# for "nz") and its output matches PATTERN.
-expect() {
-	want=$1 pat=$2
-	shift 2
-	"$@" >out.txt 2>&1
-	got=$?
-	if [ "$want" = nz ]; then [ "$got" -ne 0 ] || fail "exit 0 from: $*"; else
-		[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"; fi
-	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
-	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
-}
-# no output folder may be left behind by a refused run
-nothing_left() { [ -e "$1" ] && fail "a refused run left $1 behind"; return 0; }
 
 case $test_name in
 data)

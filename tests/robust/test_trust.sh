@@ -28,17 +28,6 @@ shift 4
 cases=${*:-nonfinite comparable bench}
 enter_workdir
 
-# expect CODE PATTERN CMD...: the command exits with CODE and its output
-# matches PATTERN.
-expect() {
-	want=$1 pat=$2
-	shift 2
-	"$@" >out.txt 2>&1
-	got=$?
-	[ "$got" -eq "$want" ] || fail "exit $got (expected $want) from: $* -- $(cat out.txt)"
-	grep -q -- "$pat" out.txt || fail "no '$pat' in the output of: $* -- $(cat out.txt)"
-	echo "ok: $* -> exit $got: $(grep -m1 -- "$pat" out.txt)"
-}
 
 for case in $cases; do
 case $case in
