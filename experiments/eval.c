@@ -100,6 +100,9 @@ static int load_encoded_text(const char *src, const char *tpath, const run_confi
         close(fd);
     if (!rc)
         rc = load_eval_file(d, tmp, cfg->vocab, cfg->seq_len, err, err_len);
+    if (!rc) /* messages and the ranks' agreement name the text, not the temporary */
+        snprintf((*d)->source->path, sizeof((*d)->source->path), "%.400s (encoded by %.80s)",
+                 src, tpath);
     if (fd >= 0)
         unlink(tmp);
     if (tmp[0])
@@ -144,6 +147,17 @@ static int load_eval_data(const cli *c, const run_config *cfg, const char *tpath
     return file ? load_eval_file(d, src, cfg->vocab, cfg->seq_len, err, err_len)
                 : load_dataset(d, src, NULL, cfg->vocab, cfg->val_fraction, cfg->seq_len, NULL,
                                err, err_len);
+}
+
+/* The evaluation data's split and fingerprint, compared over the ranks. */
+static int agree_eval_data(mode_ctx *ctx, const dataset *d, char *err, int err_len)
+{
+    char fp[2048], text[3072];
+    int rc = dataset_fingerprint(d, fp, sizeof(fp), err, err_len);
+    if ((rc = comm_agree(ctx->comm, rc, err, err_len)))
+        return rc;
+    dataset_describe(d, fp, text, sizeof(text));
+    return comm_agree_text(ctx->comm, text, err, err_len);
 }
 
 static int load_model(mode_ctx *ctx, const cli *c, int n_over, char *const *over,
@@ -459,6 +473,11 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         rc = checkpoint_tokenizer(c.config, &cfg, ctx, tpath, sizeof(tpath), err, sizeof(err));
     if (!rc)
         rc = load_eval_data(&c, &cfg, tpath, &d, err, sizeof(err));
+    /* every rank the same data (docs/robustness.md, "Ranks that disagree"),
+     * or none evaluates: a rank that failed alone, or read other data, would
+     * leave the others in the evaluation's collectives */
+    if (!(rc = comm_agree(ctx->comm, rc, err, sizeof(err))))
+        rc = agree_eval_data(ctx, d, err, sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp eval: %s\n", err);

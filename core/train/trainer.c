@@ -537,6 +537,34 @@ static int check_outcome(const trainer *t, char *err, int err_len)
     return 0;
 }
 
+/* What this rank read, compared with every other rank's before the first
+ * collective that depends on it (comm_agree_text): the data's split and
+ * fingerprints, and the resolved config a key a line, under its section. */
+static int agree_inputs(trainer *t, char *err, int err_len)
+{
+    size_t cap = strlen(t->ini) * 2 + sizeof(t->data) + 2048, at;
+    char *text = malloc(cap);
+    if (!text) {
+        snprintf(err, (size_t)err_len, "out of memory");
+        return -ENOMEM;
+    }
+    dataset_describe(t->d, t->data, text, (int)cap);
+    char section[128] = "";
+    for (const char *p = t->ini; *p;) {
+        const char *e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        at = strlen(text);
+        if (n > 0 && p[0] == '[')
+            snprintf(section, sizeof(section), "%.*s", n < 120 ? n : 120, p);
+        else if (n > 0 && p[0] != '#')
+            snprintf(text + at, cap - at, "config %s %.*s\n", section, n, p);
+        p += n + (e ? 1 : 0);
+    }
+    int rc = comm_agree_text(t->ctx->comm, text, err, err_len);
+    free(text);
+    return rc;
+}
+
 /* The steps the run takes (run.steps, or what run.flops_budget buys). */
 static int plan_steps(trainer *t, char *err, int err_len)
 {
@@ -588,13 +616,18 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     if (!rc && strcmp(cfg->tokenizer, "none") != 0)
         rc = dataset_use_tokenizer(t.d, cfg->tokenizer, err, err_len);
     if (!rc)
+        rc = dataset_fingerprint(t.d, t.data, sizeof(t.data), err, err_len);
+    /* every rank reads the same config and data, or none computes: the
+     * number of evaluation windows, the model's shape, every collective
+     * count follows from them (docs/robustness.md, "Ranks that disagree") */
+    if (!(rc = agree_msg(ctx, rc, err, err_len)))
+        rc = agree_inputs(&t, err, err_len);
+    if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
     if (!rc)
         t.m->bf16 = bf16;
     if (!rc)
         rc = build_shard_plan(&t.shard, t.m, ctx);
-    if (!rc && ctx->rank == 0)
-        rc = dataset_fingerprint(t.d, t.data, sizeof(t.data), err, err_len);
     if (!rc)
         rc = plan_steps(&t, err, err_len);
     /* the folder: refused before anything is created when it cannot take the
