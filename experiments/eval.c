@@ -161,9 +161,10 @@ static int agree_eval_data(mode_ctx *ctx, const dataset *d, char *err, int err_l
 }
 
 static int load_model(mode_ctx *ctx, const cli *c, int n_over, char *const *over,
-                      run_config *cfg, model **m, char *err, int err_len)
+                      run_config *cfg, model **m, ckpt_meta *meta, char *err, int err_len)
 {
-    int rc = load_checkpoint_model(c->config, cfg, m, 16, ctx, true, n_over, over, err, err_len);
+    int rc = load_checkpoint_model(c->config, cfg, m, 16, ctx, true, n_over, over, meta, err,
+                                   err_len);
     if (!rc && !strcmp(cfg->precision, "bf16")) { /* evaluated as it was trained */
         matmul_bf16_prepare();
         (*m)->bf16 = true;
@@ -303,7 +304,8 @@ static int csv_cf(const char *path, const char *ckpt, fwd_mode mode, int S, cons
 }
 
 static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
-                          const run_config *cfg, const dataset *d, char *err, int err_len)
+                          const run_config *cfg, long step, const dataset *d, char *err,
+                          int err_len)
 {
     routing_cli rt;
     if (parse_routing(c, cfg->n_layers, &rt))
@@ -344,17 +346,13 @@ static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
         if (c->csv)
             rc = csv_cf(c->csv, c->config, mode, cfg->seq_len, &r, err, err_len);
     }
-    if (!rc && c->record) {
-        ckpt_meta meta;
-        rc = checkpoint_read_meta(c->config, &meta, ctx->comm, err, err_len);
+    if (c->record) { /* every rank: rank 0's CSV may have failed alone */
+        /* the step of the version evaluated (one open: load_checkpoint_model) */
         char *ini = rc ? NULL : config_to_ini(cfg);
         if (!rc && ctx->rank == 0)
-            rc = ini ? route_book_save(r.book, c->record, ini, meta.step, cfg->seq_len, err,
-                                       err_len)
+            rc = ini ? route_book_save(r.book, c->record, ini, step, cfg->seq_len, err, err_len)
                      : -ENOMEM;
         free(ini);
-        if (!rc)
-            ckpt_meta_clear(&meta);
         rc = comm_agree(ctx->comm, rc, err, err_len);
         if (!rc && ctx->rank == 0 && !c->json)
             printf("# wrote the learned decisions of %ld windows to %s\n", r.windows, c->record);
@@ -403,7 +401,7 @@ static int dial(mode_ctx *ctx, const cli *c, fwd_mode mode, const dataset *d, ch
         run_config cfg;
         model *m = NULL;
         eval_result ev = { 0 };
-        rc = load_model(ctx, c, c->n_over + 1, over, &cfg, &m, err, err_len);
+        rc = load_model(ctx, c, c->n_over + 1, over, &cfg, &m, NULL, err, err_len);
         if (!rc) {
             rc = evaluate(m, ctx, d, c->windows, mode, &ev, err, err_len);
             fail_local(ctx, rc && ev.local_failure, err);
@@ -467,10 +465,14 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     run_config cfg;
     /* the checkpoint with the overrides; under --dial, its first value too, so
      * that a bad key is refused before any evaluation */
-    int rc = load_model(ctx, &c, c.n_over, c.over, &cfg, &m, err, sizeof(err));
+    ckpt_meta meta = { 0 };
+    int rc = load_model(ctx, &c, c.n_over, c.over, &cfg, &m, &meta, err, sizeof(err));
     char tpath[MODE_PATH_MAX] = "";
     if (!rc)
-        rc = checkpoint_tokenizer(c.config, &cfg, ctx, tpath, sizeof(tpath), err, sizeof(err));
+        rc = checkpoint_tokenizer(c.config, &cfg, meta.data, tpath, sizeof(tpath), err,
+                                  sizeof(err));
+    long step = meta.step;
+    ckpt_meta_clear(&meta);
     if (!rc)
         rc = load_eval_data(&c, &cfg, tpath, &d, err, sizeof(err));
     /* every rank the same data (docs/robustness.md, "Ranks that disagree"),
@@ -491,7 +493,7 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         free_model(&m);
         code = dial(ctx, &c, mode, d, err, sizeof(err));
     } else if (c.routing || c.record) {
-        code = counterfactual(ctx, &c, mode, m, &cfg, d, err, sizeof(err));
+        code = counterfactual(ctx, &c, mode, m, &cfg, step, d, err, sizeof(err));
     } else {
         eval_result ev = { 0 };
         rc = evaluate(m, ctx, d, c.windows, mode, &ev, err, sizeof(err));

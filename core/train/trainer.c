@@ -74,8 +74,10 @@ static void replan(trainer *t, long done)
 
 static int resume_from(trainer *t, char *err, int err_len)
 {
+    /* one open for the seal, the metadata and the tensors (checkpoint.h) */
     ckpt_meta meta;
-    int rc = checkpoint_read_meta(t->ckpt_h5, &meta, t->ctx->comm, err, err_len);
+    ckpt_file *f = NULL;
+    int rc = checkpoint_open(&f, t->ckpt_h5, &meta, t->ctx->comm, err, err_len);
     if (rc)
         return rc;
     if (!config_same_as(t->cfg, t->ini, meta.config)) {
@@ -86,15 +88,18 @@ static int resume_from(trainer *t, char *err, int err_len)
                  "config); differing keys, checkpoint -> now: %s", t->ckpt_h5,
                  diff[0] ? diff : "(none found: compare `h5dump -a config`)");
         ckpt_meta_clear(&meta);
+        checkpoint_close(&f);
         return -EINVAL;
     }
-    /* rank 0 knows what the run reads now: the same data, or no resume */
-    if (t->ctx->rank == 0 && meta.data && strcmp(meta.data, t->data) != 0) {
+    /* what the run reads now (the same on every rank: agree_inputs): the
+     * same data, or no resume; every rank decides, so all go on together */
+    if (meta.data && strcmp(meta.data, t->data) != 0) {
         snprintf(err, (size_t)err_len,
                  "%s: the run read other data: when checkpointed, %.700s; now %.700s (resume "
                  "needs the data the run started on; --overwrite starts anew)", t->ckpt_h5,
                  meta.data, t->data);
         ckpt_meta_clear(&meta);
+        checkpoint_close(&f);
         return -EINVAL;
     }
     t->start = meta.step;
@@ -102,7 +107,9 @@ static int resume_from(trainer *t, char *err, int err_len)
     ckpt_meta_clear(&meta);
     replan(t, t->start);
     /* the experts this rank holds now, whatever rank count wrote the file */
-    if ((rc = checkpoint_load(t->ckpt_h5, t->m, true, t->ctx->comm, err, err_len)))
+    rc = checkpoint_read(f, t->m, true, t->ctx->comm, err, err_len);
+    checkpoint_close(&f);
+    if (rc)
         return rc;
     if (t->rec) {
         /* drop what a crash or a stop left past the checkpoint; the clock
@@ -645,15 +652,11 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         goto fail;
     model_init(t.m, cfg->init_seed);
     if (o->init_from) { /* the parameters of another run; moments and step start anew */
-        ckpt_meta meta;
-        rc = checkpoint_read_meta(o->init_from, &meta, ctx->comm, err, err_len);
-        ckpt_meta_clear(&meta);
         ckpt_upcycle up = { .noise = o->upcycle_noise, .reinit = o->upcycle_reinit,
                             .seed = cfg->init_seed };
         char summary[2048];
-        if (!rc)
-            rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary,
-                                      sizeof(summary), err, err_len);
+        rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary, sizeof(summary),
+                                  err, err_len);
         if (!rc && ctx->rank == 0 && o->init_note)
             o->init_note(summary, o->log_user);
         if (rc) {
