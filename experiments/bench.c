@@ -132,11 +132,20 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     if (!rc)
         rc = build_model(&m, &dims, cfg.layers, mode_kind_ops, cfg.batch / ctx->size, err,
                          sizeof(err));
+    /* every rank the same config (docs/robustness.md, "Ranks that disagree"),
+     * or none measures: the forwards' collectives follow from it */
+    bool apart = false; /* ranks started apart: a runtime failure, not a bad config */
+    if (!(rc = comm_agree(ctx->comm, rc, err, sizeof(err)))) {
+        char *keys = config_to_lines(&cfg);
+        apart = (rc = comm_agree_text(ctx->comm, keys ? keys : "", err, sizeof(err))) != 0;
+        free(keys);
+    }
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp bench: %s\n", err);
         free(c.over);
-        return 2;
+        free_model(&m);
+        return apart ? 1 : 2;
     }
     int threads = choose_threads(&c, ctx);
     ctx->seed = cfg.init_seed;

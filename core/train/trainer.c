@@ -549,27 +549,22 @@ static int check_outcome(const trainer *t, char *err, int err_len)
  * fingerprints, and the resolved config a key a line, under its section. */
 static int agree_inputs(trainer *t, char *err, int err_len)
 {
-    size_t cap = strlen(t->ini) * 2 + sizeof(t->data) + 2048, at;
-    char *text = malloc(cap);
-    if (!text) {
+    char *keys = config_to_lines(t->cfg);
+    size_t cap = (keys ? strlen(keys) : 0) + sizeof(t->data) + 2048;
+    char *text = keys ? malloc(cap) : NULL;
+    int rc = text ? 0 : -ENOMEM;
+    if (text) {
+        dataset_describe(t->d, t->data, text, (int)cap);
+        size_t at = strlen(text);
+        snprintf(text + at, cap - at, "%s", keys);
+    } else {
         snprintf(err, (size_t)err_len, "out of memory");
-        return -ENOMEM;
     }
-    dataset_describe(t->d, t->data, text, (int)cap);
-    char section[128] = "";
-    for (const char *p = t->ini; *p;) {
-        const char *e = strchr(p, '\n');
-        int n = e ? (int)(e - p) : (int)strlen(p);
-        at = strlen(text);
-        if (n > 0 && p[0] == '[')
-            snprintf(section, sizeof(section), "%.*s", n < 120 ? n : 120, p);
-        else if (n > 0 && p[0] != '#')
-            snprintf(text + at, cap - at, "config %s %.*s\n", section, n, p);
-        p += n + (e ? 1 : 0);
-    }
-    int rc = comm_agree_text(t->ctx->comm, text, err, err_len);
+    /* a rank without memory still takes part, with an empty text */
+    int agreed = comm_agree_text(t->ctx->comm, text ? text : "", err, err_len);
+    free(keys);
     free(text);
-    return rc;
+    return rc ? rc : agreed;
 }
 
 /* The steps the run takes (run.steps, or what run.flops_budget buys). */

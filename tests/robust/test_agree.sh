@@ -5,7 +5,7 @@
 # TEST: ranks | readers
 #   ranks    MPMD jobs whose ranks read different corpora (MODE_DATA), held-out
 #            files, configs, overrides, checkpoints or sweep files, in
-#            training, eval and sweep: every rank must end within the
+#            training, bench, eval and sweep: every rank must end within the
 #            timeout, exit 1, with one message naming the rank and the
 #            difference (they used to print "step 24: " with no cause and
 #            hang: rank 0 in MPI_Finalize, rank 1 in an all-reduce).
@@ -72,6 +72,8 @@ ranks)
 	disagree "rank 1 read argument 2=data.source=w2/held.txt, rank 0 argument 2=data.source=w1/held.txt" \
 		-n 1 "$exe" "$config" data.source=w1/held.txt run.out=o4 --quiet : \
 		-n 1 "$exe" "$config" data.source=w2/held.txt run.out=o4 --quiet
+	disagree "rank 1 read config \[model\] d_ff = 48, rank 0 config \[model\] d_ff = 64" \
+		-n 1 --wdir w1 "$exe" bench cfg.ini --steps 1 : -n 1 --wdir w2 "$exe" bench cfg.ini --steps 1
 	# eval
 	ck="$work/run/tiny/ckpt.h5"
 	disagree "rank 1 read data.source=.*db/brown.txt with 1500 tokens held out, rank 0 .*da/brown.txt with 40400" \
