@@ -6,6 +6,7 @@
 
 #include "core/util/file.h"
 #include "core/comm/comm.h"
+#include "core/data/data.h"
 #include "core/io/checkpoint.h"
 #include "core/io/h5util.h"
 #include "core/io/runfile.h"
@@ -13,6 +14,7 @@
 #include "core/util/lock.h"
 #include "core/util/signals.h"
 #include "experiments/sweep.h"
+#include "core/data/data.h"
 #include "moe/kinds.h"
 
 #include <errno.h>
@@ -397,7 +399,12 @@ static int agree_plan(mode_ctx *ctx, const sweep_plan *p, char *err, int err_len
         snprintf(err, (size_t)err_len, "out of memory");
         return -ENOMEM;
     }
-    size_t at = (size_t)snprintf(text, cap, "sweep base=%s\nsweep runs=%d\n", p->base,
+    /* the base config's bytes too: the same path may hold another file on
+     * another node (its overrides' keys are compared again per run) */
+    char fp[DATA_FINGERPRINT_LEN] = "", why[256];
+    if (file_fingerprint(p->base, fp, sizeof(fp), why, sizeof(why)))
+        snprintf(fp, sizeof(fp), "unreadable");
+    size_t at = (size_t)snprintf(text, cap, "sweep base=%s (%s)\nsweep runs=%d\n", p->base, fp,
                                  p->n_runs);
     for (int i = 0; i < p->n_runs; i++) {
         at += (size_t)snprintf(text + at, cap - at, "sweep run %d=%s:", i + 1, p->runs[i].name);
