@@ -378,29 +378,31 @@ int comm_same_bytes(comm *c, const void *buf, size_t n, int *differs)
     return 0;
 }
 
-/* Rank root's text on every rank (malloc'd; NULL when out of memory, the
- * others still take part).  Collective. */
+/* Rank root's text on every rank (malloc'd; NULL on every rank when one
+ * has no room for it).  Collective. */
 static char *text_of(comm *c, const char *mine, int root)
 {
     long n = c->rank == root ? (long)strlen(mine) : 0;
     if (MPI_Bcast(&n, 1, MPI_LONG, root, c->world))
         return NULL;
     char *t = malloc((size_t)n + 1);
-    if (t && c->rank == root)
-        memcpy(t, mine, (size_t)n + 1);
-    char *into = t ? t : malloc((size_t)n + 1); /* to take part all the same */
-    int rc = into ? comm_bcast(c, into, (size_t)n, root) : -ENOMEM;
-    if (into)
-        into[n] = '\0';
-    if (!t || rc) {
-        free(into);
+    int ok = t != NULL; /* every rank has room, or none receives */
+    if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, c->world) || !ok) {
+        free(t);
         return NULL;
     }
+    if (c->rank == root)
+        memcpy(t, mine, (size_t)n + 1);
+    if (comm_bcast(c, t, (size_t)n, root)) {
+        free(t);
+        return NULL;
+    }
+    t[n] = '\0';
     return t;
 }
 
-/* Line k of text, without its newline, into out. */
-static void line_of(const char *text, const char **at, char *out, int len)
+/* The line at *at, without its newline, into out; *at moves past it. */
+static void next_line(const char **at, char *out, int len)
 {
     const char *s = *at, *e = strchr(s, '\n');
     size_t n = e ? (size_t)(e - s) : strlen(s);
@@ -414,7 +416,7 @@ int comm_agree_text(comm *c, const char *text, char *msg, int len)
     if (!c || c->size == 1)
         return 0;
     if (comm_same_bytes(c, text, strlen(text), &differs)) {
-        snprintf(msg, (size_t)len, "comparing the ranks' inputs failed (an all-gather)");
+        snprintf(msg, (size_t)len, "comparing the ranks' inputs failed (an all-reduce)");
         return -EIO;
     }
     if (differs < 0)
@@ -426,10 +428,10 @@ int comm_agree_text(comm *c, const char *text, char *msg, int len)
     } else {
         /* the first line where they differ */
         const char *pa = a, *pb = b;
-        char la[400], lb[400];
+        char la[1024], lb[1024];
         do {
-            line_of(a, &pa, la, sizeof(la));
-            line_of(b, &pb, lb, sizeof(lb));
+            next_line(&pa, la, sizeof(la));
+            next_line(&pb, lb, sizeof(lb));
         } while (!strcmp(la, lb) && (*pa || *pb));
         snprintf(msg, (size_t)len, "ranks disagree on their inputs: rank %d read %s, rank 0 %s "
                  "(every rank must be started on the same config and files)", differs,

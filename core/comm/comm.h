@@ -66,8 +66,9 @@ int comm_same_bytes(comm *c, const void *buf, size_t n, int *differs);
  * a line ("data.source=PATH (bytes N fnv1a64 H ...)").  0 on every rank
  * when every rank's text is rank 0's; else -EINVAL on every rank, and msg
  * names the lowest rank that differs and the first line where it does:
- * "ranks disagree on their inputs: rank 1 read ITEM, rank 0 ITEM".  Two
- * collectives more only when they differ.  Collective. */
+ * "ranks disagree on their inputs: rank 1 read ITEM, rank 0 ITEM".  One
+ * all-reduce when they agree (comm_same_bytes), a few more to exchange the
+ * two texts when they do not.  Collective. */
 int comm_agree_text(comm *c, const char *text, char *msg, int len);
 
 /* Fault injection, a testing aid (docs/robustness.md): with
