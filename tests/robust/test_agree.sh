@@ -1,7 +1,7 @@
 #!/bin/sh
 # Ranks that disagree, and readers of files a live run is replacing
 # (docs/robustness.md).
-#   test_agree.sh TEST MODE_EXP CONFIG
+#   test_agree.sh TEST MODE_EXP CONFIG COMPARE_RUNS
 # TEST: ranks | readers
 #   ranks    MPMD jobs whose ranks read different corpora (MODE_DATA), held-out
 #            files, configs, overrides, checkpoints or sweep files, in
@@ -11,11 +11,13 @@
 #            hang: rank 0 in MPI_Finalize, rank 1 in an all-reduce).
 #   readers  eval (1 and 2 ranks), sample and --init-from of a checkpoint
 #            that a run rewrites at every step: never "corrupted" (the seal
-#            was checked through one open and the file read through another).
+#            was checked through one open and the file read through another);
+#            the run's record read (run.h5 and its pieces) while it writes a
+#            piece at every step and then gathers them.
 set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
-exe=$(abspath "$2") config=$(abspath "$3")
+exe=$(abspath "$2") config=$(abspath "$3") compare=$(abspath "$4")
 enter_workdir
 
 # expect CODE PATTERN CMD...: as tests/robust/test_robust.sh's
@@ -129,8 +131,22 @@ readers)
 	kill "$pid"
 	wait "$pid"
 	grep -q "stopped by signal 15" live.txt || fail "the live run: $(cat live.txt)"
-	[ "$bad" -eq 0 ] || fail "$bad readers of a checkpoint being rewritten failed"
-	echo "ok: $((n + 6)) reads of a checkpoint rewritten at every step, none failed"
+	# the record of a run that writes a piece at every step, read until
+	# after it has gathered them into run.h5 and removed them
+	# shellcheck disable=SC2086
+	"$exe" "$config" $big run.out=rec run.steps=60 run.ckpt_every=1 --quiet >rec.txt 2>&1 &
+	pid=$!
+	reads=0
+	while [ ! -e rec/tiny/run.h5 ]; do sleep 0.1; done
+	while kill -0 "$pid" 2>/dev/null || [ $reads -lt 3 ]; do
+		check "$compare" --values rec/tiny/run.h5 metrics/step
+		reads=$((reads + 1))
+	done
+	wait "$pid" || fail "the recorded run: $(cat rec.txt)"
+	[ "$(tail -1 r.txt)" = 60 ] || fail "the gathered record: $(tail -3 r.txt)"
+	n=$((n + reads))
+	[ "$bad" -eq 0 ] || fail "$bad readers of files being rewritten failed"
+	echo "ok: $((n + 6)) reads of a checkpoint and a record rewritten at every step, none failed"
 	;;
 *)
 	fail "unknown test $test_name"
