@@ -663,8 +663,9 @@ static hid_t reader_file(run_reader *r, int i)
  * close_run_reader: the seals are checked and every dataset read through
  * the same opens (h5util.h), so that a run gathering its pieces into run.h5
  * or writing a new piece meanwhile leaves this reader one consistent
- * version.  *again: a piece listed was gone when opened (the run gathered
- * or rewound its record meanwhile): read it all again. */
+ * version.  *again: a piece listed was gone when opened, or run.h5 was
+ * replaced while the pieces were listed (the run gathered or rewound its
+ * record meanwhile): read it all again. */
 static int open_reader_once(run_reader *r, const char *run_h5, bool *again, char *err,
                             int err_len)
 {
@@ -737,6 +738,16 @@ static int open_reader_once(run_reader *r, const char *run_h5, bool *again, char
         reach = steps[i] / 2;
     }
     free(steps);
+    /* run.h5 renamed over since it was opened (the pieces gathered into a
+     * new one, then removed): the pieces listed may not be the old one's */
+    int *hfd = NULL;
+    struct stat was, now;
+    if (!rc && (H5Fget_vfd_handle(f, H5P_DEFAULT, (void **)&hfd) < 0 || !hfd ||
+                fstat(*hfd, &was) || stat(run_h5, &now) || was.st_ino != now.st_ino ||
+                was.st_dev != now.st_dev)) {
+        *again = true;
+        rc = -EAGAIN;
+    }
     if (rc)
         return rc;
     r->last_step = reach;

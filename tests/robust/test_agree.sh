@@ -137,7 +137,10 @@ readers)
 	"$exe" "$config" $big run.out=rec run.steps=60 run.ckpt_every=1 --quiet >rec.txt 2>&1 &
 	pid=$!
 	reads=0
-	while [ ! -e rec/tiny/run.h5 ]; do sleep 0.1; done
+	# from its first piece (before it, the record has no rows yet)
+	while ! ls rec/tiny/records 2>/dev/null | grep -q '^step_.*\.h5$' && kill -0 "$pid" 2>/dev/null; do
+		sleep 0.05
+	done
 	while kill -0 "$pid" 2>/dev/null || [ $reads -lt 3 ]; do
 		check "$compare" --values rec/tiny/run.h5 metrics/step
 		reads=$((reads + 1))
