@@ -61,7 +61,7 @@ typedef struct h5_in {
  * it when missing or unreadable.  h5_in_close in any case. */
 int h5_in_open(h5_in *in, const char *path, char *err, int err_len);
 void h5_in_close(h5_in *in);
-/* "bytes N, CRC-32 X": what the seal says (for ranks to compare). */
+/* "PATH=N bytes sealed with CRC-32 X": what was opened (ranks compare it). */
 void h5_in_seal_text(const h5_in *in, char *out, int out_len);
 /* Part p of parts of the body's CRC-32, through the descriptor: *crc over
  * *len bytes (parts combined in order with h5_crc32_combine). */
@@ -81,6 +81,7 @@ hid_t h5_in_hdf5(const h5_in *in, bool *replaced, char *err, int err_len);
  * (missing, not HDF5, not written by mode, truncated, corrupted) in err,
  * naming path. */
 hid_t h5_open_checked(const char *path, char *err, int err_len);
+/* CRC-32 (IEEE 802.3) of n bytes, continuing crc (0 to start). */
 uint32_t h5_crc32(uint32_t crc, const void *data, size_t n);
 /* The CRC-32 of A followed by B, from crc(A), crc(B) and B's length. */
 uint32_t h5_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
