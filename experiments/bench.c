@@ -129,11 +129,19 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     char err[1024] = "";
     int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
+    /* every rank the same config (docs/robustness.md, "Ranks that disagree"),
+     * or none measures: the forwards' collectives follow from it */
+    bool apart = false; /* ranks started apart: a runtime failure, not a bad config */
+    if (!(rc = comm_agree(ctx->comm, rc, err, sizeof(err)))) {
+        char *keys = config_to_lines(&cfg);
+        apart = (rc = comm_agree_text(ctx->comm, keys ? keys : "", err, sizeof(err))) != 0;
+        free(keys);
+    }
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp bench: %s\n", err);
         free(c.over);
-        return 2;
+        return apart ? 1 : 2;
     }
     model *m = NULL;
     model_dims dims = config_dims(&cfg);
@@ -157,10 +165,11 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     double rss_base = current_rss_mb();
     rc = build_model(&m, &dims, cfg.layers, mode_kind_ops, cfg.batch / ctx->size, err,
                      sizeof(err));
-    if (rc) {
+    if ((rc = comm_agree(ctx->comm, rc, err, sizeof(err)))) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp bench: %s\n", err);
         free(c.over);
+        free_model(&m);
         return 2;
     }
     ctx->seed = cfg.init_seed;

@@ -269,10 +269,14 @@ static int same_tensors(const run_config *a, const run_config *b, const char *ov
  * with expert parallelism); without, every rank holds all of them (sampling
  * decodes one token at a time, every expert local).  Collective. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
-                          bool sharded, int n_over, char *const *over, char *err, int err_len)
+                          bool sharded, int n_over, char *const *over, ckpt_meta *meta_out,
+                          char *err, int err_len)
 {
+    /* one open for the seal, the config and the tensors: one version of a
+     * checkpoint that a live run may be replacing (checkpoint.h) */
     ckpt_meta meta;
-    int rc = checkpoint_read_meta(path, &meta, ctx->comm, err, err_len);
+    ckpt_file *f = NULL;
+    int rc = checkpoint_open(&f, path, &meta, ctx->comm, err, err_len);
     char label[MODE_PATH_MAX + 128];
     snprintf(label, sizeof(label), "%s (config attribute)", path);
     if (!rc)
@@ -301,18 +305,23 @@ int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq
             *cfg = *dialled;
         free(dialled);
     }
-    ckpt_meta_clear(&meta);
-    if (rc)
-        return rc;
-    model_dims dims = config_dims(cfg);
-    if (sharded) {
-        dims.ranks = ctx->size;
-        dims.rank = ctx->rank;
+    if (!rc) {
+        model_dims dims = config_dims(cfg);
+        if (sharded) {
+            dims.ranks = ctx->size;
+            dims.rank = ctx->rank;
+        }
+        rc = build_model(m, &dims, cfg->layers, mode_kind_ops, nseq, err, err_len);
     }
-    rc = build_model(m, &dims, cfg->layers, mode_kind_ops, nseq, err, err_len);
-    if ((rc = comm_agree(ctx->comm, rc, err, err_len)))
-        return rc;
-    return checkpoint_load(path, *m, false, ctx->comm, err, err_len);
+    /* f is NULL on every rank or on none (checkpoint_open agrees) */
+    if (f && !(rc = comm_agree(ctx->comm, rc, err, err_len)))
+        rc = checkpoint_read(f, *m, false, ctx->comm, err, err_len);
+    checkpoint_close(&f);
+    if (!rc && meta_out)
+        *meta_out = meta;
+    else
+        ckpt_meta_clear(&meta);
+    return rc;
 }
 
 int parse_routing(const cli *c, int n_layers, routing_cli *r)
@@ -399,8 +408,8 @@ void cli_fatal_stop(mode_ctx *ctx, const char *msg)
     comm_abort(ctx ? ctx->comm : NULL, 1);
 }
 
-int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, mode_ctx *ctx, char *path,
-                         size_t len, char *err, int err_len)
+int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, const char *recorded,
+                         char *path, size_t len, char *err, int err_len)
 {
     path[0] = '\0';
     if (!strcmp(cfg->tokenizer, "none"))
@@ -410,21 +419,16 @@ int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, mode_ctx *ctx,
     struct stat st;
     if (stat(path, &st) != 0)
         snprintf(path, len, "%s", cfg->tokenizer);
-    ckpt_meta meta;
-    int rc = checkpoint_read_meta(ckpt, &meta, ctx->comm, err, err_len);
-    if (rc)
-        return rc;
     /* the recorded "; tokenizer PATH: FINGERPRINT" */
-    const char *rec = meta.data ? strstr(meta.data, "; tokenizer ") : NULL;
+    const char *rec = recorded ? strstr(recorded, "; tokenizer ") : NULL;
     const char *want = rec ? strstr(rec + 12, ": ") : NULL;
     char have[DATA_FINGERPRINT_LEN];
-    rc = file_fingerprint(path, have, sizeof(have), err, err_len);
+    int rc = file_fingerprint(path, have, sizeof(have), err, err_len);
     if (!rc && (!want || strcmp(want + 2, have) != 0)) {
         snprintf(err, (size_t)err_len,
                  "%s: the tokenizer %s (%s) is not the one the run used (%s)", ckpt, path, have,
                  want ? want + 2 : "none recorded");
         rc = -EINVAL;
     }
-    ckpt_meta_clear(&meta);
     return rc;
 }

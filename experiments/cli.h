@@ -4,6 +4,7 @@
 #define MODE_EXPERIMENTS_CLI_H
 
 #include "core/config/config.h"
+#include "core/io/checkpoint.h"
 #include "core/model/route.h"
 #include "core/util/file.h"
 #include "core/model/model.h"
@@ -49,16 +50,21 @@ int choose_threads(const cli *c, mode_ctx *ctx);
  * compute dial: capacities, top_k, capacity factors, the causal rule's
  * settings; layer.N.key for one layer), checked as a config's are; a key of
  * [run], [data], [model] or [optim] or of a section no layer reads, or one
- * that changes a layer's tensors, is refused naming the rule.  Collective. */
+ * that changes a layer's tensors, is refused naming the rule.  The seal,
+ * the config and the tensors are read through one open (checkpoint_open):
+ * one version of a file a live run replaces.  meta (may be NULL) gets that version's
+ * metadata (ckpt_meta_clear it).  Collective. */
 int load_checkpoint_model(const char *path, run_config *cfg, model **m, int nseq, mode_ctx *ctx,
-                          bool sharded, int n_over, char *const *over, char *err, int err_len);
+                          bool sharded, int n_over, char *const *over, ckpt_meta *meta,
+                          char *err, int err_len);
 
 /* The tokenizer of a checkpoint's run (data.tokenizer): "" in path when
  * none; else tokenizer.model beside the checkpoint (the run keeps a copy
  * there), or the config's path, whose fingerprint must be the one the
- * checkpoint recorded (a mismatch is refused naming both).  Collective. */
-int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, mode_ctx *ctx, char *path,
-                         size_t len, char *err, int err_len);
+ * checkpoint recorded (recorded: its ckpt_meta data, of the version
+ * loaded; a mismatch is refused naming both). */
+int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, const char *recorded,
+                         char *path, size_t len, char *err, int err_len);
 
 /* --routing LIST (policy names, "replay:FILE" or "replay:FILE@STEP") and
  * --routing-layers "1,3" of a model of n_layers layers. */

@@ -91,6 +91,9 @@ static int load_encoded_text(const char *src, const char *tpath, const run_confi
         close(fd);
     if (!rc)
         rc = load_eval_file(d, tmp, cfg->vocab, cfg->seq_len, err, err_len);
+    if (!rc) /* messages and the ranks' agreement name the text, not the temporary */
+        snprintf((*d)->source->path, sizeof((*d)->source->path), "%.400s (encoded by %.80s)",
+                 src, tpath);
     if (fd >= 0)
         unlink(tmp);
     if (tmp[0])
@@ -137,10 +140,24 @@ static int load_eval_data(const cli *c, const run_config *cfg, const char *tpath
                                err, err_len);
 }
 
-static int load_model(mode_ctx *ctx, const cli *c, int n_over, char *const *over,
-                      run_config *cfg, model **m, char *err, int err_len)
+/* The evaluation data's split and fingerprint, compared over the ranks. */
+static int agree_eval_data(mode_ctx *ctx, const dataset *d, char *err, int err_len)
 {
-    int rc = load_checkpoint_model(c->config, cfg, m, 16, ctx, true, n_over, over, err, err_len);
+    if (ctx->size == 1) /* nothing to compare: no file read for it */
+        return 0;
+    char fp[2048], text[3072];
+    int rc = dataset_fingerprint(d, fp, sizeof(fp), err, err_len);
+    if ((rc = comm_agree(ctx->comm, rc, err, err_len)))
+        return rc;
+    dataset_describe(d, fp, text, sizeof(text));
+    return comm_agree_text(ctx->comm, text, err, err_len);
+}
+
+static int load_model(mode_ctx *ctx, const cli *c, int n_over, char *const *over,
+                      run_config *cfg, model **m, ckpt_meta *meta, char *err, int err_len)
+{
+    int rc = load_checkpoint_model(c->config, cfg, m, 16, ctx, true, n_over, over, meta, err,
+                                   err_len);
     if (!rc && !strcmp(cfg->precision, "bf16")) { /* evaluated as it was trained */
         matmul_bf16_prepare();
         (*m)->bf16 = true;
@@ -324,7 +341,8 @@ static int check_outputs(mode_ctx *ctx, const cli *c, const run_config *cfg, con
 }
 
 static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
-                          const run_config *cfg, const dataset *d, char *err, int err_len)
+                          const run_config *cfg, long step, const dataset *d, char *err,
+                          int err_len)
 {
     routing_cli rt;
     if (parse_routing(c, cfg->n_layers, &rt))
@@ -390,17 +408,13 @@ static int counterfactual(mode_ctx *ctx, const cli *c, fwd_mode mode, model *m,
         if (c->csv)
             rc = csv_cf(c->csv, c->config, mode, cfg->seq_len, &r, err, err_len);
     }
-    if (!rc && c->record) {
-        ckpt_meta meta;
-        rc = checkpoint_read_meta(c->config, &meta, ctx->comm, err, err_len);
+    if (c->record) { /* every rank: rank 0's CSV may have failed alone */
+        /* the step of the version evaluated (one open: load_checkpoint_model) */
         char *ini = rc ? NULL : config_to_ini(cfg);
         if (!rc && ctx->rank == 0)
-            rc = ini ? route_book_save(r.book, c->record, ini, meta.step, cfg->seq_len, err,
-                                       err_len)
+            rc = ini ? route_book_save(r.book, c->record, ini, step, cfg->seq_len, err, err_len)
                      : -ENOMEM;
         free(ini);
-        if (!rc)
-            ckpt_meta_clear(&meta);
         rc = comm_agree(ctx->comm, rc, err, err_len);
         if (!rc && ctx->rank == 0 && !c->json)
             printf("# wrote the learned decisions of %ld windows to %s\n", r.windows, c->record);
@@ -453,7 +467,7 @@ static int dial(mode_ctx *ctx, const cli *c, const run_config *cfg0, fwd_mode mo
         run_config cfg;
         model *m = NULL;
         eval_result ev = { 0 };
-        rc = load_model(ctx, c, c->n_over + 1, over, &cfg, &m, err, err_len);
+        rc = load_model(ctx, c, c->n_over + 1, over, &cfg, &m, NULL, err, err_len);
         if (!rc) {
             rc = evaluate(m, ctx, d, c->windows, mode, &ev, err, err_len);
             fail_local(ctx, rc && ev.local_failure, err);
@@ -530,12 +544,21 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     run_config cfg;
     /* the checkpoint with the overrides (a bad key of --dial is refused at its
      * first value, before any evaluation) */
-    int rc = load_model(ctx, &c, c.n_over, c.over, &cfg, &m, err, sizeof(err));
+    ckpt_meta meta = { 0 };
+    int rc = load_model(ctx, &c, c.n_over, c.over, &cfg, &m, &meta, err, sizeof(err));
     char tpath[MODE_PATH_MAX] = "";
     if (!rc)
-        rc = checkpoint_tokenizer(c.config, &cfg, ctx, tpath, sizeof(tpath), err, sizeof(err));
+        rc = checkpoint_tokenizer(c.config, &cfg, meta.data, tpath, sizeof(tpath), err,
+                                  sizeof(err));
+    long step = meta.step;
+    ckpt_meta_clear(&meta);
     if (!rc)
         rc = load_eval_data(&c, &cfg, tpath, &d, err, sizeof(err));
+    /* every rank the same data (docs/robustness.md, "Ranks that disagree"),
+     * or none evaluates: a rank that failed alone, or read other data, would
+     * leave the others in the evaluation's collectives */
+    if (!(rc = comm_agree(ctx->comm, rc, err, sizeof(err))))
+        rc = agree_eval_data(ctx, d, err, sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp eval: %s\n", err);
@@ -549,7 +572,7 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
         free_model(&m);
         code = dial(ctx, &c, &cfg, mode, d, err, sizeof(err));
     } else if (c.routing || c.record) {
-        code = counterfactual(ctx, &c, mode, m, &cfg, d, err, sizeof(err));
+        code = counterfactual(ctx, &c, mode, m, &cfg, step, d, err, sizeof(err));
     } else {
         eval_result ev = { 0 };
         rc = evaluate(m, ctx, d, c.windows, mode, &ev, err, sizeof(err));

@@ -152,7 +152,9 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     char err[1024] = "";
     int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
-    if (rc) {
+    /* a config file that one rank cannot read (another file there): every
+     * rank stops, with that rank's message */
+    if ((rc = comm_agree(ctx->comm, rc, err, sizeof(err)))) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp: %s\n", err);
         free(c.over);
@@ -293,6 +295,32 @@ static int finish_output(int rc, int argc, char **argv)
 
 static int run_command(int argc, char **argv);
 
+/* The arguments, one a line, compared over the ranks (comm_agree_text);
+ * --threads N may differ (threads never change the bits: README, "What is
+ * reproducible"). */
+static int agree_command_line(mode_ctx *ctx, int argc, char **argv, char *why, int why_len)
+{
+    size_t cap = 64;
+    for (int i = 1; i < argc; i++)
+        cap += strlen(argv[i]) + 32;
+    char *text = malloc(cap);
+    if (!text) {
+        snprintf(why, (size_t)why_len, "out of memory");
+        return -ENOMEM;
+    }
+    text[0] = '\0';
+    for (int i = 1, k = 1, at = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads")) {
+            i++;
+            continue;
+        }
+        at += snprintf(text + at, cap - (size_t)at, "argument %d=%s\n", k++, argv[i]);
+    }
+    int rc = comm_agree_text(ctx->comm, text, why, why_len);
+    free(text);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* a closed pipe behind stdout stops the printing, never the program:
@@ -344,6 +372,16 @@ static int run_command(int argc, char **argv)
             fprintf(stderr, "mode-exp: %s\n", path_err);
         comm_finalize(&ctx.comm);
         return 2;
+    }
+    /* every rank on the same command line (docs/robustness.md, "Ranks that
+     * disagree"): an option that one rank lacks would take it down another
+     * path, into other collectives */
+    char why[1024];
+    if (agree_command_line(&ctx, argc, argv, why, sizeof(why))) {
+        if (ctx.rank == 0)
+            fprintf(stderr, "mode-exp: %s\n", why);
+        comm_finalize(&ctx.comm);
+        return 1;
     }
     int rc = !strcmp(argv[1], "eval")     ? cmd_eval(&ctx, argc, argv)
              : !strcmp(argv[1], "sample") ? cmd_sample(&ctx, argc, argv)

@@ -204,15 +204,18 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     char err[1024] = "";
     run_config cfg;
     model *m = NULL;
-    int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, c.n_over, c.over, err,
-                                   sizeof(err));
+    ckpt_meta meta = { 0 };
+    int rc = load_checkpoint_model(c.config, &cfg, &m, 1, ctx, false, c.n_over, c.over, &meta,
+                                   err, sizeof(err));
     int S = cfg.seq_len, V = cfg.vocab, L = cfg.n_layers;
     /* a subword model: its run's tokenizer encodes the prompt and decodes
      * what is printed */
     char tpath[MODE_PATH_MAX] = "";
     tokenizer *tk = NULL;
     if (!rc)
-        rc = checkpoint_tokenizer(c.config, &cfg, ctx, tpath, sizeof(tpath), err, sizeof(err));
+        rc = checkpoint_tokenizer(c.config, &cfg, meta.data, tpath, sizeof(tpath), err,
+                                  sizeof(err));
+    ckpt_meta_clear(&meta);
     if (!rc && tpath[0])
         rc = tokenizer_load(&tk, tpath, err, sizeof(err));
     if (!rc && tk && c.prompt) {

@@ -6,6 +6,7 @@
 
 #include "core/util/file.h"
 #include "core/comm/comm.h"
+#include "core/data/data.h"
 #include "core/io/checkpoint.h"
 #include "core/io/h5util.h"
 #include "core/io/runfile.h"
@@ -14,6 +15,7 @@
 #include "core/util/num.h"
 #include "core/util/signals.h"
 #include "experiments/sweep.h"
+#include "core/data/data.h"
 #include "moe/kinds.h"
 
 #include <errno.h>
@@ -433,6 +435,40 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     fflush(stdout);
 }
 
+/* The plan, a run a line (its name and overrides), compared over the ranks;
+ * each run's resolved config and data are compared again as it starts
+ * (train). */
+static int agree_plan(mode_ctx *ctx, const sweep_plan *p, char *err, int err_len)
+{
+    size_t cap = 2 * SWEEP_PATH_LEN + 64;
+    for (int i = 0; i < p->n_runs; i++) {
+        cap += SWEEP_NAME_LEN + 32;
+        for (int k = 0; k < p->runs[i].n_over; k++)
+            cap += strlen(p->runs[i].over[k].text) + 2;
+    }
+    char *text = malloc(cap);
+    if (!text) {
+        snprintf(err, (size_t)err_len, "out of memory");
+        return -ENOMEM;
+    }
+    /* the base config's bytes too: the same path may hold another file on
+     * another node (its overrides' keys are compared again per run) */
+    char fp[DATA_FINGERPRINT_LEN] = "", why[256];
+    if (file_fingerprint(p->base, fp, sizeof(fp), why, sizeof(why)))
+        snprintf(fp, sizeof(fp), "unreadable");
+    size_t at = (size_t)snprintf(text, cap, "sweep base=%s (%s)\nsweep runs=%d\n", p->base, fp,
+                                 p->n_runs);
+    for (int i = 0; i < p->n_runs; i++) {
+        at += (size_t)snprintf(text + at, cap - at, "sweep run %d=%s:", i + 1, p->runs[i].name);
+        for (int k = 0; k < p->runs[i].n_over; k++)
+            at += (size_t)snprintf(text + at, cap - at, " %s", p->runs[i].over[k].text);
+        at += (size_t)snprintf(text + at, cap - at, "\n");
+    }
+    int rc = comm_agree_text(ctx->comm, text, err, err_len);
+    free(text);
+    return rc;
+}
+
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
 {
     sweep_opts o;
@@ -447,6 +483,12 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     run_action *act = NULL;
     int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
     folder_lock lock = folder_lock_none();
+    /* every rank the same plan (docs/robustness.md, "Ranks that disagree"):
+     * a sweep file that differs on one rank would give it other runs, or
+     * another number of them */
+    if (!(rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))) &&
+        (rc = agree_plan(ctx, &p, err, (int)sizeof(err))))
+        code = 1; /* not a bad sweep file: ranks that were started apart */
     if (!rc) {
         planned = calloc((size_t)p.n_runs, sizeof(long));
         act = calloc((size_t)p.n_runs, sizeof(run_action));

@@ -352,6 +352,82 @@ static void test_full_disk(void **state)
     free_model(&b);
 }
 
+/* A checkpoint replaced (by rename, as a live run does) while a reader
+ * holds it open: the metadata and tensors read are those of the version
+ * whose seal was checked, never a mix.  (Read by path, the tensors came
+ * from the file renamed in after the check.) */
+static void test_checkpoint_one_version(void **state)
+{
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/live.h5", dir);
+    model *a = make(12, 1), *b = make(12, 2), *c = make(12, 3);
+    assert_int_equal(checkpoint_save(path, a, &(ckpt_header){ "", 1, 1, NULL, 0.0 }, NULL, err,
+                                     sizeof(err)), 0);
+    ckpt_file *f = NULL;
+    ckpt_meta meta;
+    assert_int_equal(checkpoint_open(&f, path, &meta, NULL, err, sizeof(err)), 0);
+    assert_int_equal(meta.step, 1);
+    ckpt_meta_clear(&meta);
+    /* the run writes its next checkpoint over it */
+    assert_int_equal(checkpoint_save(path, b, &(ckpt_header){ "", 2, 1, NULL, 0.0 }, NULL, err,
+                                     sizeof(err)), 0);
+    assert_int_equal(checkpoint_read(f, c, true, NULL, err, sizeof(err)), 0);
+    checkpoint_close(&f);
+    assert_null(f);
+    assert_memory_equal(a->params, c->params, a->n_params * sizeof(float));
+    assert_memory_equal(a->adam_v, c->adam_v, a->n_params * sizeof(float));
+    /* a new open reads the new one */
+    assert_int_equal(checkpoint_load(path, c, false, NULL, err, sizeof(err)), 0);
+    assert_memory_equal(b->params, c->params, b->n_params * sizeof(float));
+    free_model(&a);
+    free_model(&b);
+    free_model(&c);
+}
+
+/* A run reader open while the run gathers its pieces into run.h5 (which
+ * replaces run.h5 and removes the pieces): it goes on reading the version
+ * it opened, every row there.  (Reopening files by path, it met pieces
+ * gone and failed.) */
+static void test_run_reader_while_gathering(void **state)
+{
+    char sub[96], path[128], err[256];
+    snprintf(sub, sizeof(sub), "%s/gathering", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    snprintf(path, sizeof(path), "%s/run.h5", sub);
+    run_record *r = NULL;
+    assert_int_equal(build_run_record(&r, "[run]\nname = g\n"), 0);
+    static const char *const cols[] = { "step", "a", "b" };
+    int t = run_record_add_table(r, "layer_stats/1", cols, 3);
+    assert_int_equal(run_record_write_header(r, path, err, sizeof(err)), 0);
+    for (long s = 1; s <= 6; s++) {
+        add_step(r, t, s);
+        if (s % 2 == 0)
+            assert_int_equal(run_record_flush(r, path, s, err, sizeof(err)), 0);
+    }
+    run_reader *rd = NULL;
+    assert_int_equal(open_run_reader(&rd, path, err, sizeof(err)), 0);
+    assert_int_equal(run_reader_files(rd), 4);
+    assert_int_equal(run_record_finish(path, err, sizeof(err)), 0);
+    assert_int_equal(count_pieces(sub), 0);
+    double *v = NULL;
+    long n = 0;
+    assert_int_equal(run_reader_column(rd, "metrics/step", &v, &n), 0);
+    assert_int_equal(n, 6);
+    for (long i = 0; i < n; i++)
+        assert_true(v[i] == (double)(i + 1));
+    free(v);
+    void *blob = NULL;
+    int nd = 0;
+    unsigned long long dims[4];
+    long step = 0;
+    assert_int_equal(run_reader_array(rd, "routing/step_000005/layer_1/scores", H5T_NATIVE_FLOAT,
+                                      sizeof(float), &blob, &nd, dims, &step), 0);
+    assert_true(((float *)blob)[0] == 5.0f);
+    free(blob);
+    close_run_reader(&rd);
+    free_run_record(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +438,8 @@ int main(void)
         cmocka_unit_test(test_crc_combine),
         cmocka_unit_test(test_foreign_files),
         cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_checkpoint_one_version),
+        cmocka_unit_test(test_run_reader_while_gathering),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,7 @@
 #include "core/comm/comm.h"
 
 #include "core/util/fault.h"
+#include "core/util/hash.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -352,6 +353,93 @@ int comm_agree(comm *c, int rc, char *msg, int len)
     if (msg && len > 0)
         snprintf(msg, (size_t)len, "%s", m.text);
     return m.rc ? m.rc : -ECANCELED;
+}
+
+int comm_same_bytes(comm *c, const void *buf, size_t n, int *differs)
+{
+    *differs = -1;
+    if (!c || c->size == 1)
+        return 0;
+    uint64_t mine = hash_fnv1a64(HASH_FNV1A64_OFFSET, buf, n) ^ (uint64_t)n;
+    /* the largest digest and the largest complement (the smallest digest):
+     * all equal when they meet */
+    uint64_t d[2] = { mine, ~mine };
+    if (MPI_Allreduce(MPI_IN_PLACE, d, 2, MPI_UINT64_T, MPI_MAX, c->world))
+        return -EIO;
+    if (d[0] == ~d[1])
+        return 0;
+    uint64_t d0 = mine; /* which rank: the lowest whose digest is not rank 0's */
+    if (MPI_Bcast(&d0, 1, MPI_UINT64_T, 0, c->world))
+        return -EIO;
+    int r = mine != d0 ? c->rank : c->size;
+    if (MPI_Allreduce(MPI_IN_PLACE, &r, 1, MPI_INT, MPI_MIN, c->world))
+        return -EIO;
+    *differs = r < c->size ? r : -1;
+    return 0;
+}
+
+/* Rank root's text on every rank (malloc'd; NULL on every rank when one
+ * has no room for it).  Collective. */
+static char *text_of(comm *c, const char *mine, int root)
+{
+    long n = c->rank == root ? (long)strlen(mine) : 0;
+    if (MPI_Bcast(&n, 1, MPI_LONG, root, c->world))
+        return NULL;
+    char *t = malloc((size_t)n + 1);
+    int ok = t != NULL; /* every rank has room, or none receives */
+    if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, c->world) || !ok) {
+        free(t);
+        return NULL;
+    }
+    if (c->rank == root)
+        memcpy(t, mine, (size_t)n + 1);
+    if (comm_bcast(c, t, (size_t)n, root)) {
+        free(t);
+        return NULL;
+    }
+    t[n] = '\0';
+    return t;
+}
+
+/* The line at *at, without its newline, into out; *at moves past it. */
+static void next_line(const char **at, char *out, int len)
+{
+    const char *s = *at, *e = strchr(s, '\n');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    snprintf(out, (size_t)len, "%.*s", (int)n, s);
+    *at = e ? e + 1 : s + n;
+}
+
+int comm_agree_text(comm *c, const char *text, char *msg, int len)
+{
+    int differs = -1;
+    if (!c || c->size == 1)
+        return 0;
+    if (comm_same_bytes(c, text, strlen(text), &differs)) {
+        snprintf(msg, (size_t)len, "comparing the ranks' inputs failed (an all-reduce)");
+        return -EIO;
+    }
+    if (differs < 0)
+        return 0;
+    char *a = text_of(c, text, 0), *b = text_of(c, text, differs);
+    if (!a || !b) {
+        snprintf(msg, (size_t)len, "ranks disagree on their inputs: rank %d's differ from rank "
+                 "0's", differs);
+    } else {
+        /* the first line where they differ */
+        const char *pa = a, *pb = b;
+        char la[1024], lb[1024];
+        do {
+            next_line(&pa, la, sizeof(la));
+            next_line(&pb, lb, sizeof(lb));
+        } while (!strcmp(la, lb) && (*pa || *pb));
+        snprintf(msg, (size_t)len, "ranks disagree on their inputs: rank %d read %s, rank 0 %s "
+                 "(every rank must be started on the same config and files)", differs,
+                 lb[0] ? lb : "(nothing)", la[0] ? la : "(nothing)");
+    }
+    free(a);
+    free(b);
+    return -EINVAL;
 }
 
 void comm_abort(comm *c, int code)

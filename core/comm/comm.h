@@ -55,6 +55,22 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
  * "rank N: " when N is not 0.  Collective. */
 int comm_agree(comm *c, int rc, char *msg, int len);
 
+/* Whether every rank holds the bytes rank 0 holds (n may differ between
+ * ranks): one all-reduce of a 64-bit digest of each (two more to find
+ * the rank when they differ).  *differs is the
+ * lowest rank whose bytes differ from rank 0's, or -1 when none do, the
+ * same on every rank.  Collective. */
+int comm_same_bytes(comm *c, const void *buf, size_t n, int *differs);
+/* Inputs every rank must agree on (docs/robustness.md, "Ranks that
+ * disagree"): text is this rank's description of what it read, one item
+ * a line ("data.source=PATH (bytes N fnv1a64 H ...)").  0 on every rank
+ * when every rank's text is rank 0's; else -EINVAL on every rank, and msg
+ * names the lowest rank that differs and the first line where it does:
+ * "ranks disagree on their inputs: rank 1 read ITEM, rank 0 ITEM".  One
+ * all-reduce when they agree (comm_same_bytes), a few more to exchange the
+ * two texts when they do not.  Collective. */
+int comm_agree_text(comm *c, const char *text, char *msg, int len);
+
 /* Fault injection, a testing aid (docs/robustness.md): with
  * MODE_FAULT=SITE@RANK:STEP in the environment, comm_fault(c, SITE) returns
  * -EIO once, on world rank RANK at step STEP (comm_set_step; SITE@RANK: the

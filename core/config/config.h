@@ -98,6 +98,10 @@ int config_load_string(run_config *c, const char *text, const char *path, int n_
  * to the same run_config: every key, [layer.N] sections for every layer whose
  * kind keys differ from its section's defaults.  Returns a malloc'd string. */
 char *config_to_ini(const run_config *c);
+/* The same keys one a line under their sections, "config [model] d_ff = 64"
+ * (malloc'd, NULL when out of memory): what ranks compare before they
+ * compute (comm_agree_text names the first line that differs). */
+char *config_to_lines(const run_config *c);
 
 /* Whether stored, the resolved config a run file or checkpoint carries, is
  * the run c whose config_to_ini() text is ini: the same text, or the same

@@ -142,3 +142,23 @@ model_dims config_dims(const run_config *c)
                          .d_ff = c->d_ff, .n_layers = c->n_layers, .seq_len = c->seq_len,
                          .ranks = 1, .rank = 0 };
 }
+
+char *config_to_lines(const run_config *c)
+{
+    char *ini = config_to_ini(c);
+    size_t cap = ini ? strlen(ini) * 2 + 64 : 0, at = 0;
+    char *out = ini ? malloc(cap) : NULL, section[128] = "";
+    for (const char *p = ini; out && *p;) {
+        const char *e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        if (n > 0 && p[0] == '[')
+            snprintf(section, sizeof(section), "%.*s", n < 120 ? n : 120, p);
+        else if (n > 0 && p[0] != '#' && p[0] != ';')
+            at += (size_t)snprintf(out + at, cap - at, "config %s %.*s\n", section, n, p);
+        p += n + (e ? 1 : 0);
+    }
+    if (out && !at)
+        out[0] = '\0';
+    free(ini);
+    return out;
+}

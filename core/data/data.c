@@ -6,6 +6,7 @@
 
 #include "core/rng/pcg32.h"
 #include "core/util/file.h"
+#include "core/util/hash.h"
 
 #include <assert.h>
 #include <stdbool.h>
@@ -118,16 +119,7 @@ static void free_corpus(corpus **c)
 
 /* ---- fingerprints ---------------------------------------------------------- */
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME 0x100000001b3ULL
 #define FINGERPRINT_BLOCK (64L << 10)
-
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, long n)
-{
-    for (long i = 0; i < n; i++)
-        h = (h ^ p[i]) * FNV_PRIME;
-    return h;
-}
 
 /* "bytes 6012345 fnv1a64 0123456789abcdef (whole)"; non-zero and err on a
  * read that fails. */
@@ -135,9 +127,9 @@ static int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err
 {
     long size = c->n_tokens * c->width;
     bool whole = size <= DATA_FINGERPRINT_WHOLE;
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = HASH_FNV1A64_OFFSET;
     if (c->fd < 0) {
-        h = fnv1a(h, c->bytes, size); /* in memory (synthetic): small */
+        h = hash_fnv1a64(h, c->bytes, (size_t)size); /* in memory (synthetic): small */
         whole = true;
     } else {
         uint8_t *buf = malloc((size_t)FINGERPRINT_BLOCK);
@@ -155,7 +147,7 @@ static int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err
                             : b * (size - FINGERPRINT_BLOCK) / (blocks - 1);
             long n = size - at < FINGERPRINT_BLOCK ? size - at : FINGERPRINT_BLOCK;
             if (!(rc = read_at(c, buf, at, n, err, err_len)))
-                h = fnv1a(h, buf, n);
+                h = hash_fnv1a64(h, buf, (size_t)n);
         }
         free(buf);
         if (rc)
@@ -186,6 +178,13 @@ int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int
         snprintf(out + at, (size_t)out_len - at, "; tokenizer %s: %s", d->tok_path, t);
     }
     return 0;
+}
+
+void dataset_describe(const dataset *d, const char *fingerprint, char *out, int out_len)
+{
+    snprintf(out, (size_t)out_len, "data.source=%s with %ld tokens held out%s%s\ndata=%s\n",
+             d->source->path, d->eval.n_tokens, d->held_out ? " in " : "",
+             d->held_out ? d->held_out->path : "", fingerprint);
 }
 
 /* ---- the sources -------------------------------------------------------- */

@@ -135,6 +135,11 @@ int file_fingerprint(const char *path, char *out, int out_len, char *err, int er
  * "PATH: bytes N fnv1a64 H (whole)", and "; " and the held-out file's with
  * val_source. */
 int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int err_len);
+/* What ranks compare before they compute (comm_agree_text): one item a
+ * line, the split first ("data.source=PATH with N tokens held out", or
+ * "... held out in PATH"), then "data=" and fingerprint (as
+ * dataset_fingerprint gives it). */
+void dataset_describe(const dataset *d, const char *fingerprint, char *out, int out_len);
 /* A .txt, .bin or .u32 file that is all evaluation data (no training split):
  * its windows start at its first token. */
 int load_eval_file(dataset **out, const char *path, int vocab, int seq_len, char *err,

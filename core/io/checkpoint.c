@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int write_layer_attrs(hid_t f, const model *m)
@@ -319,21 +320,31 @@ void ckpt_meta_clear(ckpt_meta *meta)
     memset(meta, 0, sizeof(*meta));
 }
 
-/* The seal, checked by every rank on a 1/P slice of the body: each CRCs
- * its slice, rank 0 combines them in order and compares with the user
- * block.  The outcome to all.  Collective. */
-static int check_seal(const char *path, comm *cm, char *err, int err_len)
+/* ---- reading: one open per rank, one version for all ------------------ */
+
+struct ckpt_file {
+    h5_in in;   /* the one open: the seal is checked and HDF5 reads through it */
+    hid_t h5;
+};
+
+/* Opens before the ranks give up on holding one version of a file that is
+ * being replaced (a live run's checkpoint, every step at most). */
+#define CKPT_OPEN_TRIES 20
+
+/* The seal, checked by every rank on a 1/P slice of the body through its
+ * own open: each CRCs its slice, rank 0 combines them in order and compares
+ * with the user block.  The outcome to all.  Collective. */
+static int check_seal(const h5_in *in, comm *cm, char *err, int err_len)
 {
     int P = comm_size(cm), rank = comm_rank(cm);
     if (P == 1)
-        return h5_check_seal(path, err, err_len);
+        return h5_in_check(in, err, err_len);
     struct part {
         int64_t rc;
         uint64_t len;
         uint32_t crc;
     } mine = { 0, 0, 0 };
-    uint64_t body = 0;
-    mine.rc = h5_body_part_crc(path, rank, P, &mine.crc, &mine.len, &body);
+    mine.rc = h5_in_part_crc(in, rank, P, &mine.crc, &mine.len);
     void *all = NULL;
     int *counts = malloc((size_t)P * sizeof(int));
     int rc = counts ? comm_gather_bytes(cm, &mine, (int)sizeof(mine), &all, counts) : -ENOMEM;
@@ -348,13 +359,12 @@ static int check_seal(const char *path, comm *cm, char *err, int err_len)
             else
                 crc = h5_crc32_combine(crc, parts[p].crc, parts[p].len);
         }
-        if (fin.rc)
-            /* missing, unreadable, not ours: the one-process check says which */
-            h5_check_seal(path, fin.msg, MSG_LEN);
+        if (fin.rc) /* unreadable, not ours: the one-process check says which */
+            h5_in_check(in, fin.msg, MSG_LEN);
         else
-            fin.rc = h5_seal_matches(path, body, crc, fin.msg, MSG_LEN);
+            fin.rc = h5_in_seal_matches(in, crc, fin.msg, MSG_LEN);
         if (fin.rc && !fin.msg[0])
-            snprintf(fin.msg, MSG_LEN, "%s: cannot be read", path);
+            snprintf(fin.msg, MSG_LEN, "%.400s: cannot be read", in->path);
     }
     if (comm_bcast(cm, &fin, sizeof(fin), 0) && !fin.rc)
         fin.rc = -EIO;
@@ -365,19 +375,12 @@ static int check_seal(const char *path, comm *cm, char *err, int err_len)
     return (int)fin.rc;
 }
 
-int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err, int err_len)
+static int read_meta(hid_t f, const char *path, ckpt_meta *meta, char *err, int err_len)
 {
-    memset(meta, 0, sizeof(*meta));
-    h5_quiet();
-    int rc = check_seal(path, cm, err, err_len);
-    if (rc)
-        return rc < 0 ? rc : -EIO;
-    hid_t f = h5_open_input(path, err, err_len);
-    char *seed = f < 0 ? NULL : h5_attr_read_string(f, "seed");
-    meta->config = f < 0 ? NULL : h5_attr_read_string(f, "config");
-    if (f < 0) {
-        rc = -EIO;
-    } else if (!meta->config || !seed || h5_attr_read_long(f, "step", &meta->step)) {
+    char *seed = h5_attr_read_string(f, "seed");
+    meta->config = h5_attr_read_string(f, "config");
+    int rc = 0;
+    if (!meta->config || !seed || h5_attr_read_long(f, "step", &meta->step)) {
         snprintf(err, (size_t)err_len,
                  "%s: not a mode checkpoint (missing attribute config, seed or step)", path);
         rc = -EINVAL;
@@ -405,9 +408,94 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
         }
     }
     free(seed);
-    if (f >= 0)
-        H5Fclose(f);
-    return comm_agree(cm, rc, err, err_len);
+    return rc;
+}
+
+/* One try at checkpoint_open: every rank opens path once and the ranks
+ * compare the seals they opened (a rename between two ranks' opens gives
+ * them two versions: *again; ranks that read different files, a checkpoint
+ * of another run on one node, are told apart by name), check the seal
+ * through their opens, and HDF5 opens the same files (*again when a rename
+ * came between).  Collective: every rank returns the same. */
+static int open_once(ckpt_file *f, const char *path, ckpt_meta *meta, comm *cm, bool *again,
+                     char *err, int err_len)
+{
+    *again = false;
+    int rc = h5_in_open(&f->in, path, err, err_len);
+    if (!(rc = comm_agree(cm, rc, err, err_len))) {
+        char text[MODE_PATH_MAX + 96];
+        h5_in_seal_text(&f->in, text, sizeof(text));
+        rc = comm_agree_text(cm, text, err, err_len);
+        *again = rc == -EINVAL;
+    }
+    if (rc)
+        return rc;
+    if ((rc = check_seal(&f->in, cm, err, err_len)))
+        return rc < 0 ? rc : -EIO;
+    bool replaced = false;
+    f->h5 = h5_in_hdf5(&f->in, &replaced, err, err_len);
+    rc = f->h5 < 0 ? (replaced ? -EAGAIN : -EIO) : read_meta(f->h5, path, meta, err, err_len);
+    rc = comm_agree(cm, rc, err, err_len);
+    *again = rc == -EAGAIN;
+    return rc;
+}
+
+int checkpoint_open(ckpt_file **out, const char *path, ckpt_meta *meta, comm *cm, char *err,
+                    int err_len)
+{
+    *out = NULL;
+    memset(meta, 0, sizeof(*meta));
+    h5_quiet();
+    for (int attempt = 1;; attempt++) {
+        ckpt_file f = { .h5 = -1 };
+        bool again = false;
+        int rc = open_once(&f, path, meta, cm, &again, err, err_len);
+        ckpt_file *kept = NULL;
+        if (!rc) { /* open_once agreed: every rank is here */
+            if (!(kept = malloc(sizeof(*kept)))) {
+                snprintf(err, (size_t)err_len, "%s: out of memory", path);
+                rc = -ENOMEM;
+            }
+            if (!(rc = comm_agree(cm, rc, err, err_len))) {
+                *kept = f;
+                *out = kept;
+                return 0;
+            }
+        }
+        free(kept);
+        if (f.h5 >= 0)
+            H5Fclose(f.h5);
+        h5_in_close(&f.in);
+        ckpt_meta_clear(meta);
+        if (!again || attempt == CKPT_OPEN_TRIES) {
+            size_t at = strlen(err);
+            if (again)
+                snprintf(err + at, (size_t)err_len - at, "; opened %d times over a second: if "
+                         "a run is rewriting it, read it again", attempt);
+            return rc;
+        }
+        nanosleep(&(struct timespec){ .tv_nsec = 50000000 }, NULL);
+    }
+}
+
+void checkpoint_close(ckpt_file **pf)
+{
+    ckpt_file *f = *pf;
+    if (!f)
+        return;
+    if (f->h5 >= 0)
+        H5Fclose(f->h5);
+    h5_in_close(&f->in);
+    free(f);
+    *pf = NULL;
+}
+
+int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err, int err_len)
+{
+    ckpt_file *f = NULL;
+    int rc = checkpoint_open(&f, path, meta, cm, err, err_len);
+    checkpoint_close(&f);
+    return rc;
 }
 
 /* The tensors into buf: shared ones whole, an expert tensor's rows of the
@@ -436,21 +524,14 @@ static int read_tensors(hid_t f, const char *path, model *m, const char *prefix,
     return 0;
 }
 
-int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char *err,
-                    int err_len)
+int checkpoint_read(ckpt_file *f, model *m, bool with_optim, comm *cm, char *err, int err_len)
 {
-    h5_quiet();
-    hid_t f = h5_open_input(path, err, err_len);
-    int rc = 0;
-    if (f < 0) {
-        rc = -EIO;
-    }
-    if (!rc)
-        rc = read_tensors(f, path, m, "", m->params, err, err_len);
+    const char *path = f->in.path;
+    int rc = read_tensors(f->h5, path, m, "", m->params, err, err_len);
     if (!rc && with_optim)
-        rc = read_tensors(f, path, m, "optim/m/", m->adam_m, err, err_len);
+        rc = read_tensors(f->h5, path, m, "optim/m/", m->adam_m, err, err_len);
     if (!rc && with_optim)
-        rc = read_tensors(f, path, m, "optim/v/", m->adam_v, err, err_len);
+        rc = read_tensors(f->h5, path, m, "optim/v/", m->adam_v, err, err_len);
     for (int t = 0; !rc && with_optim && t < m->n_tensors; t++) { /* a second moment: >= 0 */
         const model_tensor *mt = &m->tensors[t];
         for (long i = 0; i < (long)mt->numel; i++)
@@ -462,9 +543,20 @@ int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char 
                 break;
             }
     }
-    if (f >= 0)
-        H5Fclose(f);
     return comm_agree(cm, rc, err, err_len);
+}
+
+int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char *err,
+                    int err_len)
+{
+    ckpt_file *f = NULL;
+    ckpt_meta meta;
+    int rc = checkpoint_open(&f, path, &meta, cm, err, err_len);
+    ckpt_meta_clear(&meta);
+    if (!rc)
+        rc = checkpoint_read(f, m, with_optim, cm, err, err_len);
+    checkpoint_close(&f);
+    return rc;
 }
 
 /* ---- upcycling (checkpoint_init_from) ------------------------------------ */
@@ -565,16 +657,13 @@ static void add_name(char *list, int len, const char *name)
         snprintf(list + at, (size_t)len - at, "%s%s", at ? ", " : "", name);
 }
 
-int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, comm *cm,
-                         char *summary, int summary_len, char *err, int err_len)
+int checkpoint_upcycle(ckpt_file *file, model *m, const ckpt_upcycle *u, comm *cm,
+                       char *summary, int summary_len, char *err, int err_len)
 {
-    h5_quiet();
     char up[1024] = "", fresh[1024] = "";
     int n_up = 0, n_fresh = 0, n_read = 0, rc = 0;
-    hid_t f = h5_open_input(path, err, err_len);
-    if (f < 0) {
-        rc = -EIO;
-    }
+    const char *path = file->in.path;
+    hid_t f = file->h5;
     for (int t = 0; !rc && t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
         int nd;
@@ -625,11 +714,22 @@ int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, comm
         snprintf(err, (size_t)err_len, "%s: none of the model's tensors is there", path);
         rc = -EINVAL;
     }
-    if (f >= 0)
-        H5Fclose(f);
     if (summary)
         snprintf(summary, (size_t)summary_len, "%d tensors read; %d upcycled%s%s%s; %d fresh%s%s%s",
                  n_read, n_up, n_up ? " (" : "", up, n_up ? ")" : "", n_fresh,
                  n_fresh ? " (" : "", fresh, n_fresh ? ")" : "");
     return comm_agree(cm, rc, err, err_len);
+}
+
+int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, comm *cm,
+                         char *summary, int summary_len, char *err, int err_len)
+{
+    ckpt_file *f = NULL;
+    ckpt_meta meta;
+    int rc = checkpoint_open(&f, path, &meta, cm, err, err_len);
+    ckpt_meta_clear(&meta);
+    if (!rc)
+        rc = checkpoint_upcycle(f, m, u, cm, summary, summary_len, err, err_len);
+    checkpoint_close(&f);
+    return rc;
 }

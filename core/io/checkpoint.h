@@ -42,17 +42,31 @@ typedef struct ckpt_header {
  * rank returns the same code; err holds the failing rank's message. */
 int checkpoint_save(const char *path, const model *m, const ckpt_header *h, struct comm *cm,
                     char *err, int err_len);
-/* Check the file's seal (every rank reads a 1/P slice of it, rank 0
- * combines the CRCs), then read the metadata (config text, step, seed) to
- * rebuild the model, and the data's fingerprint.  Collective over cm. */
-int checkpoint_read_meta(const char *path, ckpt_meta *meta, struct comm *cm, char *err,
-                         int err_len);
-void ckpt_meta_clear(ckpt_meta *meta);
-/* Fill m's parameters (and the Adam moments when with_optim) from path: the
+/* Reading a checkpoint that a live run may be replacing (by rename): each
+ * rank opens it ONCE, and the seal check, the metadata and every tensor are
+ * read through that open, so all of it is one version (h5util.h, h5_in);
+ * the ranks compare the seals they opened and open again when a rename came
+ * between their opens (ranks that read different files are refused naming
+ * the rank and both seals). */
+typedef struct ckpt_file ckpt_file;
+/* Open path on every rank, check its seal (every rank CRCs a 1/P slice of
+ * it, rank 0 combines the CRCs), and read the metadata (config text, step,
+ * seed, the data's fingerprint) into meta.  Collective over cm. */
+int checkpoint_open(ckpt_file **f, const char *path, ckpt_meta *meta, struct comm *cm,
+                    char *err, int err_len);
+void checkpoint_close(ckpt_file **f);
+/* Fill m's parameters (and the Adam moments when with_optim) from f: the
  * shared tensors whole, and only the experts m holds (m->dims ranks and
  * rank), whatever rank count wrote the file: resharding is reading other
  * rows.  Every tensor must exist with the model's whole shape.  Collective
- * over cm (the seal was checked by checkpoint_read_meta). */
+ * over cm. */
+int checkpoint_read(ckpt_file *f, model *m, bool with_optim, struct comm *cm, char *err,
+                    int err_len);
+/* Each through one checkpoint_open: the metadata alone, the tensors alone
+ * (the seal checked too). */
+int checkpoint_read_meta(const char *path, ckpt_meta *meta, struct comm *cm, char *err,
+                         int err_len);
+void ckpt_meta_clear(ckpt_meta *meta);
 int checkpoint_load(const char *path, model *m, bool with_optim, struct comm *cm, char *err,
                     int err_len);
 
@@ -71,11 +85,14 @@ int checkpoint_load(const char *path, model *m, bool with_optim, struct comm *cm
  *   - any other keeps m's fresh initialisation (a gate, a router).
  * Draws are keyed by the expert's global index: the same model at any
  * rank count.  summary (may be NULL) lists what was upcycled and what
- * started fresh.  Collective over cm (after checkpoint_read_meta). */
+ * started fresh.  Collective over cm. */
 typedef struct ckpt_upcycle {
     double noise, reinit;
     uint64_t seed;
 } ckpt_upcycle;
+int checkpoint_upcycle(ckpt_file *f, model *m, const ckpt_upcycle *u, struct comm *cm,
+                       char *summary, int summary_len, char *err, int err_len);
+/* The same through its own checkpoint_open of path. */
 int checkpoint_init_from(const char *path, model *m, const ckpt_upcycle *u, struct comm *cm,
                          char *summary, int summary_len, char *err, int err_len);
 

@@ -272,22 +272,6 @@ uint32_t h5_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
     return crc_a ^ crc_b;
 }
 
-/* CRC-32 and length of the bytes after the user block. */
-static int body_crc(FILE *f, uint32_t *crc, uint64_t *len)
-{
-    static uint8_t buf[1 << 16];
-    size_t n;
-    *crc = 0;
-    *len = 0;
-    if (fseek(f, H5_USERBLOCK, SEEK_SET))
-        return -EIO;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
-        *crc = h5_crc32(*crc, buf, n);
-        *len += n;
-    }
-    return ferror(f) ? -EIO : 0;
-}
-
 /* CRC-32 of bytes [from, to) of the file, read back. */
 static int crc_range(int fd, uint64_t from, uint64_t to, uint32_t *crc)
 {
@@ -320,74 +304,110 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-int h5_body_part_crc(const char *path, int part, int parts, uint32_t *crc, uint64_t *len,
-                     uint64_t *body)
+int h5_in_open(h5_in *in, const char *path, char *err, int err_len)
 {
-    *crc = 0;
-    *len = 0;
-    *body = 0;
-    int fd = file_open_regular(path, NULL, 0);
-    if (fd < 0)
-        return fd;
+    memset(in, 0, sizeof(*in));
+    snprintf(in->path, sizeof(in->path), "%s", path);
+    in->fd = file_open_regular(path, err, err_len);
+    if (in->fd < 0)
+        return in->fd;
     struct stat st;
-    int rc = fstat(fd, &st) ? -errno : 0;
-    if (!rc && (uint64_t)st.st_size < H5_USERBLOCK)
-        rc = -EINVAL;
-    if (!rc) {
-        *body = (uint64_t)st.st_size - H5_USERBLOCK;
-        uint64_t from = H5_USERBLOCK + *body * (uint64_t)part / (uint64_t)parts;
-        uint64_t to = H5_USERBLOCK + *body * (uint64_t)(part + 1) / (uint64_t)parts;
-        *len = to - from;
-        rc = crc_range(fd, from, to, crc);
+    if (fstat(in->fd, &st)) {
+        int e = errno;
+        snprintf(err, (size_t)err_len, "%s: cannot stat it (%s)", path, strerror(e));
+        return -e;
     }
-    close(fd);
-    return rc;
+    in->body = (uint64_t)st.st_size > H5_USERBLOCK ? (uint64_t)st.st_size - H5_USERBLOCK : 0;
+    /* a short file keeps a zero head: h5_in_seal_matches says what it is */
+    ssize_t got = pread(in->fd, in->head, sizeof(in->head), 0);
+    if (got != (ssize_t)sizeof(in->head))
+        memset(in->head, 0, sizeof(in->head));
+    return 0;
 }
 
-int h5_seal_matches(const char *path, uint64_t body, uint32_t crc, char *err, int err_len)
+void h5_in_close(h5_in *in)
 {
-    uint8_t head[32];
-    FILE *f = file_fopen_regular(path, "rb", NULL, 0);
-    size_t got = f ? fread(head, 1, sizeof(head), f) : 0;
-    if (f)
-        fclose(f);
-    if (got != sizeof(head) || memcmp(head, H5_MAGIC, 8)) {
-        snprintf(err, (size_t)err_len, "%s: not an HDF5 file written by mode", path);
+    if (in->fd >= 0)
+        close(in->fd);
+    in->fd = -1;
+}
+
+void h5_in_seal_text(const h5_in *in, char *out, int out_len)
+{
+    snprintf(out, (size_t)out_len, "%s=%llu bytes sealed with CRC-32 %08x", in->path,
+             (unsigned long long)in->body, (unsigned)get_u64(in->head + 16));
+}
+
+int h5_in_part_crc(const h5_in *in, int part, int parts, uint32_t *crc, uint64_t *len)
+{
+    uint64_t from = H5_USERBLOCK + in->body * (uint64_t)part / (uint64_t)parts;
+    uint64_t to = H5_USERBLOCK + in->body * (uint64_t)(part + 1) / (uint64_t)parts;
+    *len = to - from;
+    return crc_range(in->fd, from, to, crc);
+}
+
+int h5_in_seal_matches(const h5_in *in, uint32_t crc, char *err, int err_len)
+{
+    const uint8_t *head = in->head;
+    if (memcmp(head, H5_MAGIC, 8)) {
+        bool hdf5 = H5Fis_hdf5(in->path) > 0;
+        snprintf(err, (size_t)err_len, "%s: %s", in->path,
+                 hdf5 ? "an HDF5 file, but not one mode wrote (no checksum block)"
+                      : "not an HDF5 file written by mode");
         return -EINVAL;
     }
-    if (body != get_u64(head + 8)) {
+    if (in->body != get_u64(head + 8)) {
         snprintf(err, (size_t)err_len, "%s: truncated or extended: %llu bytes after the header, "
-                 "%llu written", path, (unsigned long long)body,
+                 "%llu written", in->path, (unsigned long long)in->body,
                  (unsigned long long)get_u64(head + 8));
         return -EINVAL;
     }
     if (crc != (uint32_t)get_u64(head + 16)) {
-        snprintf(err, (size_t)err_len, "%s: corrupted (CRC-32 %08x, %08x written)", path,
+        snprintf(err, (size_t)err_len, "%s: corrupted (CRC-32 %08x, %08x written)", in->path,
                  (unsigned)crc, (unsigned)get_u64(head + 16));
         return -EINVAL;
     }
     return 0;
 }
 
-int h5_check_seal(const char *path, char *err, int err_len)
+int h5_in_check(const h5_in *in, char *err, int err_len)
 {
-    FILE *f = file_fopen_regular(path, "rb", err, err_len);
-    if (!f)
-        return -ENOENT;
-    uint8_t head[32];
     uint32_t crc = 0;
     uint64_t len = 0;
-    size_t got = fread(head, 1, sizeof(head), f);
-    int rc = got == sizeof(head) && !memcmp(head, H5_MAGIC, 8) ? body_crc(f, &crc, &len) : -1;
-    fclose(f);
-    if (rc) {
-        bool hdf5 = H5Fis_hdf5(path) > 0;
-        snprintf(err, (size_t)err_len, "%s: %s", path,
-                 hdf5 ? "an HDF5 file, but not one mode wrote (no checksum block)"
-                      : "not an HDF5 file written by mode");
-        return -EINVAL;
+    if (!memcmp(in->head, H5_MAGIC, 8) && h5_in_part_crc(in, 0, 1, &crc, &len)) {
+        snprintf(err, (size_t)err_len, "%s: cannot be read", in->path);
+        return -EIO;
     }
-    return h5_seal_matches(path, len, crc, err, err_len);
+    return h5_in_seal_matches(in, crc, err, err_len);
+}
+
+hid_t h5_in_hdf5(const h5_in *in, bool *replaced, char *err, int err_len)
+{
+    h5_quiet();
+    *replaced = false;
+    /* HDF5 opens names, not descriptors (and /proc/self/fd/N of a file
+     * renamed over fails in its realpath): it opens the path, and the file
+     * it holds must be the one checked, else a rename came between */
+    hid_t h = H5Fopen(in->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int *hfd = NULL;
+    struct stat a, b;
+    if (h >= 0 && (H5Fget_vfd_handle(h, H5P_DEFAULT, (void **)&hfd) < 0 || !hfd ||
+                   fstat(*hfd, &a) || fstat(in->fd, &b) || a.st_dev != b.st_dev ||
+                   a.st_ino != b.st_ino)) {
+        H5Fclose(h);
+        h = -1;
+        *replaced = true;
+        snprintf(err, (size_t)err_len, "%s: replaced while it was being opened, again and "
+                 "again (another process is rewriting it): read it again", in->path);
+    } else if (h < 0) {
+        /* gone or replaced by something else meanwhile, or not HDF5 after all */
+        struct stat now, was;
+        *replaced = stat(in->path, &now) || fstat(in->fd, &was) || now.st_ino != was.st_ino ||
+                    now.st_dev != was.st_dev;
+        snprintf(err, (size_t)err_len, "%s: HDF5 cannot open it%s", in->path,
+                 *replaced ? " (another process replaced it meanwhile)" : "");
+    }
+    return h;
 }
 
 hid_t h5_open_input(const char *path, char *err, int err_len)
@@ -403,12 +423,41 @@ hid_t h5_open_input(const char *path, char *err, int err_len)
     return h;
 }
 
+int h5_reseal(const char *path, char *err, int err_len)
+{
+    h5_in in;
+    uint32_t crc = 0;
+    uint64_t len = 0;
+    int rc = h5_in_open(&in, path, err, err_len);
+    if (!rc && (rc = h5_in_part_crc(&in, 0, 1, &crc, &len)))
+        snprintf(err, (size_t)err_len, "%s: cannot be read (%s)", path, strerror(-rc));
+    uint64_t body = in.body;
+    h5_in_close(&in);
+    uint8_t head[16];
+    put_u64(head, body);
+    put_u64(head + 8, crc);
+    int fd = rc ? -1 : open(path, O_WRONLY | O_CLOEXEC);
+    if (!rc && (fd < 0 || pwrite(fd, head, sizeof(head), 8) != (ssize_t)sizeof(head))) {
+        rc = -errno;
+        snprintf(err, (size_t)err_len, "%s: sealing it failed (%s)", path, strerror(errno));
+    }
+    if (fd >= 0 && close(fd) && !rc)
+        rc = -EIO;
+    return rc;
+}
+
 hid_t h5_open_checked(const char *path, char *err, int err_len)
 {
-    h5_quiet();
-    if (h5_check_seal(path, err, err_len))
-        return -1;
-    return h5_open_input(path, err, err_len);
+    h5_in in;
+    hid_t h = -1;
+    bool replaced = true;
+    for (int attempt = 0; h < 0 && replaced && attempt < H5_OPEN_TRIES; attempt++) {
+        replaced = false;
+        if (!h5_in_open(&in, path, err, err_len) && !h5_in_check(&in, err, err_len))
+            h = h5_in_hdf5(&in, &replaced, err, err_len);
+        h5_in_close(&in);
+    }
+    return h;
 }
 
 /* The temporary beside path (committed by out_replace: fsync, rename, the

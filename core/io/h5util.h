@@ -4,7 +4,10 @@
 #ifndef MODE_CORE_IO_H5UTIL_H
 #define MODE_CORE_IO_H5UTIL_H
 
+#include "core/util/file.h"
+
 #include <hdf5.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,19 +49,51 @@ int h5_attr_read_double(hid_t loc, const char *name, double *value);
  * would block on a FIFO.  The seal is not checked (h5_open_checked does
  * both).  A negative id with err naming path on failure. */
 hid_t h5_open_input(const char *path, char *err, int err_len);
-/* Open a file mode wrote, read-only, after checking its seal.  On failure
- * returns a negative id and says what is wrong (missing, not HDF5, not
- * written by mode, truncated, corrupted) in err, naming path. */
+/* Reading a file that another process may be replacing (a live run
+ * rewrites its checkpoint and run file by rename): the file is opened ONCE,
+ * its seal is checked through that descriptor, and the file HDF5 then opens
+ * (HDF5 takes names, not descriptors) must be the same one (device and
+ * inode), else it was replaced between the two and the reader opens it
+ * again: the check and the read see one version.  Checking through one
+ * open and reading through another said "corrupted (CRC-32 ...)" of a file
+ * that was whole, 8 times in 40. */
+#define H5_OPEN_TRIES 20
+typedef struct h5_in {
+    char path[MODE_PATH_MAX];
+    int fd;
+    uint8_t head[32];   /* the user block's first bytes: magic, body length, CRC-32 */
+    uint64_t body;      /* bytes after the user block, as opened */
+} h5_in;
+/* Open path (a regular file, without blocking) and read its seal; err names
+ * it when missing or unreadable.  h5_in_close in any case. */
+int h5_in_open(h5_in *in, const char *path, char *err, int err_len);
+void h5_in_close(h5_in *in);
+/* "PATH=N bytes sealed with CRC-32 X": what was opened (ranks compare it). */
+void h5_in_seal_text(const h5_in *in, char *out, int out_len);
+/* Part p of parts of the body's CRC-32, through the descriptor: *crc over
+ * *len bytes (parts combined in order with h5_crc32_combine). */
+int h5_in_part_crc(const h5_in *in, int part, int parts, uint32_t *crc, uint64_t *len);
+/* The seal against the body's CRC: 0, or -EINVAL and err saying what is
+ * wrong (not HDF5, not written by mode, truncated, corrupted). */
+int h5_in_seal_matches(const h5_in *in, uint32_t crc, char *err, int err_len);
+/* Both: the whole body's CRC and the seal (one process). */
+int h5_in_check(const h5_in *in, char *err, int err_len);
+/* HDF5's handle on the same file (read-only), or a negative id and err;
+ * *replaced: the path is another file now (open it again). */
+hid_t h5_in_hdf5(const h5_in *in, bool *replaced, char *err, int err_len);
+
+/* Seal path again as it is now (its body's length and CRC-32 in the user
+ * block): for tools that edit a file mode wrote in place, the tests' way
+ * of making a file whose checksum holds and whose numbers are wrong. */
+int h5_reseal(const char *path, char *err, int err_len);
+
+/* Open a file mode wrote, read-only, after checking its seal, through one
+ * open (h5_in; opened again, up to H5_OPEN_TRIES times, while it is being
+ * replaced).  On failure returns a negative id and says what is wrong
+ * (missing, not HDF5, not written by mode, truncated, corrupted) in err,
+ * naming path. */
 hid_t h5_open_checked(const char *path, char *err, int err_len);
-/* Check the seal of path without opening it in HDF5 (err as above). */
-int h5_check_seal(const char *path, char *err, int err_len);
-/* The seal checked by many readers: part p of parts CRCs its slice of the
- * body (*crc, *len; *body the whole body's length), then one reader combines
- * the parts' CRCs in order (h5_crc32_combine) and compares with the user
- * block (h5_seal_matches: -EINVAL with the reason in err when not). */
-int h5_body_part_crc(const char *path, int part, int parts, uint32_t *crc, uint64_t *len,
-                     uint64_t *body);
-int h5_seal_matches(const char *path, uint64_t body, uint32_t crc, char *err, int err_len);
+/* CRC-32 (IEEE 802.3) of n bytes, continuing crc (0 to start). */
 uint32_t h5_crc32(uint32_t crc, const void *data, size_t n);
 /* The CRC-32 of A followed by B, from crc(A), crc(B) and B's length. */
 uint32_t h5_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);

@@ -591,8 +591,7 @@ struct run_reader {
     char *config;
     run_entry *e;
     long n_e, cap_e;
-    hid_t open_f;
-    int open_idx;
+    hid_t *held;    /* [n_files] each file open once, for the reader's life */
 };
 
 static int entry_cmp(const void *a, const void *b)
@@ -657,48 +656,46 @@ static herr_t index_dataset(hid_t f, const char *name, const H5O_info_t *info, v
 
 static hid_t reader_file(run_reader *r, int i)
 {
-    if (r->open_f >= 0 && r->open_idx == i)
-        return r->open_f;
-    if (r->open_f >= 0)
-        H5Fclose(r->open_f);
-    r->open_f = h5_open_input(r->files[i], NULL, 0);
-    r->open_idx = i;
-    return r->open_f;
+    return i >= 0 && i < r->n_files ? r->held[i] : -1;
 }
 
-int open_run_reader(run_reader **out, const char *run_h5, char *err, int err_len)
+/* Every file the record spans, opened once each and held open until
+ * close_run_reader: the seals are checked and every dataset read through
+ * the same opens (h5util.h), so that a run gathering its pieces into run.h5
+ * or writing a new piece meanwhile leaves this reader one consistent
+ * version.  *again: a piece listed was gone when opened, or run.h5 was
+ * replaced while the pieces were listed (the run gathered or rewound its
+ * record meanwhile): read it all again. */
+static int open_reader_once(run_reader *r, const char *run_h5, bool *again, char *err,
+                            int err_len)
 {
-    *out = NULL;
-    h5_quiet();
-    run_reader *r = calloc(1, sizeof(*r));
     long *steps = NULL;
     int n_steps = 0, rc = -ENOMEM;
-    if (!r)
-        return -ENOMEM;
-    r->open_f = -1;
-    snprintf(r->path, sizeof(r->path), "%s", run_h5);
+    *again = false;
     hid_t f = h5_open_checked(run_h5, err, err_len);
-    if (f < 0) {
-        rc = -EINVAL;
-        goto fail;
-    }
+    if (f < 0)
+        return -EINVAL;
     long through = 0;
     if (h5_attr_read_long(f, THROUGH_ATTR, &through))
         through = 0;
     r->config = h5_attr_read_string(f, "config");
-    H5Fclose(f);
     if (!r->config) {
+        H5Fclose(f);
         snprintf(err, (size_t)err_len, "%s: not a mode run file (no config attribute)", run_h5);
-        rc = -EINVAL;
-        goto fail;
+        return -EINVAL;
     }
-    if ((rc = list_pieces(run_h5, &steps, &n_steps)))
-        goto fail;
+    if ((rc = list_pieces(run_h5, &steps, &n_steps))) {
+        H5Fclose(f);
+        return rc;
+    }
     r->files = malloc((size_t)(n_steps + 1) * sizeof(*r->files));
-    if (!r->files) {
-        rc = -ENOMEM;
-        goto fail;
+    r->held = malloc((size_t)(n_steps + 1) * sizeof(hid_t));
+    if (!r->files || !r->held) {
+        H5Fclose(f);
+        free(steps);
+        return -ENOMEM;
     }
+    r->held[0] = f;
     snprintf(r->files[r->n_files++], sizeof(r->files[0]), "%s", run_h5);
     long reach = through; /* the last step of the records read so far */
     for (int i = 0; i < n_steps; i++) {
@@ -707,56 +704,106 @@ int open_run_reader(run_reader **out, const char *run_h5, char *err, int err_len
         char *piece = r->files[r->n_files];
         piece_path(piece, sizeof(r->files[0]), run_h5, steps[i]);
         hid_t h = h5_open_checked(piece, err, err_len);
+        struct stat st;
+        if (h < 0 && stat(piece, &st) && errno == ENOENT) {
+            *again = true; /* listed, then gathered or removed */
+            rc = -EAGAIN;
+            break;
+        }
         if (h < 0) {
             size_t l = strlen(err);
             snprintf(err + l, (size_t)err_len - l, ": it held the records of steps %ld..%ld",
                      reach + 1, steps[i] / 2);
             rc = -EINVAL;
-            goto fail;
+            break;
         }
+        r->held[r->n_files] = h;
+        r->n_files++;
         /* each piece follows the one before: a hole is a piece gone */
         long from = -1;
         if (h5_attr_read_long(h, FROM_ATTR, &from))
             from = -1; /* written before pieces said it */
         if (from >= 0 && from != reach) {
-            H5Fclose(h);
             snprintf(err, (size_t)err_len,
                      "%s: the records of steps %ld..%ld are missing: this piece follows step "
                      "%ld, but the records before it end at step %ld (a piece of "
                      "records/ was removed or lost)", piece, reach + 1, from, from, reach);
             rc = -EINVAL;
-            goto fail;
+            break;
         }
-        visit_ctx v = { .r = r, .file = r->n_files };
+        visit_ctx v = { .r = r, .file = r->n_files - 1 };
         H5Ovisit(h, H5_INDEX_NAME, H5_ITER_INC, index_dataset, &v);
-        H5Fclose(h);
         if ((rc = v.rc))
-            goto fail;
-        r->n_files++;
+            break;
         reach = steps[i] / 2;
     }
-    r->last_step = reach;
-    {
-        hid_t h = h5_open_input(run_h5, NULL, 0);
-        if (h < 0) {
-            rc = -EINVAL;
-            goto fail;
-        }
-        visit_ctx v = { .r = r, .file = 0 };
-        H5Ovisit(h, H5_INDEX_NAME, H5_ITER_INC, index_dataset, &v);
-        H5Fclose(h);
-        if ((rc = v.rc))
-            goto fail;
+    free(steps);
+    /* run.h5 renamed over since it was opened (the pieces gathered into a
+     * new one, then removed): the pieces listed may not be the old one's */
+    int *hfd = NULL;
+    struct stat was, now;
+    if (!rc && (H5Fget_vfd_handle(f, H5P_DEFAULT, (void **)&hfd) < 0 || !hfd ||
+                fstat(*hfd, &was) || stat(run_h5, &now) || was.st_ino != now.st_ino ||
+                was.st_dev != now.st_dev)) {
+        *again = true;
+        rc = -EAGAIN;
     }
+    if (rc)
+        return rc;
+    r->last_step = reach;
+    visit_ctx v = { .r = r, .file = 0 };
+    H5Ovisit(f, H5_INDEX_NAME, H5_ITER_INC, index_dataset, &v);
+    if ((rc = v.rc))
+        return rc;
     if (r->n_e > 1) /* qsort's base may not be null, even for no elements */
         qsort(r->e, (size_t)r->n_e, sizeof(run_entry), entry_cmp);
-    free(steps);
-    *out = r;
     return 0;
-fail:
-    free(steps);
-    close_run_reader(&r);
-    return rc;
+}
+
+/* What open_reader_once built, undone (for another try, or at close). */
+static void reader_release(run_reader *r)
+{
+    for (int i = 0; r->held && i < r->n_files; i++)
+        H5Fclose(r->held[i]);
+    for (long i = 0; i < r->n_e; i++)
+        free(r->e[i].path);
+    free(r->e);
+    free(r->files);
+    free(r->held);
+    free(r->config);
+    r->e = NULL;
+    r->n_e = r->cap_e = 0;
+    r->files = NULL;
+    r->held = NULL;
+    r->config = NULL;
+    r->n_files = 0;
+}
+
+int open_run_reader(run_reader **out, const char *run_h5, char *err, int err_len)
+{
+    *out = NULL;
+    h5_quiet();
+    run_reader *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    snprintf(r->path, sizeof(r->path), "%s", run_h5);
+    for (int attempt = 1;; attempt++) {
+        bool again = false;
+        int rc = open_reader_once(r, run_h5, &again, err, err_len);
+        if (!rc) {
+            *out = r;
+            return 0;
+        }
+        reader_release(r);
+        if (!again || attempt == H5_OPEN_TRIES) {
+            if (again)
+                snprintf(err, (size_t)err_len, "%s: its records changed %d times while they "
+                         "were being read (a live run is gathering or rewriting them): read "
+                         "them again", run_h5, attempt);
+            free(r);
+            return rc;
+        }
+    }
 }
 
 void close_run_reader(run_reader **pr)
@@ -764,13 +811,7 @@ void close_run_reader(run_reader **pr)
     run_reader *r = *pr;
     if (!r)
         return;
-    if (r->open_f >= 0)
-        H5Fclose(r->open_f);
-    for (long i = 0; i < r->n_e; i++)
-        free(r->e[i].path);
-    free(r->e);
-    free(r->files);
-    free(r->config);
+    reader_release(r);
     free(r);
     *pr = NULL;
 }

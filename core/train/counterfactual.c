@@ -309,8 +309,9 @@ int evaluate_counterfactual(model *m, mode_ctx *ctx, const dataset *d, const cf_
     memset(out, 0, sizeof(*out));
     cf_work w = { .S = m->dims.seq_len, .n_arms = 1 + o->n_policies };
     comm *cm = ctx ? ctx->comm : NULL;
-    w.avail = dataset_eval_windows(d, w.S);
-    w.n = (o->windows <= 0 || o->windows > w.avail) ? w.avail : o->windows;
+    int rc = eval_windows_agreed(ctx, d, w.S, o->windows, &w.avail, &w.n, err, err_len);
+    if (rc)
+        return rc;
     const corpus *ec = d->held_out ? d->held_out : d->source;
     w.C = dataset_eval_labels(d, w.S, 0) ? ec->n_label_classes : 0;
     if (w.n < 1 || o->n_policies < 0 || o->n_policies > ROUTE_COUNT) {
@@ -332,7 +333,7 @@ int evaluate_counterfactual(model *m, mode_ctx *ctx, const dataset *d, const cf_
     w.tok_ce = malloc(ms * S * sizeof(float));
     w.win = malloc(ms * sizeof(long));
     w.rows = malloc(ms * sizeof(long));
-    int rc = w.wins && w.cn && w.tok && w.seq_ce && w.tok_ce && w.win && w.rows ? 0 : -ENOMEM;
+    rc = w.wins && w.cn && w.tok && w.seq_ce && w.tok_ce && w.win && w.rows ? 0 : -ENOMEM;
     for (int a = 0; !rc && a < w.n_arms; a++) {
         w.wl[a] = calloc((size_t)w.n, sizeof(double));
         w.cs[a] = calloc((size_t)w.n * C, sizeof(double));

@@ -14,17 +14,30 @@ long eval_window_index(long i, long n, long avail)
     return n >= avail ? i : (long)((double)i * (double)avail / (double)n);
 }
 
+int eval_windows_agreed(mode_ctx *ctx, const dataset *d, int seq_len, long n_windows,
+                        long *avail, long *n, char *err, int err_len)
+{
+    *avail = dataset_eval_windows(d, seq_len);
+    *n = (n_windows <= 0 || n_windows > *avail) ? *avail : n_windows;
+    char text[700];
+    snprintf(text, sizeof(text), "%ld of %ld held-out windows of %.600s", *n, *avail,
+             d->eval.c->path);
+    return comm_agree_text(ctx ? ctx->comm : NULL, text, err, err_len);
+}
+
 int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode mode,
              eval_result *out, char *err, int err_len)
 {
     int S = m->dims.seq_len, P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
-    long avail = dataset_eval_windows(d, S);
-    long n = (n_windows <= 0 || n_windows > avail) ? avail : n_windows;
+    long avail = 0, n = 0;
     out->local_failure = false;
+    int rc = eval_windows_agreed(ctx, d, S, n_windows, &avail, &n, err, err_len);
+    if (rc)
+        return rc;
     token_t *tok = malloc((size_t)m->max_seq * (size_t)(S + 1) * sizeof(token_t));
     double *seq_ce = malloc((size_t)m->max_seq * sizeof(double));
     long *win = malloc((size_t)m->max_seq * sizeof(long));
-    int rc = tok && seq_ce && win ? 0 : -ENOMEM;
+    rc = tok && seq_ce && win ? 0 : -ENOMEM;
     if (rc)
         snprintf(err, (size_t)err_len, "evaluation: out of memory");
     /* sums over windows of the mean loss and of its square: the mean and

@@ -217,17 +217,20 @@ int setup_routing_windows(trainer *t, char *err, int err_len)
     bool any = false;
     for (int l = 0; l < L; l++)
         any |= t->m->layers[l].ops->record != NULL;
-    long avail = dataset_eval_windows(t->d, S);
-    long n = t->cfg->routing_windows < avail ? t->cfg->routing_windows : avail;
-    if (!any || t->cfg->routing_every <= 0 || n <= 0)
-        return 0;
+    /* the routing records' forwards count the windows: the same on every
+     * rank (collective, before any rank may return) */
+    long avail = 0, n = 0;
+    int rc = eval_windows_agreed(t->ctx, t->d, S, 0, &avail, &n, err, err_len);
+    n = t->cfg->routing_windows < avail ? t->cfg->routing_windows : avail;
+    if (rc || !any || t->cfg->routing_every <= 0 || n <= 0)
+        return rc;
     routing_windows *rw = &t->rw;
     rw->n = (int)n;
     rw->index = malloc((size_t)n * sizeof(long));
     rw->tokens = malloc((size_t)n * (S + 1) * sizeof(token_t));
     int32_t *tok = malloc((size_t)n * (S + 1) * sizeof(int32_t));
     uint8_t *lab = malloc((size_t)n * (S + 1));
-    int rc = rw->index && rw->tokens && tok && lab ? 0 : -ENOMEM;
+    rc = rw->index && rw->tokens && tok && lab ? 0 : -ENOMEM;
     bool labels = dataset_eval_labels(t->d, S, 0) != NULL;
     for (long i = 0; !rc && i < n; i++) {
         rw->index[i] = eval_window_index(i, n, avail);

@@ -75,8 +75,10 @@ static void replan(trainer *t, long done)
 
 static int resume_from(trainer *t, char *err, int err_len)
 {
+    /* one open for the seal, the metadata and the tensors (checkpoint.h) */
     ckpt_meta meta;
-    int rc = checkpoint_read_meta(t->ckpt_h5, &meta, t->ctx->comm, err, err_len);
+    ckpt_file *f = NULL;
+    int rc = checkpoint_open(&f, t->ckpt_h5, &meta, t->ctx->comm, err, err_len);
     if (rc)
         return rc;
     if (!config_same_as(t->cfg, t->ini, meta.config)) {
@@ -87,15 +89,18 @@ static int resume_from(trainer *t, char *err, int err_len)
                  "config); differing keys, checkpoint -> now: %s", t->ckpt_h5,
                  diff[0] ? diff : "(none found: compare `h5dump -a config`)");
         ckpt_meta_clear(&meta);
+        checkpoint_close(&f);
         return -EINVAL;
     }
-    /* rank 0 knows what the run reads now: the same data, or no resume */
-    if (t->ctx->rank == 0 && meta.data && strcmp(meta.data, t->data) != 0) {
+    /* what the run reads now (the same on every rank: agree_inputs): the
+     * same data, or no resume; every rank decides, so all go on together */
+    if (meta.data && strcmp(meta.data, t->data) != 0) {
         snprintf(err, (size_t)err_len,
                  "%s: the run read other data: when checkpointed, %.700s; now %.700s (resume "
                  "needs the data the run started on; --overwrite starts anew)", t->ckpt_h5,
                  meta.data, t->data);
         ckpt_meta_clear(&meta);
+        checkpoint_close(&f);
         return -EINVAL;
     }
     t->start = meta.step;
@@ -104,7 +109,9 @@ static int resume_from(trainer *t, char *err, int err_len)
     ckpt_meta_clear(&meta);
     replan(t, t->start);
     /* the experts this rank holds now, whatever rank count wrote the file */
-    if ((rc = checkpoint_load(t->ckpt_h5, t->m, true, t->ctx->comm, err, err_len)))
+    rc = checkpoint_read(f, t->m, true, t->ctx->comm, err, err_len);
+    checkpoint_close(&f);
+    if (rc)
         return rc;
     if (t->rec) {
         /* drop what a crash or a stop left past the checkpoint; the clock
@@ -590,6 +597,29 @@ static int check_outcome(const trainer *t, char *err, int err_len)
     return 0;
 }
 
+/* What this rank read, compared with every other rank's before the first
+ * collective that depends on it (comm_agree_text): the data's split and
+ * fingerprints, and the resolved config a key a line, under its section. */
+static int agree_inputs(trainer *t, char *err, int err_len)
+{
+    char *keys = config_to_lines(t->cfg);
+    size_t cap = (keys ? strlen(keys) : 0) + sizeof(t->data) + 2048;
+    char *text = keys ? malloc(cap) : NULL;
+    int rc = text ? 0 : -ENOMEM;
+    if (text) {
+        dataset_describe(t->d, t->data, text, (int)cap);
+        size_t at = strlen(text);
+        snprintf(text + at, cap - at, "%s", keys);
+    } else {
+        snprintf(err, (size_t)err_len, "out of memory");
+    }
+    /* a rank without memory still takes part, with an empty text */
+    int agreed = comm_agree_text(t->ctx->comm, text ? text : "", err, err_len);
+    free(keys);
+    free(text);
+    return rc ? rc : agreed;
+}
+
 /* The steps the run takes (run.steps, or what run.flops_budget buys). */
 static int plan_steps(trainer *t, char *err, int err_len)
 {
@@ -641,13 +671,18 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     if (!rc && strcmp(cfg->tokenizer, "none") != 0)
         rc = dataset_use_tokenizer(t.d, cfg->tokenizer, err, err_len);
     if (!rc)
+        rc = dataset_fingerprint(t.d, t.data, sizeof(t.data), err, err_len);
+    /* every rank reads the same config and data, or none computes: the
+     * number of evaluation windows, the model's shape, every collective
+     * count follows from them (docs/robustness.md, "Ranks that disagree") */
+    if (!(rc = agree_msg(ctx, rc, err, err_len)))
+        rc = agree_inputs(&t, err, err_len);
+    if (!rc)
         rc = build_model(&t.m, &dims, cfg->layers, kinds, cfg->batch / P, err, err_len);
     if (!rc)
         t.m->bf16 = bf16;
     if (!rc)
         rc = build_shard_plan(&t.shard, t.m, ctx);
-    if (!rc && ctx->rank == 0)
-        rc = dataset_fingerprint(t.d, t.data, sizeof(t.data), err, err_len);
     if (!rc)
         rc = plan_steps(&t, err, err_len);
     /* the folder: refused before anything is created when it cannot take the
@@ -673,9 +708,8 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         ckpt_upcycle up = { .noise = o->upcycle_noise, .reinit = o->upcycle_reinit,
                             .seed = cfg->init_seed };
         char summary[2048];
-        if (!rc)
-            rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary,
-                                      sizeof(summary), err, err_len);
+        rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary, sizeof(summary),
+                                  err, err_len);
         if (!rc && ctx->rank == 0 && o->init_note)
             o->init_note(summary, o->log_user);
         if (rc) {

@@ -80,6 +80,14 @@ int evaluate(model *m, mode_ctx *ctx, const dataset *d, long n_windows, fwd_mode
              eval_result *out, char *err, int err_len);
 /* The i-th of n windows spread evenly over avail: floor(i avail / n). */
 long eval_window_index(long i, long n, long avail);
+/* The windows an evaluation takes (*avail of d's held-out split, *n of
+ * them as evaluate() chooses for n_windows), the same on every rank: every
+ * loop and collective of an evaluation counts them, so ranks whose held-out
+ * data differ would enter different collectives and hang.  -EINVAL on
+ * every rank when they differ, err naming the rank and both counts.
+ * Collective. */
+int eval_windows_agreed(mode_ctx *ctx, const dataset *d, int seq_len, long n_windows,
+                        long *avail, long *n, char *err, int err_len);
 
 /* Output paths of a run: <out>/<name>/run.h5 and ckpt.h5. */
 void run_paths(const run_config *c, char *dir, char *run_h5, char *ckpt_h5, size_t len);

@@ -49,7 +49,7 @@ typedef struct trainer {
     routing_windows rw;
     double wall0, skipped; /* the run's clock (continued over resumes) and skipped steps */
     folder_lock lock;      /* rank 0: the run folder is this run's */
-    char data[2048];       /* rank 0: dataset_fingerprint of what the run reads */
+    char data[2048];       /* dataset_fingerprint of what the run reads (every rank's, agreed) */
     int eval_pending;      /* resumed at a step whose evaluation a signal cut short */
     double last_eval;      /* the held-out loss (top-k) of the last evaluation, NaN before */
     long reached;          /* the last step done by this invocation (or resumed at) */

@@ -14,19 +14,10 @@
 
 static int reseal(const char *path)
 {
-    uint32_t crc;
-    uint64_t len, body;
-    if (h5_body_part_crc(path, 0, 1, &crc, &len, &body))
-        return -1;
-    unsigned char v[16];
-    for (int i = 0; i < 8; i++) {
-        v[i] = (unsigned char)(body >> (8 * i));
-        v[8 + i] = (unsigned char)((uint64_t)crc >> (8 * i));
-    }
-    int fd = open(path, O_WRONLY);
-    int rc = fd >= 0 && pwrite(fd, v, sizeof(v), 8) == (ssize_t)sizeof(v) ? 0 : -1;
-    if (fd >= 0 && close(fd))
-        rc = -1;
+    char err[600];
+    int rc = h5_reseal(path, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "h5poke: %s\n", err);
     return rc;
 }
 
