@@ -134,10 +134,11 @@ static void set_names(run_info *ri)
 }
 
 /* provenance/data of run.h5, or NULL (files written before it was kept);
- * the seal was checked when the reader opened the file */
+ * the seal was checked when the reader opened the file (a version gathered
+ * since holds the same run's fingerprint) */
 static char *read_data_fingerprint(const char *path)
 {
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_input(path, NULL, 0);
     if (f < 0)
         return NULL;
     char *fp = NULL;

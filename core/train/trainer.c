@@ -708,8 +708,9 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         ckpt_upcycle up = { .noise = o->upcycle_noise, .reinit = o->upcycle_reinit,
                             .seed = cfg->init_seed };
         char summary[2048];
-        rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary, sizeof(summary),
-                                  err, err_len);
+        if (!rc)
+            rc = checkpoint_init_from(o->init_from, t.m, &up, ctx->comm, summary,
+                                      sizeof(summary), err, err_len);
         if (!rc && ctx->rank == 0 && o->init_note)
             o->init_note(summary, o->log_user);
         if (rc) {

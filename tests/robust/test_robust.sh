@@ -160,7 +160,10 @@ eval-signals)
 			"$exe" "$config" run.out="e$name" $big $every run.steps=$steps --quiet >out.txt 2>&1 &
 			pid=$!
 			i=0
-			while ! h5dump -a step "e$name/tiny/ckpt.h5" 2>/dev/null | grep -q "(0): 1" &&
+			# step 1's checkpoint, or a later one: under load the poll can
+			# miss the short while step 1's is there (step 2 trains fast)
+			# and waited for ever while the run ended
+			while ! h5dump -a step "e$name/tiny/ckpt.h5" 2>/dev/null | grep -q "(0): [1-9]" &&
 				[ $i -lt 2400 ]; do
 				sleep 0.05
 				i=$((i + 1))
