@@ -300,7 +300,11 @@ concurrent)
 	# naming the first, and the folder holds the first run alone, exactly
 	# (the same bits as seed 1 trained by itself).  Then two sweeps on one
 	# out folder, and a stale lock (its holder gone) that must not block.
-	long="run.steps=150 run.ckpt_every=50 run.eval_every=50"
+	# long enough that the second process reaches the lock while the first
+	# trains: 150 steps took 0.84 s on a quiet machine, less than a second
+	# process's start there (the sanitized build is slower by itself)
+	long="run.steps=600 run.ckpt_every=200 run.eval_every=200"
+	[ -n "$sanitized" ] && long="run.steps=150 run.ckpt_every=50 run.eval_every=50"
 	# shellcheck disable=SC2086
 	"$exe" "$config" run.out=solo run.seed=1 $long --quiet || fail "solo run"
 	# shellcheck disable=SC2086
