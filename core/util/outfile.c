@@ -121,6 +121,21 @@ static int check(const char *path, const char *const *inputs, int n, bool run_ru
         return -ENAMETOOLONG;
     }
     int rc = check_one(path, path, inputs, n, run_rule, err, err_len);
+    /* a command's output (not a run's own files, whose folder the run makes
+     * later): its folder is there and takes a new file, checked before the
+     * work whose result it would hold */
+    char d[MODE_PATH_MAX], base[MODE_PATH_MAX];
+    struct stat sd;
+    split(path, d, base, sizeof(d));
+    if (!rc && run_rule && (stat(d, &sd) || !S_ISDIR(sd.st_mode))) {
+        snprintf(err, (size_t)err_len, "%s: refused as an output: its folder %s is not there",
+                 path, d);
+        rc = -ENOENT;
+    } else if (!rc && run_rule && access(d, W_OK | X_OK)) {
+        snprintf(err, (size_t)err_len, "%s: refused as an output: its folder %s takes no new "
+                 "file (%s)", path, d, strerror(errno));
+        rc = -EACCES;
+    }
     if (!rc) {
         /* an HDF5 writer's temporary: removed before it is written */
         struct stat st;

@@ -32,8 +32,9 @@ typedef struct out_file {
 /* 0 when path may be written by a command that reads inputs[0..n) (NULL
  * entries skipped); else -EEXIST with err naming the rule: the output is
  * one of the inputs (which one, by path or the same inode), or one of a
- * run folder's own files, or a folder.  "<path>.tmp", the temporary an
- * HDF5 writer uses, is checked the same way. */
+ * run folder's own files, or a folder, or its folder is not there or
+ * takes no new file.  "<path>.tmp", the temporary an HDF5 writer uses, is
+ * checked the same way. */
 int out_check(const char *path, const char *const *inputs, int n, char *err, int err_len);
 /* The same without the rule of a run's own files: a run writing its own. */
 int out_check_inputs(const char *path, const char *const *inputs, int n, char *err, int err_len);

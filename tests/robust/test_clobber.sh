@@ -127,6 +127,13 @@ stop_tokenize "grep -q '# trained; encoding' tok.txt"
 expect 2 "corpus.pos: refused as an output: it is corpus.pos, $input" \
 	"$exe" tokenize corpus.txt corpus --vocab 512 --labels corpus.pos
 same BIG.pos BIG.pos.orig "a refused tokenize"
+# an output whose folder is not there: refused before the work (eval's
+# table was computed, then lost; tokenize trained, then could not write)
+expect 2 "nodir/x.csv: refused as an output: its folder nodir is not there" \
+	"$exe" eval $ck --windows 4 --mode topk --routing random --csv nodir/x.csv
+expect 2 "nodir/T.model: refused as an output: its folder nodir is not there" \
+	"$exe" tokenize corpus.txt nodir/T --vocab 512
+grep -q "# training" out.txt && fail "tokenize trained before refusing its output"
 # brown-convert's text and labels
 printf 'The/at dog/nn ran/vbd ./.\n' >tagged
 cp tagged tagged.orig
