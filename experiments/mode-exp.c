@@ -146,12 +146,17 @@ static void print_checkpoint(long step, double seconds, void *user)
 static int cmd_train(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 1, argv + 1, usage_main))
+    static const cli_opts opts = { "training", CLI_RESUME | CLI_OVERWRITE | CLI_INIT_FROM |
+                                   CLI_UPCYCLE_NOISE | CLI_UPCYCLE_REINIT | CLI_QUIET |
+                                   CLI_JSONL | CLI_THREADS | CLI_MAX_STEPS };
+    if (parse_cli(&c, argc - 1, argv + 1, usage_main, &opts))
         return 2;
     run_config cfg;
     char err[1024] = "";
     int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
+    if (!rc)
+        rc = cli_check_overrides(&cfg, c.n_over, c.over, err, sizeof(err));
     if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp: %s\n", err);
@@ -169,20 +174,6 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         free(ini);
     }
     log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl, .ctx = ctx };
-    if (c.resume && (c.overwrite || c.init_from)) {
-        if (ctx->rank == 0)
-            fprintf(stderr, "mode-exp: --resume continues a run: it goes with neither "
-                            "--overwrite nor --init-from\n");
-        free(c.over);
-        return 2;
-    }
-    if (!c.init_from && (c.upcycle_noise > 0.0 || c.upcycle_reinit > 0.0)) {
-        if (ctx->rank == 0)
-            fprintf(stderr, "mode-exp: --upcycle-noise and --upcycle-reinit shape what "
-                            "--init-from CKPT copies: give it\n");
-        free(c.over);
-        return 2;
-    }
     trainer_opts o = { .resume = c.resume, .overwrite = c.overwrite, .init_from = c.init_from,
                        .upcycle_noise = c.upcycle_noise, .upcycle_reinit = c.upcycle_reinit,
                        .init_note = print_init_note,
@@ -206,11 +197,13 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
 static int cmd_flops(int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_flops))
+    static const cli_opts opts = { "flops", 0 };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_flops, &opts))
         return 2;
     run_config cfg;
     char err[1024];
-    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, 0, err, sizeof(err))) {
+    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, 0, err, sizeof(err)) ||
+        cli_check_overrides(&cfg, c.n_over, c.over, err, sizeof(err))) {
         fprintf(stderr, "mode-exp: %s\n", err);
         free(c.over);
         return 2;

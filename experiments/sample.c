@@ -156,7 +156,10 @@ static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *pr
 int cmd_sample(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_sample))
+    static const cli_opts opts = { "sample", CLI_THREADS | CLI_PROMPT | CLI_PROMPT_IDS |
+                                   CLI_TOKENS | CLI_TEMPERATURE | CLI_TOP_K | CLI_SEED | CLI_IDS |
+                                   CLI_ROUTING | CLI_ROUTING_LAYERS | CLI_BENCH };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_sample, &opts))
         return 2;
     /* the rule broken, by name */
     const char *why = c.prompt && c.prompt_ids   ? "--prompt TEXT or --prompt-ids I,J,..., not both"
