@@ -108,7 +108,7 @@ static void option_names(unsigned takes, char *out, size_t n)
 
 /* Whether two "section.key=value" overrides name one key (spaces around
  * the parts aside, as the config reads them). */
-static bool same_key(const char *a, const char *b)
+bool cli_same_key(const char *a, const char *b)
 {
     const char *ea = strchr(a, '='), *eb = strchr(b, '=');
     if (!ea || !eb)
@@ -163,7 +163,7 @@ static int check_depends(const cli *c, const cli_opts *sub)
                     "at --temperature 0 without --routing random nothing is drawn"
                   : "--seed keys the draws of --routing random; without it nothing is drawn";
     for (int j = 0; !why && cli_given(c, CLI_DIAL) && j < c->n_over; j++)
-        if (same_key(c->over[j], c->dial)) {
+        if (cli_same_key(c->over[j], c->dial)) {
             fprintf(stderr, "mode-exp %s: %s and --dial %s: the dial sets the key at each of its "
                     "values, so the override would be ignored: give one\n", sub->name,
                     c->over[j], c->dial);
@@ -233,7 +233,7 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage, const cl
             c->config = a;
         } else {
             for (int j = 0; j < c->n_over; j++)
-                if (same_key(c->over[j], a)) {
+                if (cli_same_key(c->over[j], a)) {
                     fprintf(stderr, "mode-exp %s: %s, then %s: one key given twice (the last "
                             "would win): give it once\n", sub->name, c->over[j], a);
                     return -EINVAL;

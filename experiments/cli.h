@@ -58,6 +58,8 @@ typedef struct cli {
  * one given twice is refused naming it, the subcommand and the options it
  * takes.  Returns non-zero (after a message) on a bad command line. */
 int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub);
+/* Whether two "section.key=value" overrides name one key. */
+bool cli_same_key(const char *a, const char *b);
 /* Whether option bit o was given. */
 static inline bool cli_given(const cli *c, unsigned o)
 {

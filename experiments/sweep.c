@@ -70,8 +70,24 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
     o->over = calloc((size_t)argc + 1, sizeof(char *));
     if (!o->over)
         return -ENOMEM;
+    static const char *const names[] = { "--dry-run", "--progress", "--no-report", "--threads" };
+    const char *seen[4] = { 0 };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        int k = 0;
+        while (k < 4 && strcmp(a, names[k]))
+            k++;
+        if (k < 4 && seen[k]) {
+            /* the last would win over the first without a word */
+            if (k == 3)
+                fprintf(stderr, "mode-exp sweep: --threads given twice (%s, then %s): give each "
+                        "option once\n", seen[k], i + 1 < argc ? argv[i + 1] : "(missing)");
+            else
+                fprintf(stderr, "mode-exp sweep: %s given twice: give each option once\n", a);
+            return -EINVAL;
+        }
+        if (k < 4)
+            seen[k] = k == 3 && i + 1 < argc ? argv[i + 1] : a;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_sweep, stdout);
             exit(0);
@@ -91,11 +107,18 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
             o->threads = (int)t;
             i++;
         } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "mode-exp sweep: unknown option %s\n%s", a, usage_sweep);
+            fprintf(stderr, "mode-exp sweep: unknown option %s (it takes --dry-run, --progress, "
+                    "--no-report, --threads)\n%s", a, usage_sweep);
             return -EINVAL;
         } else if (!o->file) {
             o->file = a;
         } else {
+            for (int j = 0; j < o->n_over; j++)
+                if (cli_same_key(o->over[j], a)) {
+                    fprintf(stderr, "mode-exp sweep: %s, then %s: one key given twice (the "
+                            "last would win): give it once\n", o->over[j], a);
+                    return -EINVAL;
+                }
             o->over[o->n_over++] = argv[i];
         }
     }
