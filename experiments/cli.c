@@ -351,29 +351,56 @@ static int check_dial_key(const run_config *c, const char *over, char *err, int 
     return -EINVAL;
 }
 
+/* Whether section sec (its first len characters) is a kind's that no layer
+ * of cfg reads; kinds: the model's kinds, for the message. */
+static bool section_unread(const run_config *cfg, const char *sec, size_t len, char *kinds,
+                           size_t kinds_len)
+{
+    bool kind_reads = false, layer_reads = false;
+    for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
+        kind_reads = kind_reads || reads_section(*k, sec, len);
+    kinds[0] = '\0';
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_schema.kinds, cfg->layers[l].kind);
+        layer_reads = layer_reads || reads_section(k, sec, len);
+        names_add(kinds, kinds_len, k->name);
+    }
+    return kind_reads && !layer_reads;
+}
+
 int cli_check_overrides(const run_config *cfg, int n_over, char *const *over, char *err,
                         int err_len)
 {
     for (int i = 0; i < n_over; i++) {
         size_t len;
+        char kinds[256];
         if (config_override_split(over[i], &len) >= 0 || len == 0)
             continue; /* [layer.N] and malformed ones: the config checks them */
-        bool kind_reads = false, layer_reads = false;
-        for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
-            kind_reads = kind_reads || reads_section(*k, over[i], len);
-        char kinds[256] = "";
-        for (int l = 0; l < cfg->n_layers; l++) {
-            const layer_kind *k = layer_kind_lookup(mode_schema.kinds, cfg->layers[l].kind);
-            layer_reads = layer_reads || reads_section(k, over[i], len);
-            names_add(kinds, sizeof(kinds), k->name);
-        }
-        if (kind_reads && !layer_reads) {
+        if (section_unread(cfg, over[i], len, kinds, sizeof(kinds))) {
             snprintf(err, (size_t)err_len, "command line: %s: no layer of this model (%s) reads "
                      "[%.*s], so it would change nothing", over[i], kinds, (int)len, over[i]);
             return -EINVAL;
         }
     }
     return 0;
+}
+
+void cli_note_unread(const run_config *cfg, const char *path)
+{
+    run_config *def = malloc(sizeof(*def));
+    if (!def)
+        return;
+    config_defaults(def, &mode_schema);
+    for (int gi = 0; gi < cfg->n_groups; gi++) {
+        const key_group *g = cfg->groups[gi];
+        const void *d = config_group(def, g);
+        char kinds[256];
+        if (d && memcmp(d, cfg->group_values[gi], g->size) &&
+            section_unread(cfg, g->section, strlen(g->section), kinds, sizeof(kinds)))
+            fprintf(stderr, "mode-exp: note: %s sets keys of [%s], which no layer of this model "
+                    "(%s) reads: they change nothing here\n", path, g->section, kinds);
+    }
+    free(def);
 }
 
 /* The overrides must keep every layer's tensors: a checkpoint's are fixed. */

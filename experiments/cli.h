@@ -70,6 +70,10 @@ static inline bool cli_given(const cli *c, unsigned o)
  * nothing, and is refused (err says so, naming the model's kinds). */
 int cli_check_overrides(const run_config *cfg, int n_over, char *const *over, char *err,
                         int err_len);
+/* A config file may set a kind's section that no layer of its model reads
+ * (one file for several models, a sweep's base): a note on stderr names
+ * each such section whose values differ from the defaults. */
+void cli_note_unread(const run_config *cfg, const char *path);
 /* OPENBLAS_NUM_THREADS as --threads reads it: unset, empty or 0 gives 0
  * (as many as the cores allow); else an integer up to CLI_MAX_THREADS, or
  * a message and -EINVAL (a usage error: exit 2). */

@@ -163,6 +163,8 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         free(c.over);
         return 2;
     }
+    if (ctx->rank == 0)
+        cli_note_unread(&cfg, c.config);
     int threads = choose_threads(&c, ctx);
     if (ctx->rank == 0 && !c.quiet && !c.jsonl) {
         char *ini = config_to_ini(&cfg);
@@ -208,6 +210,7 @@ static int cmd_flops(int argc, char **argv)
         free(c.over);
         return 2;
     }
+    cli_note_unread(&cfg, c.config);
     model_dims dims = config_dims(&cfg);
     double per_layer[MODE_MAX_LAYERS];
     double total = config_flops_per_seq(&cfg, per_layer);

@@ -113,6 +113,11 @@ expect 2 "tokenize: --vocab given twice (300, then 400)" \
 "$exe" flops tiny.ini 'model.layers=dense, mod' layer.1.capacity=0.5 >/dev/null ||
 	fail "flops with a [layer.N] key"
 [ "$an" != none ] && { "$an" compare $rh --out a4 >/dev/null || fail "compare"; }
+# a file may set a section no layer reads (one file for several models): a
+# note says so, and the command goes on
+printf '[model]\nlayers = dense x 2\n[mod]\ncapacity = 0.5\n' >unread.ini
+expect 0 "note: unread.ini sets keys of \[mod\], which no layer of this model (dense) reads" \
+	"$exe" flops unread.ini
 # every config under experiments/ still loads with the README's commands
 for f in "$(dirname "$config")"/../../experiments/*.ini; do
 	grep -q '^\[sweep\]' "$f" && continue
