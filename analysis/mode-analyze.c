@@ -358,6 +358,29 @@ static int check_option(const an_command *c, an_args *a, int argc, char **argv, 
     return 0;
 }
 
+/* A file given twice, by any path (a folder and a run file in it, a
+ * symlink, "./x" for "x"), would be read as two: two replicates of one run
+ * with sd 0, a table pooled twice.  Refused naming both paths (not for
+ * lossdiff, whose files are pairs: a file in two pairs, or a pair of one
+ * file against itself, is what was asked for). */
+static int same_files(an_args *a, const file_list *l)
+{
+    struct stat *st = calloc((size_t)l->n + 1, sizeof(*st));
+    bool *ok = calloc((size_t)l->n + 1, sizeof(*ok));
+    int rc = st && ok ? 0 : an_fail(a, EXIT_USAGE, "out of memory");
+    for (int i = 0; !rc && i < l->n; i++) {
+        ok[i] = stat(l->files[i], &st[i]) == 0 && S_ISREG(st[i].st_mode);
+        for (int j = 0; !rc && ok[i] && j < i; j++)
+            if (ok[j] && st[j].st_dev == st[i].st_dev && st[j].st_ino == st[i].st_ino)
+                rc = an_fail(a, EXIT_USAGE, "%s and %s are one file, given twice: it would be "
+                             "read as two (two replicates of one run, a table counted twice); "
+                             "give each once", l->files[j], l->files[i]);
+    }
+    free(st);
+    free(ok);
+    return rc;
+}
+
 static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, char **argv)
 {
     memset(a, 0, sizeof(*a));
@@ -430,6 +453,8 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
     }
     a->files = l->files;
     a->n_files = l->n;
+    if (c->run != cmd_lossdiff && same_files(a, l)) /* lossdiff's are pairs, each a choice */
+        return EXIT_USAGE;
     if (a->n_files < c->min_files)
         return an_fail(a, EXIT_USAGE, "%d file%s given, %s takes at least %d (%s; see "
                        "mode-analyze %s --help)", a->n_files, a->n_files == 1 ? "" : "s",

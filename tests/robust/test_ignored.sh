@@ -58,6 +58,12 @@ if [ "$an" != none ]; then
 		"$an" report m --key mod.capacity --out a3
 	nothing_left a2
 	nothing_left a3
+	# one run given twice (a folder and a run file in it, another spelling)
+	# was two replicates with sd 0
+	expect 2 "m/tiny/run.h5 and ./m/tiny/run.h5 are one file, given twice" \
+		"$an" compare $rh ./$rh --out a5
+	expect 2 "are one file, given twice" "$an" curves m $rh --out a5
+	nothing_left a5
 fi
 
 # ---- an option that acts only through another --------------------------
