@@ -308,6 +308,15 @@ static int run_command(int argc, char **argv)
      * a path this CPU lacks stops every command, on every rank alike */
     char path_err[256];
     int path_rc = bf16_path_from_env(path_err, sizeof(path_err));
+    if ((!strcmp(argv[1], "--help-keys") && argc > 2 &&
+         (argc > 3 || strcmp(argv[2], "--markdown"))) ||
+        ((!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) && argc > 2)) {
+        /* what follows would be ignored */
+        fprintf(stderr, "mode-exp %s: %s would be ignored: %s takes %s\n", argv[1],
+                argc > 3 && !strcmp(argv[2], "--markdown") ? argv[3] : argv[2], argv[1],
+                strcmp(argv[1], "--help-keys") ? "nothing more" : "only --markdown, once");
+        return 2;
+    }
     if (!strcmp(argv[1], "--help-keys"))
         /* every declared key (the kinds', the optimizer's), from the one set
          * of declarations: the README's table is this --markdown */

@@ -44,6 +44,7 @@ nothing_left t
 expect 2 "$(not_of --jsonl flops) none" "$exe" flops tiny.ini --jsonl
 expect 2 "$(not_of --init-from bench)" "$exe" bench tiny.ini --init-from $ck
 expect 2 "$(not_of --threads plan)" "$exe" plan tiny.ini --threads 2
+expect 2 "mode-exp --help-keys: --mardown would be ignored" "$exe" --help-keys --mardown
 # what eval read before: each is refused before any evaluation (no loss line)
 grep -q "loss" out.txt && fail "a refused command evaluated: $(cat out.txt)"
 expect 2 "brown takes its labels from brown.pos.*--labels x.pos would be ignored" \
