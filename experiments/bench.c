@@ -123,7 +123,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
     static const cli_opts opts = { "bench", CLI_STEPS | CLI_JSON | CLI_THREADS };
-    if (parse_cli(&c, argc - 2, argv + 2, usage_bench, &opts))
+    if (parse_cli(&c, argc - 2, argv + 2, usage_bench, &opts, ctx->rank))
         return 2;
     int steps = c.steps > 0 ? (int)c.steps : 10;
     run_config cfg;

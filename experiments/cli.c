@@ -63,7 +63,7 @@ static const opt options[] = {
     { "--dial", OPT_STRING, OFF(dial), 0, CLI_DIAL },
 };
 
-static int set_option(cli *c, const opt *o, const char *v)
+static int set_option(cli *c, const opt *o, const char *v, FILE *err)
 {
     char *f = (char *)c + o->offset;
     switch (o->type) {
@@ -88,9 +88,9 @@ static int set_option(cli *c, const opt *o, const char *v)
     }
     }
     if (o->type == OPT_DOUBLE)
-        fprintf(stderr, "mode-exp: %s %s: expected a number in [0, %g)\n", o->name, v, o->max);
+        fprintf(err, "mode-exp: %s %s: expected a number in [0, %g)\n", o->name, v, o->max);
     else
-        fprintf(stderr, "mode-exp: %s %s: expected %s integer up to %.0f\n", o->name, v,
+        fprintf(err, "mode-exp: %s %s: expected %s integer up to %.0f\n", o->name, v,
                 o->type == OPT_POSITIVE ? "a positive" : "a non-negative", o->max);
     return -EINVAL;
 }
@@ -141,7 +141,7 @@ static bool list_has(const char *list, const char *name)
 /* The options that only act through another, given without it (or with
  * one that excludes them): refused naming the rule, as they would do
  * nothing.  Options a subcommand does not take were refused already. */
-static int check_depends(const cli *c, const cli_opts *sub)
+static int check_depends(const cli *c, const cli_opts *sub, FILE *err)
 {
     const char *why = NULL;
     bool draws_sampler = cli_given(c, CLI_TEMPERATURE) ? c->temperature > 0.0
@@ -164,18 +164,19 @@ static int check_depends(const cli *c, const cli_opts *sub)
                   : "--seed keys the draws of --routing random; without it nothing is drawn";
     for (int j = 0; !why && cli_given(c, CLI_DIAL) && j < c->n_over; j++)
         if (cli_same_key(c->over[j], c->dial)) {
-            fprintf(stderr, "mode-exp %s: %s and --dial %s: the dial sets the key at each of its "
+            fprintf(err, "mode-exp %s: %s and --dial %s: the dial sets the key at each of its "
                     "values, so the override would be ignored: give one\n", sub->name,
                     c->over[j], c->dial);
             return -EINVAL;
         }
     if (!why)
         return 0;
-    fprintf(stderr, "mode-exp %s: %s\n", sub->name, why);
+    fprintf(err, "mode-exp %s: %s\n", sub->name, why);
     return -EINVAL;
 }
 
-static int parse_args(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub)
+static int parse_args(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub,
+                      FILE *err)
 {
     memset(c, 0, sizeof(*c));
     c->temperature = 1.0;
@@ -195,7 +196,7 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage, const cl
             while (k < sizeof(options) / sizeof(options[0]) && strcmp(a, options[k].name))
                 k++;
             if (k == sizeof(options) / sizeof(options[0])) {
-                fprintf(stderr, "mode-exp: unknown option %s\n%s", a, usage);
+                fprintf(err, "mode-exp: unknown option %s\n%s", a, usage);
                 return -EINVAL;
             }
             const opt *o = &options[k];
@@ -205,36 +206,36 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage, const cl
                  * this one does not read would be accepted and do nothing */
                 char names[512];
                 option_names(sub->takes, names, sizeof(names));
-                fprintf(stderr, "mode-exp %s: %s is not an option of %s, which would ignore it; "
+                fprintf(err, "mode-exp %s: %s is not an option of %s, which would ignore it; "
                         "%s takes %s (mode-exp %s%s--help)\n", sub->name, a, sub->name,
                         sub->name, names, train ? "" : sub->name, train ? "" : " ");
                 return -EINVAL;
             }
             if (o->type != OPT_FLAG && i + 1 >= argc) {
-                fprintf(stderr, "mode-exp: %s needs a value\n%s", a, usage);
+                fprintf(err, "mode-exp: %s needs a value\n%s", a, usage);
                 return -EINVAL;
             }
             const char *v = o->type == OPT_FLAG ? a : argv[i + 1];
             if (seen[k]) {
                 /* the last would win over the first without a word */
                 if (o->type == OPT_FLAG)
-                    fprintf(stderr, "mode-exp %s: %s given twice: give each option once\n",
+                    fprintf(err, "mode-exp %s: %s given twice: give each option once\n",
                             sub->name, a);
                 else
-                    fprintf(stderr, "mode-exp %s: %s given twice (%s, then %s): give each option "
+                    fprintf(err, "mode-exp %s: %s given twice (%s, then %s): give each option "
                             "once\n", sub->name, a, seen[k], v);
                 return -EINVAL;
             }
             seen[k] = v;
             c->given |= o->bit;
-            if (set_option(c, o, o->type == OPT_FLAG ? NULL : argv[++i]))
+            if (set_option(c, o, o->type == OPT_FLAG ? NULL : argv[++i], err))
                 return -EINVAL;
         } else if (!c->config) {
             c->config = a;
         } else {
             for (int j = 0; j < c->n_over; j++)
                 if (cli_same_key(c->over[j], a)) {
-                    fprintf(stderr, "mode-exp %s: %s, then %s: one key given twice (the last "
+                    fprintf(err, "mode-exp %s: %s, then %s: one key given twice (the last "
                             "would win): give it once\n", sub->name, c->over[j], a);
                     return -EINVAL;
                 }
@@ -242,10 +243,10 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage, const cl
         }
     }
     if (!c->config) {
-        fputs(usage, stderr);
+        fputs(usage, err);
         return -EINVAL;
     }
-    if (check_depends(c, sub))
+    if (check_depends(c, sub, err))
         return -EINVAL;
     return c->threads ? 0 : cli_env_threads(&c->threads);
 }
@@ -265,9 +266,16 @@ int cli_env_threads(int *threads)
     return 0;
 }
 
-int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub)
+int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub, int rank)
 {
-    int rc = parse_args(c, argc, argv, usage, sub);
+    /* every rank parses; rank 0 alone says what is wrong */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *err = rank == 0 ? stderr : open_memstream(&buf, &len);
+    int rc = parse_args(c, argc, argv, usage, sub, err ? err : stderr);
+    if (err && err != stderr)
+        fclose(err);
+    free(buf);
     if (rc) {
         free(c->over);
         c->over = NULL;

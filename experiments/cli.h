@@ -56,8 +56,9 @@ typedef struct cli {
  * checkpoint, the rest section.key=value overrides); --help prints usage and
  * exits 0.  An option the subcommand does not read (not in sub->takes) or
  * one given twice is refused naming it, the subcommand and the options it
- * takes.  Returns non-zero (after a message) on a bad command line. */
-int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub);
+ * takes.  Returns non-zero (after a message from rank 0) on a bad command
+ * line. */
+int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub, int rank);
 /* Whether two "section.key=value" overrides name one key. */
 bool cli_same_key(const char *a, const char *b);
 /* Whether option bit o was given. */

@@ -504,7 +504,7 @@ int cmd_eval(mode_ctx *ctx, int argc, char **argv)
     static const cli_opts opts = { "eval", CLI_THREADS | CLI_DATA | CLI_MODE | CLI_WINDOWS |
                                    CLI_JSON | CLI_ROUTING | CLI_ROUTING_LAYERS | CLI_SEED |
                                    CLI_RECORD | CLI_CSV | CLI_DIAL };
-    if (parse_cli(&c, argc - 2, argv + 2, usage_eval, &opts))
+    if (parse_cli(&c, argc - 2, argv + 2, usage_eval, &opts, ctx->rank))
         return 2;
     fwd_mode mode = FWD_EVAL_CAUSAL;
     if (c.mode && !strcmp(c.mode, "topk"))

@@ -149,7 +149,7 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     static const cli_opts opts = { "training", CLI_RESUME | CLI_OVERWRITE | CLI_INIT_FROM |
                                    CLI_UPCYCLE_NOISE | CLI_UPCYCLE_REINIT | CLI_QUIET |
                                    CLI_JSONL | CLI_THREADS | CLI_MAX_STEPS };
-    if (parse_cli(&c, argc - 1, argv + 1, usage_main, &opts))
+    if (parse_cli(&c, argc - 1, argv + 1, usage_main, &opts, ctx->rank))
         return 2;
     run_config cfg;
     char err[1024] = "";
@@ -200,7 +200,7 @@ static int cmd_flops(int argc, char **argv)
 {
     cli c;
     static const cli_opts opts = { "flops", 0 };
-    if (parse_cli(&c, argc - 2, argv + 2, usage_flops, &opts))
+    if (parse_cli(&c, argc - 2, argv + 2, usage_flops, &opts, 0))
         return 2;
     run_config cfg;
     char err[1024];

@@ -29,7 +29,7 @@ int cmd_plan(int argc, char **argv)
 {
     cli c;
     static const cli_opts opts = { "plan", CLI_RANKS | CLI_JSON };
-    if (parse_cli(&c, argc - 2, argv + 2, usage_plan, &opts))
+    if (parse_cli(&c, argc - 2, argv + 2, usage_plan, &opts, 0))
         return 2;
     int P = c.ranks > 0 ? (int)c.ranks : 1;
     run_config cfg;

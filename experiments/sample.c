@@ -161,7 +161,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
     static const cli_opts opts = { "sample", CLI_THREADS | CLI_PROMPT | CLI_PROMPT_IDS |
                                    CLI_TOKENS | CLI_TEMPERATURE | CLI_TOP_K | CLI_SEED | CLI_IDS |
                                    CLI_ROUTING | CLI_ROUTING_LAYERS | CLI_BENCH };
-    if (parse_cli(&c, argc - 2, argv + 2, usage_sample, &opts))
+    if (parse_cli(&c, argc - 2, argv + 2, usage_sample, &opts, ctx->rank))
         return 2;
     /* the rule broken, by name */
     const char *why = c.prompt && c.prompt_ids   ? "--prompt TEXT or --prompt-ids I,J,..., not both"
