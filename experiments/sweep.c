@@ -241,6 +241,34 @@ static int same_runs(const sweep_plan *p, const sweep_run *a, const sweep_run *b
 
 /* Every config, its planned steps and what its folder holds, before any
  * work.  Rank 0 reads the folders and tells the others. */
+/* A command-line override of a kind's section that no layer of any run
+ * reads would change nothing (as in training): refused naming it. */
+static int check_overrides_read(const sweep_plan *p, const sweep_opts *o, int ranks, char *err,
+                                int err_len)
+{
+    run_config *cfg = malloc(sizeof(run_config));
+    char why[1024];
+    int rc = cfg ? 0 : -ENOMEM;
+    for (int i = 0; !rc && i < o->n_over; i++) {
+        bool read = false;
+        for (int r = 0; !rc && !read && r < p->n_runs; r++) {
+            rc = load_run_config(p, &p->runs[r], cfg, ranks, err, err_len);
+            read = !rc && !cli_check_overrides(cfg, 1, &o->over[i], why, (int)sizeof(why));
+        }
+        if (!rc && !read) {
+            size_t len = strcspn(o->over[i], "=");
+            while (len > 0 && o->over[i][len - 1] != '.')
+                len--;
+            snprintf(err, (size_t)err_len, "command line: %s: no layer of any run of the sweep "
+                     "reads [%.*s], so it would change nothing", o->over[i],
+                     len > 0 ? (int)len - 1 : 0, o->over[i]);
+            rc = -EINVAL;
+        }
+    }
+    free(cfg);
+    return rc;
+}
+
 static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_action *act,
                      char *err, int err_len)
 {
@@ -475,6 +503,8 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         act = calloc((size_t)p.n_runs, sizeof(run_action));
         rc = planned && act ? check_all(ctx, &p, planned, act, err, (int)sizeof(err)) : -ENOMEM;
     }
+    if (!rc)
+        rc = check_overrides_read(&p, &o, ctx->size, err, (int)sizeof(err));
     /* the out folder is this sweep's while it runs: a second sweep there is
      * refused at once, naming this one (a dry run writes nothing; a sweep
      * refused above created nothing) */

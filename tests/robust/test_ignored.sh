@@ -89,6 +89,11 @@ nothing_left u
 expect 2 "no layer of this model (dense, moe) reads \[mod\]" \
 	"$exe" flops tiny.ini 'model.layers=dense, moe' mod.capacity=0.5
 expect 2 "no layer of this model (dense) reads \[moe\]" "$exe" plan tiny.ini moe.experts=8
+printf '[sweep]\nbase = tiny.ini\nout = sw\n[grid]\nrun.steps = 2, 3\n' >sw.ini
+expect 2 "command line: mod.capacity=0.5: no layer of any run of the sweep reads \[mod\]" \
+	"$exe" sweep sw.ini mod.capacity=0.5 --dry-run
+"$exe" sweep sw.ini 'model.layers=dense, mod' mod.capacity=0.5 --dry-run >/dev/null ||
+	fail "sweep with a [mod] key its runs read"
 # an override the dial replaces at each of its values
 expect 2 "mod.capacity=0.5 and --dial mod.capacity=0.25,1: the dial sets the key" \
 	"$exe" eval $ck mod.capacity=0.5 --dial mod.capacity=0.25,1
