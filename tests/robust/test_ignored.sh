@@ -98,6 +98,11 @@ expect 2 "command line: mod.capacity=0.5: no layer of any run of the sweep reads
 expect 2 "mod.capacity=0.5 and --dial mod.capacity=0.25,1: the dial sets the key" \
 	"$exe" eval $ck mod.capacity=0.5 --dial mod.capacity=0.25,1
 
+# 0, which meant the default (every window, no limit), says nothing given
+expect 2 "windows 0: expected a positive integer" "$exe" eval $ck --windows 0
+expect 2 "max-steps 0: expected a positive integer" "$exe" tiny.ini run.out=u --max-steps 0
+nothing_left u
+
 # ---- an option or key given twice (the last won) ------------------------
 expect 2 "windows given twice (4, then 8): give each option once" \
 	"$exe" eval $ck --windows 4 --windows 8
