@@ -9,8 +9,10 @@
  *   mode-analyze isoflop SWEEP_DIR                     isoFLOP fits and frontier
  *   mode-analyze report DIR [--baseline G]             every analysis on one HTML page
  *
- * Every subcommand takes --out DIR (default: the first run file's folder),
- * --svg (an SVG beside every PNG) and --help, and prints the paths it wrote.
+ * Every subcommand takes --out DIR (default: the first run file's folder)
+ * and --help, those that draw figures --svg (an SVG beside every PNG), and
+ * prints the paths it wrote.  An option a subcommand does not read, or one
+ * given twice, is refused (exit 2).
  * The subcommands over many runs take folders of runs too, and group
  * replicates (analysis/groups.h).  The subcommands are rows of one table
  * below. */
@@ -29,7 +31,22 @@
 #include <sys/stat.h>
 
 enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32,
-       OPT_LADDER = 64, OPT_BPB = 128, OPT_PREDICTED = 256 };
+       OPT_LADDER = 64, OPT_BPB = 128, OPT_PREDICTED = 256, OPT_SVG = 512, OPT_OUT = 1024 };
+/* Every option of some subcommand: one a subcommand does not read, or one
+ * given twice, is refused by name rather than ignored or overridden. */
+static const struct an_opt {
+    const char *name;
+    int bit;
+    bool value;
+} an_opts[] = {
+    { "--step", OPT_STEP, true },       { "--seq", OPT_SEQ, true },
+    { "--all-steps", OPT_ALL_STEPS, false }, { "--baseline", OPT_BASELINE, true },
+    { "--key", OPT_KEY, true },         { "--fit-sizes", OPT_FIT, true },
+    { "--ladder", OPT_LADDER, true },   { "--bpb", OPT_BPB, false },
+    { "--predicted", OPT_PREDICTED, false }, { "--out", OPT_OUT, true },
+    { "--svg", OPT_SVG, false },
+};
+enum { N_AN_OPTS = (int)(sizeof(an_opts) / sizeof(an_opts[0])) };
 enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
 
 typedef struct an_command {
@@ -38,7 +55,8 @@ typedef struct an_command {
     const char *usage;       /* --help text after the "usage:" line */
     const char *args;        /* the positional arguments, for the usage line */
     int min_files, max_files;
-    int options;             /* OPT_* it accepts besides --out, --svg, --help */
+    int options;             /* OPT_* it accepts besides --out and --help (OPT_SVG: it
+                              * draws figures) */
     int (*run)(const an_args *a);
 } an_command;
 
@@ -52,12 +70,12 @@ static const an_command commands[] = {
       "  --step N   a recorded step (default: the last)\n"
       "  --seq I    a recorded held-out sequence (default: 0)\n"
       "Writes heatmap_step<N>_seq<I>.png, 10 px per position.\n",
-      "RUN.h5 [--step N] [--seq I]", 1, 1, OPT_STEP | OPT_SEQ, cmd_heatmap },
+      "RUN.h5 [--step N] [--seq I]", 1, 1, OPT_STEP | OPT_SEQ | OPT_SVG, cmd_heatmap },
     { "weights", "router weight histograms, first and last recorded step",
       "Histograms of the router weights sigmoid(r) of every layer that records its\n"
       "router's scores (mod, staged, tcmod, mor) over the recorded sequences: the\n"
       "first recorded step against the last. Writes weights.png.\n",
-      "RUN.h5", 1, 1, 0, cmd_weights },
+      "RUN.h5", 1, 1, OPT_SVG, cmd_weights },
     { "curves", "held-out loss against FLOPs, wall time and steps, per group",
       "Held-out loss (top-k routing solid, the causal rule dashed) against training\n"
       "FLOPs (log scale), wall time and steps, one colour per group of replicates\n"
@@ -66,7 +84,7 @@ static const an_command commands[] = {
       "in a band from the lowest to the highest replicate. Writes curves.png.\n"
       "--bpb: bits per byte (eval/bpb_*) instead of nats per token, so that byte\n"
       "and subword runs of one corpus share an axis (runs without it are refused).\n",
-      "RUN.h5|DIR ... [--bpb]", 1, MANY, OPT_BPB, cmd_curves },
+      "RUN.h5|DIR ... [--bpb]", 1, MANY, OPT_BPB | OPT_SVG, cmd_curves },
     { "compare", "a table of groups of replicates: sizes, speed, losses, spread",
       "One row per group of replicates (runs whose configs differ only in [run]\n"
       "name, out, seed, init_seed, data_seed; the group is the run name without\n"
@@ -103,7 +121,7 @@ static const an_command commands[] = {
       "  --key SECTION.KEY  the swept key (required)\n"
       "  --baseline GROUP   as for compare\n"
       "Prints the table and writes sweep_<key>.md, sweep_<key>.csv, sweep_<key>.png.\n",
-      "RUN.h5|DIR ... --key SECTION.KEY", 1, MANY, OPT_BASELINE | OPT_KEY, cmd_sweep },
+      "RUN.h5|DIR ... --key SECTION.KEY", 1, MANY, OPT_BASELINE | OPT_KEY | OPT_SVG, cmd_sweep },
     { "tokens", "take rate per token class and position, with intervals",
       "How often each class of token (Brown: parts of speech; synthetic:\n"
       "difficulty) takes each routed block, over the recorded held-out windows, and\n"
@@ -117,7 +135,7 @@ static const an_command commands[] = {
       "                not the one it holds\n"
       "Prints it and writes tokens.md, tokens.csv and tokens.png.\n",
       "RUN.h5 ... [--step N | --all-steps] [--predicted]", 1, MANY,
-      OPT_STEP | OPT_ALL_STEPS | OPT_PREDICTED, cmd_tokens },
+      OPT_STEP | OPT_ALL_STEPS | OPT_PREDICTED | OPT_SVG, cmd_tokens },
     { "isoflop", "isoFLOP fits with their uncertainty: loss against parameters per budget",
       "For a folder of runs with training-FLOP budgets (run.flops_budget; mode-exp\n"
       "sweep with an [isoflop] design): the final held-out loss (top-k) against the\n"
@@ -138,7 +156,7 @@ static const an_command commands[] = {
       "(and isoflop_law.png when a law was fitted), into SWEEP_DIR by default.\n"
       "  --fit-sizes N|all  how many sizes around the best one the parabola goes\n"
       "                     through (at least 3; default 5); all: every size\n",
-      "SWEEP_DIR [--fit-sizes N|all]", 1, 1, OPT_FIT, cmd_isoflop },
+      "SWEEP_DIR [--fit-sizes N|all]", 1, 1, OPT_FIT | OPT_SVG, cmd_isoflop },
     { "routing", "routing analytics: expert load, specialisation, compute per token, margins",
       "For a run file (or an eval --record file): per expert layer, the load over\n"
       "training from the per-step statistics (MaxVio = max load / mean load - 1 over\n"
@@ -150,7 +168,7 @@ static const an_command commands[] = {
       "(score minus the sequence's boundary, in sds of the scores).\n"
       "  --step N   a recorded step (default: the last)\n"
       "Prints it and writes routing.md, routing.csv and routing.png.\n",
-      "RUN.h5 [--step N]", 1, 1, OPT_STEP, cmd_routing },
+      "RUN.h5 [--step N]", 1, 1, OPT_STEP | OPT_SVG, cmd_routing },
     { "depth", "compute per token: blocks run by position and token class, exits by class",
       "For a run file (or an eval --record file), from the routing records of one\n"
       "step: each token's depth, the number of blocks that ran on it (1 for a layer\n"
@@ -160,7 +178,7 @@ static const an_command commands[] = {
       "exit point the share of each class that left there.\n"
       "  --step N   a recorded step (default: the last)\n"
       "Prints it and writes depth.md, depth.csv and depth.png.\n",
-      "RUN.h5 [--step N]", 1, 1, OPT_STEP, cmd_depth },
+      "RUN.h5 [--step N]", 1, 1, OPT_STEP | OPT_SVG, cmd_depth },
     { "counterfactual", "paired loss differences of counterfactual routing, by token class",
       "Draws the tables of mode-exp eval --routing ... --csv: each policy's paired\n"
       "difference to the learned decisions with its 95% interval (1.96 standard\n"
@@ -169,12 +187,12 @@ static const an_command commands[] = {
       "counterfactual.csv: the differences pooled over each model's replicates\n"
       "(checkpoints whose folders differ only in -s<seed>): mean, sd, 95% interval\n"
       "and one-sample t-test over the seeds, the mean within-run standard error.\n",
-      "CF.csv ...", 1, 16, 0, cmd_counterfactual },
+      "CF.csv ...", 1, 16, OPT_SVG, cmd_counterfactual },
     { "dial", "the compute dial: held-out loss against executed FLOPs per token",
       "Draws the tables of mode-exp eval --dial KEY=V1,V2,... --csv: the loss with\n"
       "its 95% interval against the executed forward FLOPs per token, one curve per\n"
       "CSV (a checkpoint), each point labelled with its setting. Writes dial.png.\n",
-      "DIAL.csv ...", 1, 10, 0, cmd_dial },
+      "DIAL.csv ...", 1, 10, OPT_SVG, cmd_dial },
     { "lossdiff", "where one checkpoint wins or loses against another, by class and position",
       "For two files of mode-exp eval --record on the same windows (A, then B): the\n"
       "per-token loss difference B - A overall, by class of the predicted token and\n"
@@ -184,7 +202,7 @@ static const an_command commands[] = {
       "windows): each pair's table, and the differences pooled over the pairs (mean,\n"
       "sd, 95% interval and one-sample t-test over the pairs, the mean within-pair\n"
       "standard error) first in lossdiff.md, in lossdiff_pooled.csv and drawn.\n",
-      "A.h5 B.h5 [A2.h5 B2.h5 ...]", 2, 32, 0, cmd_lossdiff },
+      "A.h5 B.h5 [A2.h5 B2.h5 ...]", 2, 32, OPT_SVG, cmd_lossdiff },
     { "report", "every analysis of a folder of runs on one HTML page",
       "Writes DIR/report.html (with --out, OUT/report.html), a self-contained page\n"
       "(images as data URIs) with the runs and their state, and grouped by\n"
@@ -196,7 +214,8 @@ static const an_command commands[] = {
       "report/.\n"
       "  --baseline GROUP   as for compare\n"
       "  --ladder DIR       as for compare\n",
-      "DIR [--baseline GROUP] [--ladder DIR]", 1, 1, OPT_BASELINE | OPT_LADDER, cmd_report },
+      "DIR [--baseline GROUP] [--ladder DIR]", 1, 1, OPT_BASELINE | OPT_LADDER | OPT_SVG,
+      cmd_report },
 };
 enum { N_COMMANDS = (int)(sizeof(commands) / sizeof(commands[0])) };
 
@@ -211,15 +230,17 @@ static void usage_main(FILE *f)
 
 static void usage_cmd(FILE *f, const an_command *c)
 {
-    fprintf(f, "usage: mode-analyze %s %s [--out DIR] [--svg]\n\n%s", c->name, c->args, c->usage);
+    bool svg = (c->options & OPT_SVG) != 0;
+    fprintf(f, "usage: mode-analyze %s %s [--out DIR]%s\n\n%s", c->name, c->args,
+            svg ? " [--svg]" : "", c->usage);
     /* where an_out_path writes without --out (report and isoflop: their folder) */
     const char *out = c->run == cmd_report    ? "DIR"
                       : c->run == cmd_isoflop ? "SWEEP_DIR"
                       : c->max_files == 1     ? "the file's folder"
                                               : "the first file's folder; a folder given stands "
                                                 "for its run files";
-    fprintf(f, "  --out DIR  output folder (default: %s)\n"
-               "  --svg      write an SVG beside every PNG\n", out);
+    fprintf(f, "  --out DIR  output folder (default: %s)\n%s", out,
+            svg ? "  --svg      write an SVG beside every PNG\n" : "");
 }
 
 static const char *opt_value(int argc, char **argv, int *i, const char *opt, bool *missing)
@@ -300,20 +321,84 @@ static void free_file_list(file_list *l)
     memset(l, 0, sizeof(*l));
 }
 
+/* An option of some subcommand that c does not read, or one given before
+ * (seen[k]: its value, or its name for a flag): refused naming it, c and
+ * the options c takes.  argv[i] is "--name", "--name=value" or other. */
+static int check_option(const an_command *c, an_args *a, int argc, char **argv, int i,
+                        const char **seen)
+{
+    for (int k = 0; k < N_AN_OPTS; k++) {
+        const struct an_opt *o = &an_opts[k];
+        size_t n = strlen(o->name);
+        if (strncmp(argv[i], o->name, n) || (argv[i][n] && !(o->value && argv[i][n] == '=')))
+            continue;
+        const char *v = !o->value ? o->name : argv[i][n] ? argv[i] + n + 1
+                        : i + 1 < argc ? argv[i + 1] : "";
+        if (!((c->options | OPT_OUT) & o->bit)) {
+            char names[256] = "";
+            for (int j = 0; j < N_AN_OPTS; j++)
+                if ((c->options | OPT_OUT) & an_opts[j].bit)
+                    snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                             names[0] ? ", " : "", an_opts[j].name);
+            return an_fail(a, EXIT_USAGE, "%s is not an option of %s, which would ignore it%s; "
+                           "%s takes %s (see mode-analyze %s --help)", o->name, c->name,
+                           o->bit == OPT_SVG ? " (it draws no figure)" : "", c->name, names,
+                           c->name);
+        }
+        if (seen[k]) {
+            /* the last would win over the first without a word */
+            if (o->value)
+                return an_fail(a, EXIT_USAGE, "%s given twice (%s, then %s): give each option "
+                               "once", o->name, seen[k], v);
+            return an_fail(a, EXIT_USAGE, "%s given twice: give each option once", o->name);
+        }
+        seen[k] = v;
+        return 0;
+    }
+    return 0;
+}
+
+/* A file given twice, by any path (a folder and a run file in it, a
+ * symlink, "./x" for "x"), would be read as two: two replicates of one run
+ * with sd 0, a table pooled twice.  Refused naming both paths (not for
+ * lossdiff, whose files are pairs: a file in two pairs, or a pair of one
+ * file against itself, is what was asked for). */
+static int same_files(an_args *a, const file_list *l)
+{
+    struct stat *st = calloc((size_t)l->n + 1, sizeof(*st));
+    bool *ok = calloc((size_t)l->n + 1, sizeof(*ok));
+    int rc = st && ok ? 0 : an_fail(a, EXIT_USAGE, "out of memory");
+    for (int i = 0; !rc && i < l->n; i++) {
+        ok[i] = stat(l->files[i], &st[i]) == 0 && S_ISREG(st[i].st_mode);
+        for (int j = 0; !rc && ok[i] && j < i; j++)
+            if (ok[j] && st[j].st_dev == st[i].st_dev && st[j].st_ino == st[i].st_ino)
+                rc = an_fail(a, EXIT_USAGE, "%s and %s are one file, given twice: it would be "
+                             "read as two (two replicates of one run, a table counted twice); "
+                             "give each once", l->files[j], l->files[i]);
+    }
+    free(st);
+    free(ok);
+    return rc;
+}
+
 static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, char **argv)
 {
     memset(a, 0, sizeof(*a));
     a->cmd = c->name;
     a->step = -1;
+    const char *seen[N_AN_OPTS] = { 0 };
     for (int i = 0; i < argc; i++) {
         bool missing = false;
         const char *v;
         struct stat st;
+        int bad = check_option(c, a, argc, argv, i, seen);
+        if (bad)
+            return bad;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage_cmd(stdout, c);
             free_file_list(l);
             exit(0);
-        } else if (!strcmp(argv[i], "--svg")) {
+        } else if ((c->options & OPT_SVG) && !strcmp(argv[i], "--svg")) {
             a->svg = true;
         } else if ((c->options & OPT_ALL_STEPS) && !strcmp(argv[i], "--all-steps")) {
             a->all_steps = true;
@@ -368,6 +453,8 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
     }
     a->files = l->files;
     a->n_files = l->n;
+    if (c->run != cmd_lossdiff && same_files(a, l)) /* lossdiff's are pairs, each a choice */
+        return EXIT_USAGE;
     if (a->n_files < c->min_files)
         return an_fail(a, EXIT_USAGE, "%d file%s given, %s takes at least %d (%s; see "
                        "mode-analyze %s --help)", a->n_files, a->n_files == 1 ? "" : "s",

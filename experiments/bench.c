@@ -122,13 +122,16 @@ static void yardsticks(const mode_ctx *ctx, int rows, const model_dims *dims, in
 int cmd_bench(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_bench))
+    static const cli_opts opts = { "bench", CLI_STEPS | CLI_JSON | CLI_THREADS };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_bench, &opts, ctx->rank))
         return 2;
     int steps = c.steps > 0 ? (int)c.steps : 10;
     run_config cfg;
     char err[1024] = "";
     int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
+    if (!rc)
+        rc = cli_check_overrides(&cfg, c.n_over, c.over, err, sizeof(err));
     /* every rank the same config (docs/robustness.md, "Ranks that disagree"),
      * or none measures: the forwards' collectives follow from it */
     bool apart = false; /* ranks started apart: a runtime failure, not a bad config */

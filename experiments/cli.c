@@ -28,41 +28,42 @@ typedef struct opt {
     opt_type type;
     size_t offset;
     double max; /* numbers: the largest accepted (a bound on what it sizes) */
+    unsigned bit; /* its CLI_* */
 } opt;
 
 #define OFF(f) offsetof(cli, f)
 static const opt options[] = {
-    { "--resume", OPT_FLAG, OFF(resume), 0 },
-    { "--overwrite", OPT_FLAG, OFF(overwrite), 0 },
-    { "--init-from", OPT_STRING, OFF(init_from), 0 },
-    { "--upcycle-noise", OPT_DOUBLE, OFF(upcycle_noise), 1e9 },
-    { "--upcycle-reinit", OPT_DOUBLE, OFF(upcycle_reinit), 1 },
-    { "--ids", OPT_FLAG, OFF(ids), 0 },
-    { "--prompt-ids", OPT_STRING, OFF(prompt_ids), 0 },
-    { "--quiet", OPT_FLAG, OFF(quiet), 0 },
-    { "--jsonl", OPT_FLAG, OFF(jsonl), 0 },
-    { "--json", OPT_FLAG, OFF(json), 0 },
-    { "--threads", OPT_POSITIVE, OFF(threads), CLI_MAX_THREADS },
-    { "--ranks", OPT_POSITIVE, OFF(ranks), 1 << 20 },
-    { "--max-steps", OPT_LONG, OFF(max_steps), (double)MODE_MAX_STEPS },
-    { "--steps", OPT_POSITIVE, OFF(steps), 1e6 },
-    { "--windows", OPT_LONG, OFF(windows), 1e12 },
-    { "--tokens", OPT_LONG, OFF(tokens), 1e9 },
-    { "--bench", OPT_POSITIVE, OFF(bench), 1e6 },
-    { "--top-k", OPT_LONG, OFF(top_k), 2147483647.0 },
-    { "--seed", OPT_LONG, OFF(seed), 9.2e18 },
-    { "--temperature", OPT_DOUBLE, OFF(temperature), 1e9 },
-    { "--data", OPT_STRING, OFF(data), 0 },
-    { "--mode", OPT_STRING, OFF(mode), 0 },
-    { "--prompt", OPT_STRING, OFF(prompt), 0 },
-    { "--routing", OPT_STRING, OFF(routing), 0 },
-    { "--routing-layers", OPT_STRING, OFF(routing_layers), 0 },
-    { "--record", OPT_STRING, OFF(record), 0 },
-    { "--csv", OPT_STRING, OFF(csv), 0 },
-    { "--dial", OPT_STRING, OFF(dial), 0 },
+    { "--resume", OPT_FLAG, OFF(resume), 0, CLI_RESUME },
+    { "--overwrite", OPT_FLAG, OFF(overwrite), 0, CLI_OVERWRITE },
+    { "--init-from", OPT_STRING, OFF(init_from), 0, CLI_INIT_FROM },
+    { "--upcycle-noise", OPT_DOUBLE, OFF(upcycle_noise), 1e9, CLI_UPCYCLE_NOISE },
+    { "--upcycle-reinit", OPT_DOUBLE, OFF(upcycle_reinit), 1, CLI_UPCYCLE_REINIT },
+    { "--ids", OPT_FLAG, OFF(ids), 0, CLI_IDS },
+    { "--prompt-ids", OPT_STRING, OFF(prompt_ids), 0, CLI_PROMPT_IDS },
+    { "--quiet", OPT_FLAG, OFF(quiet), 0, CLI_QUIET },
+    { "--jsonl", OPT_FLAG, OFF(jsonl), 0, CLI_JSONL },
+    { "--json", OPT_FLAG, OFF(json), 0, CLI_JSON },
+    { "--threads", OPT_POSITIVE, OFF(threads), CLI_MAX_THREADS, CLI_THREADS },
+    { "--ranks", OPT_POSITIVE, OFF(ranks), 1 << 20, CLI_RANKS },
+    { "--max-steps", OPT_POSITIVE, OFF(max_steps), (double)MODE_MAX_STEPS, CLI_MAX_STEPS },
+    { "--steps", OPT_POSITIVE, OFF(steps), 1e6, CLI_STEPS },
+    { "--windows", OPT_POSITIVE, OFF(windows), 1e12, CLI_WINDOWS },
+    { "--tokens", OPT_LONG, OFF(tokens), 1e9, CLI_TOKENS },
+    { "--bench", OPT_POSITIVE, OFF(bench), 1e6, CLI_BENCH },
+    { "--top-k", OPT_LONG, OFF(top_k), 2147483647.0, CLI_TOP_K },
+    { "--seed", OPT_LONG, OFF(seed), 9.2e18, CLI_SEED },
+    { "--temperature", OPT_DOUBLE, OFF(temperature), 1e9, CLI_TEMPERATURE },
+    { "--data", OPT_STRING, OFF(data), 0, CLI_DATA },
+    { "--mode", OPT_STRING, OFF(mode), 0, CLI_MODE },
+    { "--prompt", OPT_STRING, OFF(prompt), 0, CLI_PROMPT },
+    { "--routing", OPT_STRING, OFF(routing), 0, CLI_ROUTING },
+    { "--routing-layers", OPT_STRING, OFF(routing_layers), 0, CLI_ROUTING_LAYERS },
+    { "--record", OPT_STRING, OFF(record), 0, CLI_RECORD },
+    { "--csv", OPT_STRING, OFF(csv), 0, CLI_CSV },
+    { "--dial", OPT_STRING, OFF(dial), 0, CLI_DIAL },
 };
 
-static int set_option(cli *c, const opt *o, const char *v)
+static int set_option(cli *c, const opt *o, const char *v, FILE *err)
 {
     char *f = (char *)c + o->offset;
     switch (o->type) {
@@ -87,14 +88,95 @@ static int set_option(cli *c, const opt *o, const char *v)
     }
     }
     if (o->type == OPT_DOUBLE)
-        fprintf(stderr, "mode-exp: %s %s: expected a number in [0, %g)\n", o->name, v, o->max);
+        fprintf(err, "mode-exp: %s %s: expected a number in [0, %g)\n", o->name, v, o->max);
     else
-        fprintf(stderr, "mode-exp: %s %s: expected %s integer up to %.0f\n", o->name, v,
+        fprintf(err, "mode-exp: %s %s: expected %s integer up to %.0f\n", o->name, v,
                 o->type == OPT_POSITIVE ? "a positive" : "a non-negative", o->max);
     return -EINVAL;
 }
 
-static int parse_args(cli *c, int argc, char **argv, const char *usage)
+/* "--data, --mode, ..." : the options of sub, or "none". */
+static void option_names(unsigned takes, char *out, size_t n)
+{
+    out[0] = '\0';
+    for (size_t k = 0; k < sizeof(options) / sizeof(options[0]); k++)
+        if (takes & options[k].bit)
+            names_add(out, n, options[k].name);
+    if (!out[0])
+        snprintf(out, n, "none");
+}
+
+/* Whether two "section.key=value" overrides name one key (spaces around
+ * the parts aside, as the config reads them). */
+bool cli_same_key(const char *a, const char *b)
+{
+    const char *ea = strchr(a, '='), *eb = strchr(b, '=');
+    if (!ea || !eb)
+        return false;
+    while (ea > a && (ea[-1] == ' ' || ea[-1] == '\t'))
+        ea--;
+    while (eb > b && (eb[-1] == ' ' || eb[-1] == '\t'))
+        eb--;
+    while (*a == ' ' || *a == '\t')
+        a++;
+    while (*b == ' ' || *b == '\t')
+        b++;
+    return ea - a == eb - b && !strncmp(a, b, (size_t)(ea - a));
+}
+
+/* Whether the comma-separated list holds the item name. */
+static bool list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == n && !strncmp(s, name, n))
+            return true;
+        s = e ? e + 1 : s + len;
+    }
+    return false;
+}
+
+/* The options that only act through another, given without it (or with
+ * one that excludes them): refused naming the rule, as they would do
+ * nothing.  Options a subcommand does not take were refused already. */
+static int check_depends(const cli *c, const cli_opts *sub, FILE *err)
+{
+    const char *why = NULL;
+    bool draws_sampler = cli_given(c, CLI_TEMPERATURE) ? c->temperature > 0.0
+                                                       : (sub->takes & CLI_TEMPERATURE) != 0;
+    if (cli_given(c, CLI_RESUME) && cli_given(c, CLI_OVERWRITE | CLI_INIT_FROM))
+        why = "--resume continues a run: it goes with neither --overwrite nor --init-from";
+    else if (!cli_given(c, CLI_INIT_FROM) && cli_given(c, CLI_UPCYCLE_NOISE | CLI_UPCYCLE_REINIT))
+        why = "--upcycle-noise and --upcycle-reinit shape what --init-from CKPT copies: give it";
+    else if (cli_given(c, CLI_QUIET) && cli_given(c, CLI_JSONL))
+        why = "--quiet prints nothing but errors, so --jsonl would print nothing: give one";
+    else if (cli_given(c, CLI_ROUTING_LAYERS) && !cli_given(c, CLI_ROUTING))
+        why = "--routing-layers says where --routing applies: give --routing too";
+    else if (cli_given(c, CLI_TOP_K) && !draws_sampler)
+        why = "--top-k narrows the draw at a temperature above 0, and --temperature 0 takes the "
+              "most likely token: it would change nothing";
+    else if (cli_given(c, CLI_SEED) && !draws_sampler && !list_has(c->routing, "random"))
+        why = (sub->takes & CLI_TEMPERATURE)
+                  ? "--seed keys the draws of a temperature above 0 and of --routing random; "
+                    "at --temperature 0 without --routing random nothing is drawn"
+                  : "--seed keys the draws of --routing random; without it nothing is drawn";
+    for (int j = 0; !why && cli_given(c, CLI_DIAL) && j < c->n_over; j++)
+        if (cli_same_key(c->over[j], c->dial)) {
+            fprintf(err, "mode-exp %s: %s and --dial %s: the dial sets the key at each of its "
+                    "values, so the override would be ignored: give one\n", sub->name,
+                    c->over[j], c->dial);
+            return -EINVAL;
+        }
+    if (!why)
+        return 0;
+    fprintf(err, "mode-exp %s: %s\n", sub->name, why);
+    return -EINVAL;
+}
+
+static int parse_args(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub,
+                      FILE *err)
 {
     memset(c, 0, sizeof(*c));
     c->temperature = 1.0;
@@ -102,6 +184,7 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage)
     c->over = calloc((size_t)argc + 1, sizeof(char *));
     if (!c->over)
         return -ENOMEM;
+    const char *seen[sizeof(options) / sizeof(options[0])] = { 0 };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -109,30 +192,62 @@ static int parse_args(cli *c, int argc, char **argv, const char *usage)
             exit(0);
         }
         if (a[0] == '-' && a[1] == '-') {
-            const opt *o = NULL;
-            for (size_t k = 0; k < sizeof(options) / sizeof(options[0]); k++)
-                if (!strcmp(a, options[k].name))
-                    o = &options[k];
-            if (!o) {
-                fprintf(stderr, "mode-exp: unknown option %s\n%s", a, usage);
+            size_t k = 0;
+            while (k < sizeof(options) / sizeof(options[0]) && strcmp(a, options[k].name))
+                k++;
+            if (k == sizeof(options) / sizeof(options[0])) {
+                fprintf(err, "mode-exp: unknown option %s\n%s", a, usage);
+                return -EINVAL;
+            }
+            const opt *o = &options[k];
+            bool train = !strcmp(sub->name, "training");
+            if (!(sub->takes & o->bit)) {
+                /* the one table holds every subcommand's options: one that
+                 * this one does not read would be accepted and do nothing */
+                char names[512];
+                option_names(sub->takes, names, sizeof(names));
+                fprintf(err, "mode-exp %s: %s is not an option of %s, which would ignore it; "
+                        "%s takes %s (mode-exp %s%s--help)\n", sub->name, a, sub->name,
+                        sub->name, names, train ? "" : sub->name, train ? "" : " ");
                 return -EINVAL;
             }
             if (o->type != OPT_FLAG && i + 1 >= argc) {
-                fprintf(stderr, "mode-exp: %s needs a value\n%s", a, usage);
+                fprintf(err, "mode-exp: %s needs a value\n%s", a, usage);
                 return -EINVAL;
             }
-            if (set_option(c, o, o->type == OPT_FLAG ? NULL : argv[++i]))
+            const char *v = o->type == OPT_FLAG ? a : argv[i + 1];
+            if (seen[k]) {
+                /* the last would win over the first without a word */
+                if (o->type == OPT_FLAG)
+                    fprintf(err, "mode-exp %s: %s given twice: give each option once\n",
+                            sub->name, a);
+                else
+                    fprintf(err, "mode-exp %s: %s given twice (%s, then %s): give each option "
+                            "once\n", sub->name, a, seen[k], v);
+                return -EINVAL;
+            }
+            seen[k] = v;
+            c->given |= o->bit;
+            if (set_option(c, o, o->type == OPT_FLAG ? NULL : argv[++i], err))
                 return -EINVAL;
         } else if (!c->config) {
             c->config = a;
         } else {
+            for (int j = 0; j < c->n_over; j++)
+                if (cli_same_key(c->over[j], a)) {
+                    fprintf(err, "mode-exp %s: %s, then %s: one key given twice (the last "
+                            "would win): give it once\n", sub->name, c->over[j], a);
+                    return -EINVAL;
+                }
             c->over[c->n_over++] = argv[i];
         }
     }
     if (!c->config) {
-        fputs(usage, stderr);
+        fputs(usage, err);
         return -EINVAL;
     }
+    if (check_depends(c, sub, err))
+        return -EINVAL;
     return c->threads ? 0 : cli_env_threads(&c->threads);
 }
 
@@ -151,9 +266,16 @@ int cli_env_threads(int *threads)
     return 0;
 }
 
-int parse_cli(cli *c, int argc, char **argv, const char *usage)
+int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub, int rank)
 {
-    int rc = parse_args(c, argc, argv, usage);
+    /* every rank parses; rank 0 alone says what is wrong */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *err = rank == 0 ? stderr : open_memstream(&buf, &len);
+    int rc = parse_args(c, argc, argv, usage, sub, err ? err : stderr);
+    if (err && err != stderr)
+        fclose(err);
+    free(buf);
     if (rc) {
         free(c->over);
         c->over = NULL;
@@ -235,6 +357,58 @@ static int check_dial_key(const run_config *c, const char *over, char *err, int 
                  "checkpoint's)", over, kinds, sections, c->n_layers - 1, (int)len, over);
     }
     return -EINVAL;
+}
+
+/* Whether section sec (its first len characters) is a kind's that no layer
+ * of cfg reads; kinds: the model's kinds, for the message. */
+static bool section_unread(const run_config *cfg, const char *sec, size_t len, char *kinds,
+                           size_t kinds_len)
+{
+    bool kind_reads = false, layer_reads = false;
+    for (const layer_kind *const *k = mode_schema.kinds; *k; k++)
+        kind_reads = kind_reads || reads_section(*k, sec, len);
+    kinds[0] = '\0';
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_schema.kinds, cfg->layers[l].kind);
+        layer_reads = layer_reads || reads_section(k, sec, len);
+        names_add(kinds, kinds_len, k->name);
+    }
+    return kind_reads && !layer_reads;
+}
+
+int cli_check_overrides(const run_config *cfg, int n_over, char *const *over, char *err,
+                        int err_len)
+{
+    for (int i = 0; i < n_over; i++) {
+        size_t len;
+        char kinds[256];
+        if (config_override_split(over[i], &len) >= 0 || len == 0)
+            continue; /* [layer.N] and malformed ones: the config checks them */
+        if (section_unread(cfg, over[i], len, kinds, sizeof(kinds))) {
+            snprintf(err, (size_t)err_len, "command line: %s: no layer of this model (%s) reads "
+                     "[%.*s], so it would change nothing", over[i], kinds, (int)len, over[i]);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+void cli_note_unread(const run_config *cfg, const char *path)
+{
+    run_config *def = malloc(sizeof(*def));
+    if (!def)
+        return;
+    config_defaults(def, &mode_schema);
+    for (int gi = 0; gi < cfg->n_groups; gi++) {
+        const key_group *g = cfg->groups[gi];
+        const void *d = config_group(def, g);
+        char kinds[256];
+        if (d && memcmp(d, cfg->group_values[gi], g->size) &&
+            section_unread(cfg, g->section, strlen(g->section), kinds, sizeof(kinds)))
+            fprintf(stderr, "mode-exp: note: %s sets keys of [%s], which no layer of this model "
+                    "(%s) reads: they change nothing here\n", path, g->section, kinds);
+    }
+    free(def);
 }
 
 /* The overrides must keep every layer's tensors: a checkpoint's are fixed. */

@@ -15,8 +15,30 @@
 /* The most threads a rank may ask for. */
 #define CLI_MAX_THREADS 4096
 
+/* The options of mode-exp's subcommands, one bit each: a subcommand names
+ * those it reads (cli_opts), and parse_cli refuses the others, and any given
+ * twice, before any work. */
+enum cli_opt {
+    CLI_RESUME = 1u << 0, CLI_OVERWRITE = 1u << 1, CLI_INIT_FROM = 1u << 2,
+    CLI_UPCYCLE_NOISE = 1u << 3, CLI_UPCYCLE_REINIT = 1u << 4, CLI_IDS = 1u << 5,
+    CLI_PROMPT_IDS = 1u << 6, CLI_QUIET = 1u << 7, CLI_JSONL = 1u << 8, CLI_JSON = 1u << 9,
+    CLI_THREADS = 1u << 10, CLI_RANKS = 1u << 11, CLI_MAX_STEPS = 1u << 12, CLI_STEPS = 1u << 13,
+    CLI_WINDOWS = 1u << 14, CLI_TOKENS = 1u << 15, CLI_BENCH = 1u << 16, CLI_TOP_K = 1u << 17,
+    CLI_SEED = 1u << 18, CLI_TEMPERATURE = 1u << 19, CLI_DATA = 1u << 20, CLI_MODE = 1u << 21,
+    CLI_PROMPT = 1u << 22, CLI_ROUTING = 1u << 23, CLI_ROUTING_LAYERS = 1u << 24,
+    CLI_RECORD = 1u << 25, CLI_CSV = 1u << 26, CLI_DIAL = 1u << 27,
+};
+
+/* A subcommand's name (in messages: "mode-exp eval: ...") and the options
+ * it reads (CLI_* bits). */
+typedef struct cli_opts {
+    const char *name;
+    unsigned takes;
+} cli_opts;
+
 typedef struct cli {
     const char *config;
+    unsigned given; /* the CLI_* options on the command line */
     int n_over;
     char **over;
     bool resume, overwrite, quiet, jsonl, json, ids;
@@ -33,8 +55,27 @@ typedef struct cli {
 
 /* Parse options and positional arguments (the first is the config or
  * checkpoint, the rest section.key=value overrides); --help prints usage and
- * exits 0.  Returns non-zero (after a message) on a bad command line. */
-int parse_cli(cli *c, int argc, char **argv, const char *usage);
+ * exits 0.  An option the subcommand does not read (not in sub->takes) or
+ * one given twice is refused naming it, the subcommand and the options it
+ * takes.  Returns non-zero (after a message from rank 0) on a bad command
+ * line. */
+int parse_cli(cli *c, int argc, char **argv, const char *usage, const cli_opts *sub, int rank);
+/* Whether two "section.key=value" overrides name one key. */
+bool cli_same_key(const char *a, const char *b);
+/* Whether option bit o was given. */
+static inline bool cli_given(const cli *c, unsigned o)
+{
+    return (c->given & o) != 0;
+}
+/* The overrides of a command that reads a config (training, flops, bench,
+ * plan): one of a kind's section that no layer of cfg reads would change
+ * nothing, and is refused (err says so, naming the model's kinds). */
+int cli_check_overrides(const run_config *cfg, int n_over, char *const *over, char *err,
+                        int err_len);
+/* A config file may set a kind's section that no layer of its model reads
+ * (one file for several models, a sweep's base): a note on stderr names
+ * each such section whose values differ from the defaults. */
+void cli_note_unread(const run_config *cfg, const char *path);
 /* OPENBLAS_NUM_THREADS as --threads reads it: unset, empty or 0 gives 0
  * (as many as the cores allow); else an integer up to CLI_MAX_THREADS, or
  * a message and -EINVAL (a usage error: exit 2). */

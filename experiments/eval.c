@@ -515,7 +515,10 @@ static int dial(mode_ctx *ctx, const cli *c, const run_config *cfg0, fwd_mode mo
 int cmd_eval(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_eval))
+    static const cli_opts opts = { "eval", CLI_THREADS | CLI_DATA | CLI_MODE | CLI_WINDOWS |
+                                   CLI_JSON | CLI_ROUTING | CLI_ROUTING_LAYERS | CLI_SEED |
+                                   CLI_RECORD | CLI_CSV | CLI_DIAL };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_eval, &opts, ctx->rank))
         return 2;
     fwd_mode mode = FWD_EVAL_CAUSAL;
     if (c.mode && !strcmp(c.mode, "topk"))

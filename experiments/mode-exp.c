@@ -146,12 +146,17 @@ static void print_checkpoint(long step, double seconds, void *user)
 static int cmd_train(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 1, argv + 1, usage_main))
+    static const cli_opts opts = { "training", CLI_RESUME | CLI_OVERWRITE | CLI_INIT_FROM |
+                                   CLI_UPCYCLE_NOISE | CLI_UPCYCLE_REINIT | CLI_QUIET |
+                                   CLI_JSONL | CLI_THREADS | CLI_MAX_STEPS };
+    if (parse_cli(&c, argc - 1, argv + 1, usage_main, &opts, ctx->rank))
         return 2;
     run_config cfg;
     char err[1024] = "";
     int rc = config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, ctx->size, err,
                          sizeof(err));
+    if (!rc)
+        rc = cli_check_overrides(&cfg, c.n_over, c.over, err, sizeof(err));
     /* a config file that one rank cannot read (another file there): every
      * rank stops, with that rank's message */
     if ((rc = comm_agree(ctx->comm, rc, err, sizeof(err)))) {
@@ -160,6 +165,8 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         free(c.over);
         return 2;
     }
+    if (ctx->rank == 0)
+        cli_note_unread(&cfg, c.config);
     int threads = choose_threads(&c, ctx);
     if (ctx->rank == 0 && !c.quiet && !c.jsonl) {
         char *ini = config_to_ini(&cfg);
@@ -171,20 +178,6 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
         free(ini);
     }
     log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl, .ctx = ctx };
-    if (c.resume && (c.overwrite || c.init_from)) {
-        if (ctx->rank == 0)
-            fprintf(stderr, "mode-exp: --resume continues a run: it goes with neither "
-                            "--overwrite nor --init-from\n");
-        free(c.over);
-        return 2;
-    }
-    if (!c.init_from && (c.upcycle_noise > 0.0 || c.upcycle_reinit > 0.0)) {
-        if (ctx->rank == 0)
-            fprintf(stderr, "mode-exp: --upcycle-noise and --upcycle-reinit shape what "
-                            "--init-from CKPT copies: give it\n");
-        free(c.over);
-        return 2;
-    }
     trainer_opts o = { .resume = c.resume, .overwrite = c.overwrite, .init_from = c.init_from,
                        .upcycle_noise = c.upcycle_noise, .upcycle_reinit = c.upcycle_reinit,
                        .init_note = print_init_note,
@@ -208,15 +201,18 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
 static int cmd_flops(int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_flops))
+    static const cli_opts opts = { "flops", 0 };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_flops, &opts, 0))
         return 2;
     run_config cfg;
     char err[1024];
-    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, 0, err, sizeof(err))) {
+    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, 0, err, sizeof(err)) ||
+        cli_check_overrides(&cfg, c.n_over, c.over, err, sizeof(err))) {
         fprintf(stderr, "mode-exp: %s\n", err);
         free(c.over);
         return 2;
     }
+    cli_note_unread(&cfg, c.config);
     model_dims dims = config_dims(&cfg);
     double per_layer[MODE_MAX_LAYERS];
     double total = config_flops_per_seq(&cfg, per_layer);
@@ -340,6 +336,15 @@ static int run_command(int argc, char **argv)
      * a path this CPU lacks stops every command, on every rank alike */
     char path_err[256];
     int path_rc = bf16_path_from_env(path_err, sizeof(path_err));
+    if ((!strcmp(argv[1], "--help-keys") && argc > 2 &&
+         (argc > 3 || strcmp(argv[2], "--markdown"))) ||
+        ((!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) && argc > 2)) {
+        /* what follows would be ignored */
+        fprintf(stderr, "mode-exp %s: %s would be ignored: %s takes %s\n", argv[1],
+                argc > 3 && !strcmp(argv[2], "--markdown") ? argv[3] : argv[2], argv[1],
+                strcmp(argv[1], "--help-keys") ? "nothing more" : "only --markdown, once");
+        return 2;
+    }
     if (!strcmp(argv[1], "--help-keys"))
         /* every declared key (the kinds', the optimizer's), from the one set
          * of declarations: the README's table is this --markdown */

@@ -28,12 +28,14 @@ static const char usage_plan[] =
 int cmd_plan(int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_plan))
+    static const cli_opts opts = { "plan", CLI_RANKS | CLI_JSON };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_plan, &opts, 0))
         return 2;
     int P = c.ranks > 0 ? (int)c.ranks : 1;
     run_config cfg;
     char err[1024];
-    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, P, err, sizeof(err))) {
+    if (config_load(&cfg, c.config, c.n_over, c.over, &mode_schema, P, err, sizeof(err)) ||
+        cli_check_overrides(&cfg, c.n_over, c.over, err, sizeof(err))) {
         fprintf(stderr, "mode-exp plan: %s\n", err);
         free(c.over);
         return 2;

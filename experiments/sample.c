@@ -25,8 +25,10 @@ static const char usage_sample[] =
     "  nothing there and adds no K/V to its cache.  Prints the text, then per routed\n"
     "  layer the share of generated tokens that took the block against its capacity.\n"
     "  --temperature T  softmax temperature (default 1; 0 = greedy)\n"
-    "  --top-k K        sample among the K most likely tokens (default 0 = all)\n"
-    "  --seed S         PCG32 seed of the sampler (default 1)\n"
+    "  --top-k K        sample among the K most likely tokens (default 0 = all); not at\n"
+    "                   temperature 0, where it would change nothing\n"
+    "  --seed S         PCG32 seed of the sampler and of --routing random (default 1);\n"
+    "                   not where nothing is drawn\n"
     "  --prompt TEXT    a text prompt: bytes for byte-level models (vocab 256), encoded\n"
     "                   by the run's tokenizer for subword models (data.tokenizer)\n"
     "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
@@ -156,7 +158,10 @@ static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *pr
 int cmd_sample(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
-    if (parse_cli(&c, argc - 2, argv + 2, usage_sample))
+    static const cli_opts opts = { "sample", CLI_THREADS | CLI_PROMPT | CLI_PROMPT_IDS |
+                                   CLI_TOKENS | CLI_TEMPERATURE | CLI_TOP_K | CLI_SEED | CLI_IDS |
+                                   CLI_ROUTING | CLI_ROUTING_LAYERS | CLI_BENCH };
+    if (parse_cli(&c, argc - 2, argv + 2, usage_sample, &opts, ctx->rank))
         return 2;
     /* the rule broken, by name */
     const char *why = c.prompt && c.prompt_ids   ? "--prompt TEXT or --prompt-ids I,J,..., not both"

@@ -72,8 +72,24 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
     o->over = calloc((size_t)argc + 1, sizeof(char *));
     if (!o->over)
         return -ENOMEM;
+    static const char *const names[] = { "--dry-run", "--progress", "--no-report", "--threads" };
+    const char *seen[4] = { 0 };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        int k = 0;
+        while (k < 4 && strcmp(a, names[k]))
+            k++;
+        if (k < 4 && seen[k]) {
+            /* the last would win over the first without a word */
+            if (k == 3)
+                fprintf(stderr, "mode-exp sweep: --threads given twice (%s, then %s): give each "
+                        "option once\n", seen[k], i + 1 < argc ? argv[i + 1] : "(missing)");
+            else
+                fprintf(stderr, "mode-exp sweep: %s given twice: give each option once\n", a);
+            return -EINVAL;
+        }
+        if (k < 4)
+            seen[k] = k == 3 && i + 1 < argc ? argv[i + 1] : a;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_sweep, stdout);
             exit(0);
@@ -93,11 +109,18 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
             o->threads = (int)t;
             i++;
         } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "mode-exp sweep: unknown option %s\n%s", a, usage_sweep);
+            fprintf(stderr, "mode-exp sweep: unknown option %s (it takes --dry-run, --progress, "
+                    "--no-report, --threads)\n%s", a, usage_sweep);
             return -EINVAL;
         } else if (!o->file) {
             o->file = a;
         } else {
+            for (int j = 0; j < o->n_over; j++)
+                if (cli_same_key(o->over[j], a)) {
+                    fprintf(stderr, "mode-exp sweep: %s, then %s: one key given twice (the "
+                            "last would win): give it once\n", o->over[j], a);
+                    return -EINVAL;
+                }
             o->over[o->n_over++] = argv[i];
         }
     }
@@ -220,6 +243,34 @@ static int same_runs(const sweep_plan *p, const sweep_run *a, const sweep_run *b
 
 /* Every config, its planned steps and what its folder holds, before any
  * work.  Rank 0 reads the folders and tells the others. */
+/* A command-line override of a kind's section that no layer of any run
+ * reads would change nothing (as in training): refused naming it. */
+static int check_overrides_read(const sweep_plan *p, const sweep_opts *o, int ranks, char *err,
+                                int err_len)
+{
+    run_config *cfg = malloc(sizeof(run_config));
+    char why[1024];
+    int rc = cfg ? 0 : -ENOMEM;
+    for (int i = 0; !rc && i < o->n_over; i++) {
+        bool read = false;
+        for (int r = 0; !rc && !read && r < p->n_runs; r++) {
+            rc = load_run_config(p, &p->runs[r], cfg, ranks, err, err_len);
+            read = !rc && !cli_check_overrides(cfg, 1, &o->over[i], why, (int)sizeof(why));
+        }
+        if (!rc && !read) {
+            size_t len = strcspn(o->over[i], "=");
+            while (len > 0 && o->over[i][len - 1] != '.')
+                len--;
+            snprintf(err, (size_t)err_len, "command line: %s: no layer of any run of the sweep "
+                     "reads [%.*s], so it would change nothing", o->over[i],
+                     len > 0 ? (int)len - 1 : 0, o->over[i]);
+            rc = -EINVAL;
+        }
+    }
+    free(cfg);
+    return rc;
+}
+
 static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_action *act,
                      char *err, int err_len)
 {
@@ -494,6 +545,8 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         act = calloc((size_t)p.n_runs, sizeof(run_action));
         rc = planned && act ? check_all(ctx, &p, planned, act, err, (int)sizeof(err)) : -ENOMEM;
     }
+    if (!rc)
+        rc = check_overrides_read(&p, &o, ctx->size, err, (int)sizeof(err));
     /* the out folder is this sweep's while it runs: a second sweep there is
      * refused at once, naming this one (a dry run writes nothing; a sweep
      * refused above created nothing) */

@@ -51,12 +51,23 @@ int cmd_tokenize(int argc, char **argv)
 {
     const char *text = NULL, *out = NULL, *labels = NULL, *type = "bpe";
     long vocab = 0;
+    const char *given[3] = { 0 }; /* --vocab, --type, --labels */
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--vocab") && i + 1 < argc)
+        int k = !strcmp(argv[i], "--vocab") ? 0 : !strcmp(argv[i], "--type") ? 1
+                : !strcmp(argv[i], "--labels") ? 2 : -1;
+        if (k >= 0 && i + 1 < argc && given[k]) {
+            /* the last would win over the first without a word */
+            fprintf(stderr, "mode-exp tokenize: %s given twice (%s, then %s): give each option "
+                    "once\n", argv[i], given[k], argv[i + 1]);
+            return 2;
+        }
+        if (k >= 0 && i + 1 < argc)
+            given[k] = argv[i + 1];
+        if (k == 0 && i + 1 < argc)
             vocab = num_parse_long(argv[++i], 260, 1L << 20, &vocab) ? vocab : -1;
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc)
+        else if (k == 1 && i + 1 < argc)
             type = argv[++i];
-        else if (!strcmp(argv[i], "--labels") && i + 1 < argc)
+        else if (k == 2 && i + 1 < argc)
             labels = argv[++i];
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage, stdout);
@@ -68,6 +79,12 @@ int cmd_tokenize(int argc, char **argv)
             text = argv[i];
         else
             out = argv[i];
+    }
+    if (text && !strcmp(text, "brown") && !out && labels) {
+        fprintf(stderr, "mode-exp tokenize: brown takes its labels from brown.pos beside "
+                        "brown.txt, so --labels %s would be ignored: give TEXT OUT --labels POS "
+                        "for other labels\n", labels);
+        return 2;
     }
     char bt[600], bp[600], bo[600];
     if (text && !strcmp(text, "brown") && !out) {

@@ -30,7 +30,7 @@ for n in $complete; do
 		rec="$OUT/counterfactual/$n.record.h5"
 		rm -f "$rec"
 		mpirun -n "$P" "$EXE" eval "$d/ckpt.h5" --mode topk --windows "$W" --record "$rec" \
-			--quiet >/dev/null
+			>/dev/null
 		mpirun -n "$P" "$EXE" eval "$d/ckpt.h5" --mode topk --windows "$W" \
 			--routing "random,bottom,shuffle,replay:$rec" --csv "$csv.part" >"$OUT/counterfactual/$n.txt"
 		mv "$csv.part" "$csv"

@@ -38,7 +38,7 @@ for n in $complete; do
 	for r in learned random; do
 		rec="$E/$r-$s.record.h5"
 		[ -f "$rec" ] || mpirun -n "$P" "$EXE" eval "$OUT/router-$r-$s/ckpt.h5" --mode topk \
-			--windows "$W" --record "$rec" --quiet >/dev/null
+			--windows "$W" --record "$rec" >/dev/null
 	done
 	csv="$E/counterfactual-$s.csv"
 	if [ ! -f "$csv" ]; then

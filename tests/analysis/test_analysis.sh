@@ -463,13 +463,14 @@ errors)
 	expect 1 "plain: not a folder" "$an" weights m/tiny/run.h5 --out plain
 	expect 2 "unknown option --bogus" "$an" heatmap m/tiny/run.h5 --bogus
 	expect 2 "--step abc: expected a step number" "$an" heatmap m/tiny/run.h5 --step abc
-	expect 2 "unknown option --seq" "$an" tokens m/tiny/run.h5 --seq 1
+	expect 2 "--seq is not an option of tokens, which would ignore it; tokens takes --step" \
+		"$an" tokens m/tiny/run.h5 --seq 1
 	expect 2 "one file too many: heatmap takes at most 1" "$an" heatmap m/tiny/run.h5 m/tiny/run.h5
 	expect 2 "0 files given, compare takes at least 1" "$an" compare
 	expect 2 "--out needs a value" "$an" compare m/tiny/run.h5 --out
 	expect 2 "--fit-sizes 2: expected a number of sizes (3 or more) or all" \
 		"$an" isoflop m --fit-sizes 2
-	expect 2 "unknown option --fit-sizes" "$an" compare m/tiny/run.h5 --fit-sizes 5
+	expect 2 "--fit-sizes is not an option of compare" "$an" compare m/tiny/run.h5 --fit-sizes 5
 	"$an" nonsense >out.txt 2>&1; [ $? -eq 2 ] || fail "unknown command exit code"
 	"$an" >out.txt 2>&1; [ $? -eq 2 ] || fail "no command exit code"
 	for c in heatmap weights curves compare sweep tokens isoflop report; do

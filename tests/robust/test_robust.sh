@@ -272,8 +272,11 @@ fault)
 		# rank 0 alone lays the checkpoint out and writes the run file
 		case $site in checkpoint-layout | runfile) [ "$r" != 0 ] && continue ;; esac
 		rm -rf f
+		# [mod] only where a layer reads it (staged): elsewhere it is refused
+		dial=
+		[ "$kind" = staged ] && dial=mod.capacity=0.5
 		MODE_FAULT=$site@$r:$step timeout 30 mpirun -n 4 "$exe" "$config" \
-			"model.layers=dense, $kind" moe.experts=4 mod.capacity=0.5 run.steps=6 \
+			"model.layers=dense, $kind" moe.experts=4 ${dial:+"$dial"} run.steps=6 \
 			run.ckpt_every=2 run.eval_every=3 run.routing_every=3 run.out=f --quiet \
 			>out.txt 2>&1
 		code=$?
