@@ -249,7 +249,7 @@ static int ec_replay(experts *ex, const fwd_args *a, const row_set *rs, const ro
             if (v != -1.0f && v != (float)e) {
                 char expect[64];
                 snprintf(expect, sizeof(expect), "-1 or %d (slot %d is expert %d's)", e, e, e);
-                route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, v, -1, E - 1,
+                route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, (double)v, -1, E - 1,
                                expect);
                 return -EINVAL;
             }
@@ -419,7 +419,7 @@ int experts_gate(experts *ex, const fwd_args *a, const float *m, const row_set *
                 for (int j = 0; j < K; j++) {
                     float v = src[(size_t)rs->pos[i] * K + j];
                     if (!(v >= -1.0f && v <= (float)(N - 1) && v == floorf(v))) {
-                        route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, v, -1,
+                        route_note_bad(rp, ex->layer, "experts", seq_id(a, b), elems, (double)v, -1,
                                        N - 1, NULL);
                         return -EINVAL;
                     }

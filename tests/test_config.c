@@ -761,7 +761,7 @@ static void test_numbers(void **state)
     assert_int_equal(num_floor_int(2147483648.0, 0, INT_MAX), INT_MAX);
     assert_int_equal(num_floor_int(2147483646.5, 0, INT_MAX), 2147483646);
     assert_int_equal(num_floor_int(-1e300, -3, 3), -3);
-    assert_int_equal(num_floor_int(NAN, 1, 9), 1);
+    assert_int_equal(num_floor_int((double)NAN, 1, 9), 1);
     assert_int_equal(num_floor_int(HUGE_VAL, 1, 9), 9);
     assert_int_equal(num_ceil_int(2147483646.5, 0, INT_MAX), INT_MAX);
     assert_int_equal(num_ceil_int(1e300, 1, 12), 12);

@@ -194,7 +194,7 @@ const float *route_source(const route_plan *p, int layer, const char *name, long
         float v = row[i];
         if (v >= (float)lo && v <= (float)hi && v == floorf(v))
             continue;
-        route_note_bad(p, layer, name, window, elems, v, lo, hi, NULL);
+        route_note_bad(p, layer, name, window, elems, (double)v, lo, hi, NULL);
         return NULL;
     }
     return row;
