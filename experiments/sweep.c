@@ -57,6 +57,9 @@ typedef struct sweep_opts {
     char **over;
     bool dry_run, progress, no_report;
     int threads;
+    bool threads_set;        /* --threads given (the job array's tasks take it) */
+    int ranks_per_run;       /* 0: every run on the whole world */
+    const char *only, *slurm; /* --only RUN, --slurm-array OUT.sbatch */
 } sweep_opts;
 
 /* What a run folder holds: the last metrics row and evaluation of run.h5. */
@@ -66,55 +69,43 @@ typedef struct run_state {
     double loss, eval_topk, eval_causal;
 } run_state;
 
+/* The options of sweep, one row each: a value-taking one reads the next
+ * argument.  Each may be given once. */
+enum { OPT_DRY_RUN, OPT_PROGRESS, OPT_NO_REPORT, OPT_THREADS, OPT_RANKS_PER_RUN, OPT_ONLY,
+       OPT_SLURM_ARRAY, OPT_COUNT };
+static const struct { const char *name; bool value; } sweep_options[OPT_COUNT] = {
+    { "--dry-run", false }, { "--progress", false }, { "--no-report", false },
+    { "--threads", true }, { "--ranks-per-run", true }, { "--only", true },
+    { "--slurm-array", true },
+};
+
 static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
 {
     memset(o, 0, sizeof(*o));
     o->over = calloc((size_t)argc + 1, sizeof(char *));
     if (!o->over)
         return -ENOMEM;
-    static const char *const names[] = { "--dry-run", "--progress", "--no-report", "--threads" };
-    const char *seen[4] = { 0 };
+    const char *seen[OPT_COUNT] = { 0 };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        int k = 0;
-        while (k < 4 && strcmp(a, names[k]))
-            k++;
-        if (k < 4 && seen[k]) {
-            /* the last would win over the first without a word */
-            if (k == 3)
-                fprintf(stderr, "mode-exp sweep: --threads given twice (%s, then %s): give each "
-                        "option once\n", seen[k], i + 1 < argc ? argv[i + 1] : "(missing)");
-            else
-                fprintf(stderr, "mode-exp sweep: %s given twice: give each option once\n", a);
-            return -EINVAL;
-        }
-        if (k < 4)
-            seen[k] = k == 3 && i + 1 < argc ? argv[i + 1] : a;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_sweep, stdout);
             exit(0);
-        } else if (!strcmp(a, "--dry-run")) {
-            o->dry_run = true;
-        } else if (!strcmp(a, "--progress")) {
-            o->progress = true;
-        } else if (!strcmp(a, "--no-report")) {
-            o->no_report = true;
-        } else if (!strcmp(a, "--threads")) {
-            long t = 0;
-            if (i + 1 >= argc || !num_parse_long(argv[i + 1], 1, CLI_MAX_THREADS, &t)) {
-                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer up "
-                        "to %d\n", i + 1 < argc ? argv[i + 1] : "(missing)", CLI_MAX_THREADS);
-                return -EINVAL;
-            }
-            o->threads = (int)t;
-            i++;
-        } else if (a[0] == '-' && a[1] == '-') {
+        }
+        int k = 0;
+        while (k < OPT_COUNT && strcmp(a, sweep_options[k].name))
+            k++;
+        if (k == OPT_COUNT && a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "mode-exp sweep: unknown option %s (it takes --dry-run, --progress, "
-                    "--no-report, --threads)\n%s", a, usage_sweep);
+                    "--no-report, --threads, --ranks-per-run, --only, --slurm-array)\n%s", a,
+                    usage_sweep);
             return -EINVAL;
-        } else if (!o->file) {
-            o->file = a;
-        } else {
+        }
+        if (k == OPT_COUNT) {
+            if (!o->file) {
+                o->file = a;
+                continue;
+            }
             for (int j = 0; j < o->n_over; j++)
                 if (cli_same_key(o->over[j], a)) {
                     fprintf(stderr, "mode-exp sweep: %s, then %s: one key given twice (the "
@@ -122,10 +113,65 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
                     return -EINVAL;
                 }
             o->over[o->n_over++] = argv[i];
+            continue;
         }
+        const char *v = sweep_options[k].value ? (i + 1 < argc ? argv[i + 1] : NULL) : a;
+        if (seen[k]) {
+            /* the last would win over the first without a word */
+            if (sweep_options[k].value)
+                fprintf(stderr, "mode-exp sweep: %s given twice (%s, then %s): give each "
+                        "option once\n", a, seen[k], v ? v : "(missing)");
+            else
+                fprintf(stderr, "mode-exp sweep: %s given twice: give each option once\n", a);
+            return -EINVAL;
+        }
+        if (sweep_options[k].value && !v) {
+            fprintf(stderr, "mode-exp sweep: %s (missing): expected a value\n", a);
+            return -EINVAL;
+        }
+        seen[k] = v;
+        long t = 0;
+        switch (k) {
+        case OPT_DRY_RUN: o->dry_run = true; break;
+        case OPT_PROGRESS: o->progress = true; break;
+        case OPT_NO_REPORT: o->no_report = true; break;
+        case OPT_THREADS:
+        case OPT_RANKS_PER_RUN: {
+            long hi = k == OPT_THREADS ? CLI_MAX_THREADS : 1 << 20;
+            if (!num_parse_long(v, 1, hi, &t)) {
+                fprintf(stderr, "mode-exp sweep: %s %s: expected a positive integer up to "
+                        "%ld\n", a, v, hi);
+                return -EINVAL;
+            }
+            *(k == OPT_THREADS ? &o->threads : &o->ranks_per_run) = (int)t;
+            o->threads_set = o->threads_set || k == OPT_THREADS;
+            break;
+        }
+        case OPT_ONLY: o->only = v; break;
+        case OPT_SLURM_ARRAY: o->slurm = v; break;
+        default: break;
+        }
+        if (sweep_options[k].value)
+            i++;
     }
     if (!o->file) {
         fputs(usage_sweep, stderr);
+        return -EINVAL;
+    }
+    /* combinations that would ignore one of them */
+    if (o->only && o->slurm) {
+        fprintf(stderr, "mode-exp sweep: --only and --slurm-array: the script trains every "
+                "run, one a task; give one of them\n");
+        return -EINVAL;
+    }
+    if (o->only && o->ranks_per_run) {
+        fprintf(stderr, "mode-exp sweep: --only %s and --ranks-per-run %d: one run trains on "
+                "every rank of the job; give one of them\n", o->only, o->ranks_per_run);
+        return -EINVAL;
+    }
+    if (o->slurm && (o->dry_run || o->progress || o->no_report)) {
+        fprintf(stderr, "mode-exp sweep: --slurm-array writes a script and trains nothing: "
+                "--dry-run, --progress and --no-report would change nothing\n");
         return -EINVAL;
     }
     return o->threads ? 0 : cli_env_threads(&o->threads);
@@ -271,8 +317,8 @@ static int check_overrides_read(const sweep_plan *p, const sweep_opts *o, int ra
     return rc;
 }
 
-static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_action *act,
-                     char *err, int err_len)
+static int check_all(mode_ctx *ctx, const sweep_plan *p, int ranks, long *planned,
+                     double *cost, run_action *act, char *err, int err_len)
 {
     run_config *cfg = malloc(sizeof(run_config));
     char **resolved = calloc((size_t)(p->n_runs > 0 ? p->n_runs : 1), sizeof(char *));
@@ -284,7 +330,7 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
     int rc = 0;
     for (int i = 0; i < p->n_runs && !rc; i++) {
         const sweep_run *r = &p->runs[i];
-        if ((rc = load_run_config(p, r, cfg, ctx->size, err, err_len)))
+        if ((rc = load_run_config(p, r, cfg, ranks, err, err_len)))
             break;
         /* the config but its name: no two runs may be the same */
         char name[sizeof(cfg->name)];
@@ -302,6 +348,7 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
             break;
         double step_flops = config_train_flops_per_step(cfg);
         planned[i] = config_planned_steps(cfg, step_flops);
+        cost[i] = step_flops * (double)planned[i];
         if (planned[i] <= 0) {
             char where[SWEEP_PATH_LEN + 32];
             int line = budget_line(r);
@@ -455,7 +502,7 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
 /* One line per run: what happened, steps, the last training loss and
  * held-out losses from its run file, the time it took. */
 static void report_run(const sweep_plan *p, int i, int outcome, long planned, double secs,
-                       const char *why)
+                       const char *why, const char *tail)
 {
     static const char *const outcome_names[] = { "trained", "resumed", "skipped", "failed" };
     const sweep_run *r = &p->runs[i];
@@ -463,7 +510,7 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     for (int k = 0; k < p->n_runs; k++)
         nw = nw > (int)strlen(p->runs[k].name) ? nw : (int)strlen(p->runs[k].name);
     if (outcome == 3) {
-        printf("[%*d/%d] %-*s  failed: %s\n", w, i + 1, p->n_runs, nw, r->name, why);
+        printf("[%*d/%d] %-*s  failed: %s%s\n", w, i + 1, p->n_runs, nw, r->name, why, tail);
         fflush(stdout);
         return;
     }
@@ -480,9 +527,9 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     free(cfg);
     if (secs >= 0)
         mode_format_duration(t, sizeof(t), secs);
-    printf("[%*d/%d] %-*s  %-7s %6ld/%ld steps  loss %.4f  held-out %.4f (causal %.4f)%s%s\n",
+    printf("[%*d/%d] %-*s  %-7s %6ld/%ld steps  loss %.4f  held-out %.4f (causal %.4f)%s%s%s\n",
            w, i + 1, p->n_runs, nw, r->name, outcome_names[outcome], s.done, planned, s.loss,
-           s.eval_topk, s.eval_causal, t[0] ? "  " : "", t);
+           s.eval_topk, s.eval_causal, t[0] ? "  " : "", t, tail);
     fflush(stdout);
 }
 
@@ -520,6 +567,43 @@ static int agree_plan(mode_ctx *ctx, const sweep_plan *p, char *err, int err_len
     return rc;
 }
 
+/* --only RUN: the plan cut to that run (it keeps its folder and config). */
+static int keep_only(sweep_plan *p, const char *name, char *err, int err_len)
+{
+    for (int i = 0; i < p->n_runs; i++)
+        if (!strcmp(p->runs[i].name, name)) {
+            if (i)
+                memcpy(&p->runs[0], &p->runs[i], sizeof(p->runs[0]));
+            p->n_runs = 1;
+            return 0;
+        }
+    int at = snprintf(err, (size_t)err_len, "%s: --only %s: no run of that name (its runs: ",
+                      p->path, name);
+    for (int i = 0; i < p->n_runs && at > 0 && at < err_len - 8; i++)
+        at += snprintf(err + at, (size_t)(err_len - at), "%s%s", i ? ", " : "", p->runs[i].name);
+    if (at > 0 && at < err_len - 2)
+        snprintf(err + at, (size_t)(err_len - at), ")");
+    return -EINVAL;
+}
+
+/* The sweep's ETA after this group's runs so far: every group is taken to
+ * go at this group's rate (planned FLOPs a second) through its queue. */
+static void format_eta(char *buf, size_t len, double done_cost, double elapsed,
+                       const double *load, int groups)
+{
+    double most = 0.0;
+    for (int g = 0; g < groups; g++)
+        most = load[g] > most ? load[g] : most;
+    if (done_cost <= 0.0 || elapsed <= 0.0) {
+        buf[0] = '\0';
+        return;
+    }
+    double left = most / (done_cost / elapsed) - elapsed;
+    char t[32];
+    mode_format_duration(t, sizeof(t), left > 0.0 ? left : 0.0);
+    snprintf(buf, len, "  sweep ETA %s", t);
+}
+
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
 {
     sweep_opts o;
@@ -527,13 +611,29 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         free(o.over);
         return 2;
     }
+    /* ranks per run: groups of k ranks each train runs of their own */
+    int k = o.ranks_per_run ? o.ranks_per_run : o.slurm ? 1 : ctx->size;
+    if (!o.slurm && ctx->size % k) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp sweep: --ranks-per-run %d: the job's %d rank(s) do not "
+                    "split into groups of %d: start a multiple of %d ranks\n", k, ctx->size, k,
+                    k);
+        free(o.over);
+        return 2;
+    }
+    int groups = o.slurm ? 1 : ctx->size / k;
     h5_quiet();
     sweep_plan p;
     char err[2048] = "";
     long *planned = NULL;
+    double *cost = NULL, *load = NULL, *outcomes = NULL;
+    int *order = NULL, *group_of = NULL;
     run_action *act = NULL;
+    comm *gcomm = NULL;
     int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
     folder_lock lock = folder_lock_none();
+    if (!rc && o.only)
+        rc = keep_only(&p, o.only, err, (int)sizeof(err));
     /* every rank the same plan (docs/robustness.md, "Ranks that disagree"):
      * a sweep file that differs on one rank would give it other runs, or
      * another number of them */
@@ -541,20 +641,46 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         (rc = agree_plan(ctx, &p, err, (int)sizeof(err))))
         code = 1; /* not a bad sweep file: ranks that were started apart */
     if (!rc) {
-        planned = calloc((size_t)p.n_runs, sizeof(long));
-        act = calloc((size_t)p.n_runs, sizeof(run_action));
-        rc = planned && act ? check_all(ctx, &p, planned, act, err, (int)sizeof(err)) : -ENOMEM;
+        size_t n = (size_t)(p.n_runs > 0 ? p.n_runs : 1);
+        planned = calloc(n, sizeof(long));
+        act = calloc(n, sizeof(run_action));
+        cost = calloc(n, sizeof(double));
+        outcomes = calloc(n, sizeof(double));
+        order = calloc(n, sizeof(int));
+        group_of = calloc(n, sizeof(int));
+        load = calloc((size_t)groups, sizeof(double));
+        rc = planned && act && cost && outcomes && order && group_of && load
+                 ? check_all(ctx, &p, k, planned, cost, act, err, (int)sizeof(err))
+                 : -ENOMEM;
     }
     if (!rc)
-        rc = check_overrides_read(&p, &o, ctx->size, err, (int)sizeof(err));
+        rc = check_overrides_read(&p, &o, k, err, (int)sizeof(err));
+    if (!rc)
+        sweep_schedule(p.n_runs, cost, groups, order, group_of, load);
+    if (!rc && o.slurm) { /* the job array's script, and no training */
+        if (ctx->rank == 0)
+            rc = sweep_write_slurm(o.slurm, &p, order, k, o.threads_set ? o.threads : 0,
+                                   o.n_over, o.over, err, (int)sizeof(err));
+        if (!(rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))) && ctx->rank == 0)
+            printf("# %s: %d array tasks of %d rank(s), one per run of %s (run list %s.runs)\n",
+                   o.slurm, p.n_runs, k, p.path, o.slurm);
+        else
+            code = 1;
+        if (!rc) {
+            code = 0;
+            goto done;
+        }
+    }
     /* the out folder is this sweep's while it runs: a second sweep there is
      * refused at once, naming this one (a dry run writes nothing; a sweep
-     * refused above created nothing) */
+     * refused above created nothing).  One run (--only, a job array's task)
+     * is kept off its folder by the run's own lock, so that the tasks of
+     * one sweep go side by side. */
     if (!rc && !o.dry_run) {
         if (ctx->rank == 0 && (rc = file_make_dirs(p.out)))
             snprintf(err, sizeof(err), "%s: cannot create the sweep's folder: %s", p.out,
                      strerror(-rc));
-        else if (ctx->rank == 0)
+        else if (ctx->rank == 0 && !o.only)
             rc = folder_lock_take(&lock, p.out, "sweep", err, (int)sizeof(err));
         if ((rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))))
             code = 1; /* not a bad sweep file: a folder in use or unwritable */
@@ -569,16 +695,23 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     for (int i = 0; i < p.n_runs; i++)
         counts[act[i]]++;
     if (ctx->rank == 0) {
+        char shape[96];
+        if (groups > 1)
+            snprintf(shape, sizeof(shape), "%d groups of %d rank(s)", groups, k);
+        else
+            snprintf(shape, sizeof(shape), "%d rank(s)", k);
         printf("# sweep %s (%s over %s): %d runs into %s/: %d to train, %d to resume, %d "
-               "complete; %d rank(s) x %d thread(s)\n", p.path,
+               "complete; %s x %d thread(s)\n", p.path,
                p.isoflop ? "isoFLOP design" : "grid", p.base, p.n_runs, p.out,
-               counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], ctx->size, threads);
+               counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], shape, threads);
         if (o.dry_run)
             for (int i = 0; i < p.n_runs; i++) {
                 printf("%-32s %7ld steps  %-8s", p.runs[i].name, planned[i],
                        action_names[act[i]]);
-                for (int k = 0; k < p.runs[i].n_over - 2; k++) /* not run.out, run.name */
-                    printf("  %s", p.runs[i].over[k].text);
+                if (groups > 1)
+                    printf("  group %d", group_of[i]);
+                for (int j = 0; j < p.runs[i].n_over - 2; j++) /* not run.out, run.name */
+                    printf("  %s", p.runs[i].over[j].text);
                 printf("\n");
             }
         fflush(stdout);
@@ -586,56 +719,107 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     code = 0;
     if (o.dry_run)
         goto done;
-    int done_as[4] = { 0, 0, 0, 0 }; /* trained, resumed, skipped, failed */
-    double t_all = mode_now();
-    /* a stop signal between runs, or during one (train), ends the sweep */
+    /* the group's communicator: its ranks in the world's order; a run's
+     * collectives stay within it, so that it trains as `mpirun -n k` */
+    mode_ctx g = *ctx;
+    int me = ctx->rank / k;
+    if (groups > 1) {
+        if ((rc = comm_split(ctx->comm, me, &gcomm))) {
+            if (ctx->rank == 0)
+                fprintf(stderr, "mode-exp sweep: splitting the ranks into groups failed: %s\n",
+                        strerror(-rc));
+            code = 1;
+            goto done;
+        }
+        g.comm = gcomm;
+        g.rank = comm_rank(gcomm);
+        g.size = comm_size(gcomm);
+    }
+    double t_all = mode_now(), done_cost = 0.0;
+    int sig = 0;
+    /* a stop signal between runs, or during one (train), ends the group's
+     * queue; the others stop at their next run */
     stop_signals_install();
-    for (int i = 0; i < p.n_runs; i++) {
+    for (int q = 0; q < p.n_runs && !sig; q++) {
+        int i = order[q];
+        if (group_of[i] != me)
+            continue;
         const sweep_run *r = &p.runs[i];
         double t0 = mode_now();
         err[0] = '\0';
-        int sig = stop_signal_pending();
-        comm_allreduce_max_int(ctx->comm, &sig);
-        if (sig) {
-            stop_signal_set(sig);
-            if (ctx->rank == 0)
-                printf("# stopped by signal %d before run %d; run the sweep again to go on\n",
-                       sig, i + 1);
-            code = 128 + sig;
-            stop_signals_restore();
-            goto done;
-        }
+        sig = stop_signal_pending();
+        comm_allreduce_max_int(g.comm, &sig);
+        if (sig)
+            break;
         rc = act[i] == ACT_SKIP ? 0
-                                : do_run(ctx, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
+                                : do_run(&g, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
                                          argv, err, (int)sizeof(err));
         int outcome = rc ? 3 : act[i] == ACT_SKIP ? 2 : act[i] == ACT_RESUME ? 1 : 0;
-        done_as[outcome]++;
-        if (ctx->rank == 0)
-            report_run(&p, i, outcome, planned[i], outcome == 2 ? -1.0 : mode_now() - t0, err);
-        if (rc == -EINTR) { /* a signal: stop here, the checkpoint is written */
-            if (ctx->rank == 0)
-                printf("# stopped; run the sweep again to resume\n");
-            code = 128 + train_stop_signal();
-            stop_signals_restore();
-            goto done;
+        done_cost += cost[i];
+        if (rc == -EINTR) { /* a signal: the checkpoint is written */
+            sig = train_stop_signal();
+            sig = sig ? sig : 2;
+            break;
+        }
+        if (g.rank == 0) {
+            char tail[96] = "";
+            format_eta(tail, sizeof(tail), done_cost, mode_now() - t_all, load, groups);
+            if (groups > 1) {
+                size_t at = strlen(tail);
+                snprintf(tail + at, sizeof(tail) - at, "  (group %d)", me);
+            }
+            outcomes[i] = outcome + 1;
+            report_run(&p, i, outcome, planned[i], outcome == 2 ? -1.0 : mode_now() - t0, err,
+                       tail);
         }
     }
     stop_signals_restore();
+    /* every group done (or stopped): what became of each run, and a signal
+     * of any, to world rank 0 */
+    comm_allreduce_max_int(ctx->comm, &sig);
+    if (p.n_runs > 0 && (rc = comm_allreduce_sum_double(ctx->comm, outcomes, p.n_runs))) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp sweep: gathering the groups' outcomes failed\n");
+        code = 1;
+        goto done;
+    }
+    int done_as[5] = { 0, 0, 0, 0, 0 }; /* trained, resumed, skipped, failed, not reached */
+    for (int i = 0; i < p.n_runs; i++)
+        done_as[outcomes[i] >= 1.0 && outcomes[i] <= 4.0 ? (int)outcomes[i] - 1 : 4]++;
+    if (sig) {
+        if (ctx->rank == 0)
+            printf("# stopped by signal %d with %d run(s) not finished; run the sweep again to "
+                   "go on\n", sig, done_as[4]);
+        code = 128 + sig;
+        goto done;
+    }
     if (ctx->rank == 0) {
         char t[32];
         mode_format_duration(t, sizeof(t), mode_now() - t_all);
         printf("# %d runs: %d trained, %d resumed, %d skipped, %d failed in %s\n", p.n_runs,
                done_as[0], done_as[1], done_as[2], done_as[3], t);
+        if (done_as[3] || done_as[4]) {
+            fprintf(stderr, "mode-exp sweep: %d run(s) failed:", done_as[3] + done_as[4]);
+            for (int i = 0; i < p.n_runs; i++)
+                if (!(outcomes[i] >= 1.0 && outcomes[i] <= 3.0))
+                    fprintf(stderr, " %s", p.runs[i].name);
+            fprintf(stderr, "; run the sweep again to resume them\n");
+        }
         fflush(stdout);
     }
-    int failed = done_as[3];
-    code = failed ? 1 : 0;
-    if (ctx->rank == 0 && !o.no_report && run_report(p.out))
+    code = done_as[3] || done_as[4] ? 1 : 0;
+    if (ctx->rank == 0 && !o.no_report && !o.only && run_report(p.out))
         code = 1;
 done:
+    comm_free(&gcomm);
     folder_lock_release(&lock);
     free(planned);
     free(act);
+    free(cost);
+    free(outcomes);
+    free(order);
+    free(group_of);
+    free(load);
     sweep_plan_free(&p);
     free(o.over);
     return code;

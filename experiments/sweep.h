@@ -55,4 +55,21 @@ void sweep_plan_free(sweep_plan *p);
 void sweep_config_error(const sweep_plan *p, const sweep_run *r, const char *msg, char *out,
                         int len);
 
+/* The queue of a sweep over groups of ranks (--ranks-per-run): order[] the
+ * runs by cost (their planned training FLOPs), largest first, ties in the
+ * sweep's order; each run, in that order, goes to the group whose queue
+ * would end first (group_of[run]); load[groups] the cost of each queue.
+ * Deterministic: every rank computes the same. */
+void sweep_schedule(int n, const double *cost, int groups, int *order, int *group_of,
+                    double *load);
+
+/* --slurm-array: the batch script at path (one array task per run, in the
+ * queue's order, ranks tasks each, `--threads threads` when threads > 0)
+ * and its run list, path + ".runs", a run's name a line; each task runs
+ * `mode-exp sweep FILE args... --only RUN` (args: the command line's
+ * overrides).  Both through core/util/outfile.h.  0, or a negative errno
+ * with err. */
+int sweep_write_slurm(const char *path, const sweep_plan *p, const int *order, int ranks,
+                      int threads, int n_args, char *const *args, char *err, int err_len);
+
 #endif

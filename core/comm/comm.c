@@ -93,6 +93,13 @@ void comm_finalize(comm **pc)
         MPI_Finalize();
 }
 
+int comm_world_rank(const comm *c)
+{
+    while (c && c->parent)
+        c = c->parent;
+    return c ? c->rank : 0;
+}
+
 int comm_split(comm *c, int color, comm **out)
 {
     *out = NULL;

@@ -14,6 +14,9 @@ int comm_init(comm **out, int *argc, char ***argv);
 /* MPI_Finalize. */
 void comm_finalize(comm **c);
 int comm_rank(const comm *c);
+/* This rank's rank in the world, for a sub-communicator too (comm_split):
+ * the rank MODE_FAULT names.  0 for a NULL comm. */
+int comm_world_rank(const comm *c);
 int comm_size(const comm *c);
 /* Ranks sharing this rank's node (for choosing threads per rank). */
 int comm_local_size(const comm *c);
