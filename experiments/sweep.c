@@ -472,6 +472,28 @@ static void print_progress(const train_log *l, void *user)
     fflush(stdout);
 }
 
+/* The run this process trains now, and where, for the message of a failure
+ * inside a step (sweep_fatal). */
+static const char *fatal_run;
+static int fatal_group = -1;
+
+/* A rank failed where the other ranks of its group wait in a collective it
+ * will not reach: MPI cannot end one group's ranks alone (Open MPI's
+ * MPI_Abort, on any communicator, ends every rank of the job), so the
+ * whole sweep stops, naming the run; a second start resumes it. */
+static void sweep_fatal(mode_ctx *ctx, const char *msg)
+{
+    char why[3600];
+    if (fatal_group >= 0)
+        snprintf(why, sizeof(why), "run %s (group %d, world rank %d): %s; a failure inside "
+                 "a step ends the whole sweep (MPI cannot stop one group alone): run it "
+                 "again to resume", fatal_run ? fatal_run : "?", fatal_group,
+                 comm_world_rank(ctx ? ctx->comm : NULL), msg);
+    else
+        snprintf(why, sizeof(why), "run %s: %s", fatal_run ? fatal_run : "?", msg);
+    cli_fatal_stop(ctx, why);
+}
+
 /* Train (or resume) one run; the run's line comes after. */
 static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool resume,
                   const sweep_opts *o, int threads, int argc, char **argv, char *err,
@@ -487,11 +509,13 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
         progress pr = { r->name };
         trainer_opts to = { .resume = resume, .log = o->progress ? print_progress : NULL,
                             .log_user = &pr, .argc = argc, .argv = argv,
-                            .blas_threads = threads, .fatal = cli_fatal_stop,
+                            .blas_threads = threads, .fatal = sweep_fatal,
                             /* the sweep inspected the folder: a run to train anew goes
                              * over whatever an earlier try of it left */
                             .overwrite = !resume };
+        fatal_run = r->name;
         rc = train(cfg, mode_kind_ops, ctx, &to, err, err_len);
+        fatal_run = NULL;
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "%s", strerror(-rc));
     }
@@ -731,6 +755,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
             code = 1;
             goto done;
         }
+        fatal_group = me;
         g.comm = gcomm;
         g.rank = comm_rank(gcomm);
         g.size = comm_size(gcomm);

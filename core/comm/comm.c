@@ -110,6 +110,12 @@ int comm_split(comm *c, int color, comm **out)
         return -ENOMEM;
     s->item_type = MPI_DATATYPE_NULL;
     s->parent = c;
+    /* the injected fault, still armed, fires in the sub-communicator too
+     * (a sweep's group trains on one): it names a world rank */
+    memcpy(s->fault_site, c->fault_site, sizeof(s->fault_site));
+    s->fault_rank = c->fault_rank;
+    s->fault_step = c->fault_step;
+    s->step = c->step;
     if (MPI_Comm_split(c->world, color, c->rank, &s->world)) {
         free(s);
         return -EIO;
@@ -331,10 +337,11 @@ void comm_set_step(comm *c, long step)
 
 int comm_fault(comm *c, const char *site)
 {
-    if (!c || !c->fault_site[0] || c->rank != c->fault_rank ||
+    if (!c || !c->fault_site[0] || comm_world_rank(c) != c->fault_rank ||
         (c->fault_step != LONG_MIN && c->step != c->fault_step) || strcmp(c->fault_site, site))
         return 0;
-    c->fault_site[0] = '\0'; /* once */
+    for (comm *a = c; a; a = a->parent)
+        a->fault_site[0] = '\0'; /* once, in the world and the groups made from it */
     return -EIO;
 }
 
