@@ -20,19 +20,17 @@
 
 #include <errno.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 static const char usage_sweep[] =
     "usage: mode-exp sweep SWEEP.ini [section.key=value ...] [--dry-run] [--progress]\n"
-    "                      [--no-report] [--threads N]\n"
+    "                      [--no-report] [--threads N] [--ranks-per-run K] [--only RUN]\n"
+    "                      [--slurm-array OUT.sbatch]\n"
     "  Trains every config of a sweep file (a grid over config keys, or an isoFLOP\n"
     "  design of budgets x model sizes x kinds; the format is in experiments/sweeps.md\n"
     "  and atop experiments/capacity.ini and isoflop.ini), each into <out>/<run name>/,\n"
@@ -46,7 +44,21 @@ static const char usage_sweep[] =
     "  --progress   print the training progress of every run\n"
     "  --no-report  do not run mode-analyze report at the end\n"
     "  --threads N  threads per rank (default: $OPENBLAS_NUM_THREADS, else cores / ranks\n"
-    "               on the node)\n";
+    "               on the node)\n"
+    "  --ranks-per-run K  split the P ranks of the job (P a multiple of K) into P/K\n"
+    "               groups that train runs side by side, each run on K ranks with the\n"
+    "               bits of `mpirun -n K mode-exp CONFIG`; the runs are queued longest\n"
+    "               planned (training FLOPs) first and dealt to the group whose queue\n"
+    "               ends first.  A run that fails at an agreement point ends only that\n"
+    "               run; the exit status is 1, naming it, and a second start resumes it.\n"
+    "               Default: every run on all P ranks\n"
+    "  --only RUN   train run RUN of the sweep alone, on every rank (a job array's task;\n"
+    "               the run folder's lock keeps two tasks off one run; no report)\n"
+    "  --slurm-array OUT.sbatch  train nothing: write a SLURM batch script of one array\n"
+    "               task per run (K = --ranks-per-run ranks each, default 1), each\n"
+    "               `mode-exp sweep SWEEP.ini --only RUN` of line $SLURM_ARRAY_TASK_ID of\n"
+    "               the run list OUT.sbatch.runs written beside it; without srun a task\n"
+    "               runs under mpirun (K > 1) or alone\n";
 
 typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
 static const char *const action_names[] = { "train", "resume", "complete" };
@@ -389,73 +401,6 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, int ranks, long *planne
     return rc;
 }
 
-/* mode-analyze: $MODE_ANALYZE, else beside mode-exp in the install (same
- * folder) or the build tree (../analysis/), else on PATH. */
-static bool find_analyze(char *path, size_t len)
-{
-    const char *env = getenv("MODE_ANALYZE");
-    if (env) {
-        snprintf(path, len, "%s", env);
-        return access(path, X_OK) == 0;
-    }
-    char exe[MODE_PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) { /* <dir>/mode-analyze, then <dir>/../analysis/mode-analyze */
-            *slash = '\0';
-            snprintf(path, len, "%s/mode-analyze", exe);
-            if (!access(path, X_OK))
-                return true;
-            slash = strrchr(exe, '/');
-            if (slash) {
-                *slash = '\0';
-                snprintf(path, len, "%s/analysis/mode-analyze", exe);
-                if (!access(path, X_OK))
-                    return true;
-            }
-        }
-    }
-    const char *dirs = getenv("PATH");
-    while (dirs && *dirs) {
-        const char *colon = strchr(dirs, ':');
-        int dl = colon ? (int)(colon - dirs) : (int)strlen(dirs);
-        snprintf(path, len, "%.*s/mode-analyze", dl, dirs);
-        if (dl > 0 && !access(path, X_OK))
-            return true;
-        dirs = colon ? colon + 1 : NULL;
-    }
-    return false;
-}
-
-static int run_report(const char *out)
-{
-    char exe[MODE_PATH_MAX + 128];
-    if (!find_analyze(exe, sizeof(exe))) {
-        printf("# mode-analyze not found (it is built with cairo, -Danalysis=enabled); make the "
-               "report with: mode-analyze report %s\n", out);
-        return 0;
-    }
-    printf("# %s report %s\n", exe, out);
-    fflush(stdout);
-    char *argv[] = { exe, (char *)"report", (char *)out, NULL };
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
-    if (rc) {
-        fprintf(stderr, "mode-exp sweep: cannot start %s: %s\n", exe, strerror(rc));
-        return 1;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-        fprintf(stderr, "mode-exp sweep: %s report %s failed\n", exe, out);
-        return 1;
-    }
-    return 0;
-}
-
 typedef struct progress {
     const char *name;
 } progress;
@@ -591,43 +536,6 @@ static int agree_plan(mode_ctx *ctx, const sweep_plan *p, char *err, int err_len
     return rc;
 }
 
-/* --only RUN: the plan cut to that run (it keeps its folder and config). */
-static int keep_only(sweep_plan *p, const char *name, char *err, int err_len)
-{
-    for (int i = 0; i < p->n_runs; i++)
-        if (!strcmp(p->runs[i].name, name)) {
-            if (i)
-                memcpy(&p->runs[0], &p->runs[i], sizeof(p->runs[0]));
-            p->n_runs = 1;
-            return 0;
-        }
-    int at = snprintf(err, (size_t)err_len, "%s: --only %s: no run of that name (its runs: ",
-                      p->path, name);
-    for (int i = 0; i < p->n_runs && at > 0 && at < err_len - 8; i++)
-        at += snprintf(err + at, (size_t)(err_len - at), "%s%s", i ? ", " : "", p->runs[i].name);
-    if (at > 0 && at < err_len - 2)
-        snprintf(err + at, (size_t)(err_len - at), ")");
-    return -EINVAL;
-}
-
-/* The sweep's ETA after this group's runs so far: every group is taken to
- * go at this group's rate (planned FLOPs a second) through its queue. */
-static void format_eta(char *buf, size_t len, double done_cost, double elapsed,
-                       const double *load, int groups)
-{
-    double most = 0.0;
-    for (int g = 0; g < groups; g++)
-        most = load[g] > most ? load[g] : most;
-    if (done_cost <= 0.0 || elapsed <= 0.0) {
-        buf[0] = '\0';
-        return;
-    }
-    double left = most / (done_cost / elapsed) - elapsed;
-    char t[32];
-    mode_format_duration(t, sizeof(t), left > 0.0 ? left : 0.0);
-    snprintf(buf, len, "  sweep ETA %s", t);
-}
-
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
 {
     sweep_opts o;
@@ -657,7 +565,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
     folder_lock lock = folder_lock_none();
     if (!rc && o.only)
-        rc = keep_only(&p, o.only, err, (int)sizeof(err));
+        rc = sweep_keep_only(&p, o.only, err, (int)sizeof(err));
     /* every rank the same plan (docs/robustness.md, "Ranks that disagree"):
      * a sweep file that differs on one rank would give it other runs, or
      * another number of them */
@@ -788,7 +696,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         }
         if (g.rank == 0) {
             char tail[96] = "";
-            format_eta(tail, sizeof(tail), done_cost, mode_now() - t_all, load, groups);
+            sweep_format_eta(tail, sizeof(tail), done_cost, mode_now() - t_all, load, groups);
             if (groups > 1) {
                 size_t at = strlen(tail);
                 snprintf(tail + at, sizeof(tail) - at, "  (group %d)", me);
@@ -833,7 +741,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         fflush(stdout);
     }
     code = done_as[3] || done_as[4] ? 1 : 0;
-    if (ctx->rank == 0 && !o.no_report && !o.only && run_report(p.out))
+    if (ctx->rank == 0 && !o.no_report && !o.only && sweep_run_report(p.out))
         code = 1;
 done:
     comm_free(&gcomm);

@@ -8,6 +8,7 @@
 #define MODE_EXPERIMENTS_SWEEP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define SWEEP_LINE_CHARS 1024 /* longest line of a sweep file */
 #define SWEEP_NAME_LEN 128    /* a run's name (its folder): run.name's size */
@@ -71,5 +72,18 @@ void sweep_schedule(int n, const double *cost, int groups, int *order, int *grou
  * with err. */
 int sweep_write_slurm(const char *path, const sweep_plan *p, const int *order, int ranks,
                       int threads, int n_args, char *const *args, char *err, int err_len);
+
+/* --only RUN: the plan cut to that run, or -EINVAL with err listing the
+ * sweep's runs. */
+int sweep_keep_only(sweep_plan *p, const char *name, char *err, int err_len);
+/* "  sweep ETA 1m20s" after done_cost of a group's queue in elapsed
+ * seconds: every group (load[groups], the costs of their queues) taken to
+ * go at that rate; "" before any. */
+void sweep_format_eta(char *buf, size_t len, double done_cost, double elapsed,
+                      const double *load, int groups);
+/* `mode-analyze report out` ($MODE_ANALYZE, else beside mode-exp, in the
+ * build tree, or on PATH; a word when there is none): 0, or 1 when it
+ * failed. */
+int sweep_run_report(const char *out);
 
 #endif

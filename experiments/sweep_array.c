@@ -1,18 +1,24 @@
-/* The parts of `mode-exp sweep` that place runs: the queue its groups of
- * ranks take their runs from (--ranks-per-run), and the SLURM job array
- * that trains one run per task (--slurm-array). */
+/* The parts of `mode-exp sweep` around its loop: the queue its groups of
+ * ranks take their runs from (--ranks-per-run) and their ETA, the SLURM job
+ * array that trains one run per task (--slurm-array), --only, and the
+ * report by mode-analyze at the end. */
 #define _DEFAULT_SOURCE /* realpath */
 #include "experiments/sweep.h"
 
+#include "core/util/ctx.h"
 #include "core/util/file.h"
 #include "core/util/outfile.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 void sweep_schedule(int n, const double *cost, int groups, int *order, int *group_of,
                     double *load)
@@ -125,4 +131,108 @@ int sweep_write_slurm(const char *script, const sweep_plan *p, const int *order,
                "fi\n",
             ranks, ranks, ranks);
     return out_commit_set(set, 2, err, err_len);
+}
+
+/* --only RUN: the plan cut to that run (it keeps its folder and config). */
+int sweep_keep_only(sweep_plan *p, const char *name, char *err, int err_len)
+{
+    for (int i = 0; i < p->n_runs; i++)
+        if (!strcmp(p->runs[i].name, name)) {
+            if (i)
+                memcpy(&p->runs[0], &p->runs[i], sizeof(p->runs[0]));
+            p->n_runs = 1;
+            return 0;
+        }
+    int at = snprintf(err, (size_t)err_len, "%s: --only %s: no run of that name (its runs: ",
+                      p->path, name);
+    for (int i = 0; i < p->n_runs && at > 0 && at < err_len - 8; i++)
+        at += snprintf(err + at, (size_t)(err_len - at), "%s%s", i ? ", " : "", p->runs[i].name);
+    if (at > 0 && at < err_len - 2)
+        snprintf(err + at, (size_t)(err_len - at), ")");
+    return -EINVAL;
+}
+
+/* The sweep's ETA after this group's runs so far: every group is taken to
+ * go at this group's rate (planned FLOPs a second) through its queue. */
+void sweep_format_eta(char *buf, size_t len, double done_cost, double elapsed,
+                       const double *load, int groups)
+{
+    double most = 0.0;
+    for (int g = 0; g < groups; g++)
+        most = load[g] > most ? load[g] : most;
+    if (done_cost <= 0.0 || elapsed <= 0.0) {
+        buf[0] = '\0';
+        return;
+    }
+    double left = most / (done_cost / elapsed) - elapsed;
+    char t[32];
+    mode_format_duration(t, sizeof(t), left > 0.0 ? left : 0.0);
+    snprintf(buf, len, "  sweep ETA %s", t);
+}
+
+/* mode-analyze: $MODE_ANALYZE, else beside mode-exp in the install (same
+ * folder) or the build tree (../analysis/), else on PATH. */
+static bool find_analyze(char *path, size_t len)
+{
+    const char *env = getenv("MODE_ANALYZE");
+    if (env) {
+        snprintf(path, len, "%s", env);
+        return access(path, X_OK) == 0;
+    }
+    char exe[MODE_PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) { /* <dir>/mode-analyze, then <dir>/../analysis/mode-analyze */
+            *slash = '\0';
+            snprintf(path, len, "%s/mode-analyze", exe);
+            if (!access(path, X_OK))
+                return true;
+            slash = strrchr(exe, '/');
+            if (slash) {
+                *slash = '\0';
+                snprintf(path, len, "%s/analysis/mode-analyze", exe);
+                if (!access(path, X_OK))
+                    return true;
+            }
+        }
+    }
+    const char *dirs = getenv("PATH");
+    while (dirs && *dirs) {
+        const char *colon = strchr(dirs, ':');
+        int dl = colon ? (int)(colon - dirs) : (int)strlen(dirs);
+        snprintf(path, len, "%.*s/mode-analyze", dl, dirs);
+        if (dl > 0 && !access(path, X_OK))
+            return true;
+        dirs = colon ? colon + 1 : NULL;
+    }
+    return false;
+}
+
+int sweep_run_report(const char *out)
+{
+    char exe[MODE_PATH_MAX + 128];
+    if (!find_analyze(exe, sizeof(exe))) {
+        printf("# mode-analyze not found (it is built with cairo, -Danalysis=enabled); make the "
+               "report with: mode-analyze report %s\n", out);
+        return 0;
+    }
+    printf("# %s report %s\n", exe, out);
+    fflush(stdout);
+    char *argv[] = { exe, (char *)"report", (char *)out, NULL };
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
+    if (rc) {
+        fprintf(stderr, "mode-exp sweep: cannot start %s: %s\n", exe, strerror(rc));
+        return 1;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "mode-exp sweep: %s report %s failed\n", exe, out);
+        return 1;
+    }
+    return 0;
 }
