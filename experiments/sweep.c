@@ -706,11 +706,16 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
                        tail);
         }
     }
-    stop_signals_restore();
     /* every group done (or stopped): what became of each run, and a signal
-     * of any, to world rank 0 */
+     * of any, to world rank 0; a group that waits here for the others keeps
+     * the stop handlers, so that a signal meanwhile ends it with them */
     comm_allreduce_max_int(ctx->comm, &sig);
-    if (p.n_runs > 0 && (rc = comm_allreduce_sum_double(ctx->comm, outcomes, p.n_runs))) {
+    rc = p.n_runs > 0 ? comm_allreduce_sum_double(ctx->comm, outcomes, p.n_runs) : 0;
+    int late = stop_signal_pending(); /* one that came while this group waited */
+    comm_allreduce_max_int(ctx->comm, &late);
+    sig = sig ? sig : late;
+    stop_signals_restore();
+    if (rc) {
         if (ctx->rank == 0)
             fprintf(stderr, "mode-exp sweep: gathering the groups' outcomes failed\n");
         code = 1;
