@@ -558,8 +558,9 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     sweep_plan p;
     char err[2048] = "";
     long *planned = NULL;
-    double *cost = NULL, *load = NULL, *outcomes = NULL;
-    int *order = NULL, *group_of = NULL;
+    double *cost = NULL, *outcomes = NULL;
+    int *order = NULL;
+    comm_counter *next = NULL;
     run_action *act = NULL;
     comm *gcomm = NULL;
     int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
@@ -579,16 +580,14 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         cost = calloc(n, sizeof(double));
         outcomes = calloc(n, sizeof(double));
         order = calloc(n, sizeof(int));
-        group_of = calloc(n, sizeof(int));
-        load = calloc((size_t)groups, sizeof(double));
-        rc = planned && act && cost && outcomes && order && group_of && load
+        rc = planned && act && cost && outcomes && order
                  ? check_all(ctx, &p, k, planned, cost, act, err, (int)sizeof(err))
                  : -ENOMEM;
     }
     if (!rc)
         rc = check_overrides_read(&p, &o, k, err, (int)sizeof(err));
     if (!rc)
-        sweep_schedule(p.n_runs, cost, groups, order, group_of, load);
+        sweep_queue(p.n_runs, cost, order);
     if (!rc && o.slurm) { /* the job array's script, and no training */
         if (ctx->rank == 0)
             rc = sweep_write_slurm(o.slurm, &p, order, k, o.threads_set ? o.threads : 0,
@@ -637,11 +636,10 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
                p.isoflop ? "isoFLOP design" : "grid", p.base, p.n_runs, p.out,
                counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], shape, threads);
         if (o.dry_run)
-            for (int i = 0; i < p.n_runs; i++) {
+            for (int q = 0; q < p.n_runs; q++) { /* in the queue's order */
+                int i = order[q];
                 printf("%-32s %7ld steps  %-8s", p.runs[i].name, planned[i],
                        action_names[act[i]]);
-                if (groups > 1)
-                    printf("  group %d", group_of[i]);
                 for (int j = 0; j < p.runs[i].n_over - 2; j++) /* not run.out, run.name */
                     printf("  %s", p.runs[i].over[j].text);
                 printf("\n");
@@ -652,14 +650,18 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     if (o.dry_run)
         goto done;
     /* the group's communicator: its ranks in the world's order; a run's
-     * collectives stay within it, so that it trains as `mpirun -n k` */
+     * collectives stay within it, so that it trains as `mpirun -n k`; the
+     * groups take their runs from one queue by a shared counter (world
+     * rank 0's), so that a group free early takes the next run */
     mode_ctx g = *ctx;
     int me = ctx->rank / k;
     if (groups > 1) {
-        if ((rc = comm_split(ctx->comm, me, &gcomm))) {
+        if (!(rc = comm_split(ctx->comm, me, &gcomm)))
+            rc = comm_counter_create(ctx->comm, &next);
+        if ((rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err)))) {
             if (ctx->rank == 0)
                 fprintf(stderr, "mode-exp sweep: splitting the ranks into groups failed: %s\n",
-                        strerror(-rc));
+                        err[0] ? err : strerror(-rc));
             code = 1;
             goto done;
         }
@@ -670,20 +672,27 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     }
     double t_all = mode_now(), done_cost = 0.0;
     int sig = 0;
+    long q = 0, taken = 0; /* the queue's position of this group's run; runs it took */
     /* a stop signal between runs, or during one (train), ends the group's
      * queue; the others stop at their next run */
     stop_signals_install();
-    for (int q = 0; q < p.n_runs && !sig; q++) {
-        int i = order[q];
-        if (group_of[i] != me)
-            continue;
-        const sweep_run *r = &p.runs[i];
-        double t0 = mode_now();
-        err[0] = '\0';
+    for (;;) {
         sig = stop_signal_pending();
         comm_allreduce_max_int(g.comm, &sig);
         if (sig)
             break;
+        /* the next run: group rank 0 takes it, its group learns which */
+        if (groups == 1)
+            q = taken;
+        else if (g.rank == 0 && comm_counter_next(next, &q))
+            q = -1; /* cannot take one: this group stops; its runs are not reached */
+        if (comm_bcast(g.comm, &q, sizeof(q), 0) || q < 0 || q >= p.n_runs)
+            break;
+        taken++;
+        int i = order[q];
+        const sweep_run *r = &p.runs[i];
+        double t0 = mode_now();
+        err[0] = '\0';
         rc = act[i] == ACT_SKIP ? 0
                                 : do_run(&g, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
                                          argv, err, (int)sizeof(err));
@@ -695,8 +704,13 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
             break;
         }
         if (g.rank == 0) {
+            /* the runs not yet taken: about those past the one each group
+             * took last (the groups go through the queue about together) */
+            double left = 0.0;
+            for (long x = q + groups; x < p.n_runs; x++)
+                left += cost[order[x]];
             char tail[96] = "";
-            sweep_format_eta(tail, sizeof(tail), done_cost, mode_now() - t_all, load, groups);
+            sweep_format_eta(tail, sizeof(tail), done_cost, mode_now() - t_all, left, groups);
             if (groups > 1) {
                 size_t at = strlen(tail);
                 snprintf(tail + at, sizeof(tail) - at, "  (group %d)", me);
@@ -749,6 +763,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     if (ctx->rank == 0 && !o.no_report && !o.only && sweep_run_report(p.out))
         code = 1;
 done:
+    comm_counter_free(&next);
     comm_free(&gcomm);
     folder_lock_release(&lock);
     free(planned);
@@ -756,8 +771,6 @@ done:
     free(cost);
     free(outcomes);
     free(order);
-    free(group_of);
-    free(load);
     sweep_plan_free(&p);
     free(o.over);
     return code;

@@ -56,13 +56,11 @@ void sweep_plan_free(sweep_plan *p);
 void sweep_config_error(const sweep_plan *p, const sweep_run *r, const char *msg, char *out,
                         int len);
 
-/* The queue of a sweep over groups of ranks (--ranks-per-run): order[] the
- * runs by cost (their planned training FLOPs), largest first, ties in the
- * sweep's order; each run, in that order, goes to the group whose queue
- * would end first (group_of[run]); load[groups] the cost of each queue.
- * Deterministic: every rank computes the same. */
-void sweep_schedule(int n, const double *cost, int groups, int *order, int *group_of,
-                    double *load);
+/* The queue of a sweep's runs: order[] the runs by cost (their planned
+ * training FLOPs), largest first, ties in the sweep's order, the same on
+ * every rank.  The groups of --ranks-per-run take them in that order, each
+ * the next one not taken when it is free (comm_counter). */
+void sweep_queue(int n, const double *cost, int *order);
 
 /* --slurm-array: the batch script at path (one array task per run, in the
  * queue's order, ranks tasks each, `--threads threads` when threads > 0)
@@ -76,11 +74,13 @@ int sweep_write_slurm(const char *path, const sweep_plan *p, const int *order, i
 /* --only RUN: the plan cut to that run, or -EINVAL with err listing the
  * sweep's runs. */
 int sweep_keep_only(sweep_plan *p, const char *name, char *err, int err_len);
-/* "  sweep ETA 1m20s" after done_cost of a group's queue in elapsed
- * seconds: every group (load[groups], the costs of their queues) taken to
- * go at that rate; "" before any. */
+/* "  sweep ETA 1m20s": what the runs not yet taken (left_cost) would take
+ * the groups, each at this group's rate so far (done_cost in elapsed
+ * seconds); "" before any.  The runs the other groups train now are not
+ * counted. */
 void sweep_format_eta(char *buf, size_t len, double done_cost, double elapsed,
-                      const double *load, int groups);
+                      double left_cost, int groups);
+
 /* `mode-analyze report out` ($MODE_ANALYZE, else beside mode-exp, in the
  * build tree, or on PATH; a word when there is none): 0, or 1 when it
  * failed. */

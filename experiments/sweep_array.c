@@ -20,8 +20,7 @@
 
 extern char **environ;
 
-void sweep_schedule(int n, const double *cost, int groups, int *order, int *group_of,
-                    double *load)
+void sweep_queue(int n, const double *cost, int *order)
 {
     for (int i = 0; i < n; i++)
         order[i] = i;
@@ -29,21 +28,11 @@ void sweep_schedule(int n, const double *cost, int groups, int *order, int *grou
      * rank (an insertion sort: a sweep has at most SWEEP_MAX_RUNS runs) */
     for (int i = 1; i < n; i++) {
         int x = order[i], j = i;
-        while (j > 0 && cost[order[j - 1]] < cost[x])
-            order[j] = order[j - 1], j--;
+        while (j > 0 && cost[order[j - 1]] < cost[x]) {
+            order[j] = order[j - 1];
+            j--;
+        }
         order[j] = x;
-    }
-    for (int g = 0; g < groups; g++)
-        load[g] = 0.0;
-    /* each run to the group that would finish its queue first (the lowest
-     * such group on a tie) */
-    for (int q = 0; q < n; q++) {
-        int best = 0;
-        for (int g = 1; g < groups; g++)
-            if (load[g] < load[best])
-                best = g;
-        group_of[order[q]] = best;
-        load[best] += cost[order[q]];
     }
 }
 
@@ -155,18 +144,15 @@ int sweep_keep_only(sweep_plan *p, const char *name, char *err, int err_len)
 /* The sweep's ETA after this group's runs so far: every group is taken to
  * go at this group's rate (planned FLOPs a second) through its queue. */
 void sweep_format_eta(char *buf, size_t len, double done_cost, double elapsed,
-                       const double *load, int groups)
+                      double left_cost, int groups)
 {
-    double most = 0.0;
-    for (int g = 0; g < groups; g++)
-        most = load[g] > most ? load[g] : most;
     if (done_cost <= 0.0 || elapsed <= 0.0) {
         buf[0] = '\0';
         return;
     }
-    double left = most / (done_cost / elapsed) - elapsed;
+    double left = left_cost / (done_cost / elapsed) / (double)groups;
     char t[32];
-    mode_format_duration(t, sizeof(t), left > 0.0 ? left : 0.0);
+    mode_format_duration(t, sizeof(t), left);
     snprintf(buf, len, "  sweep ETA %s", t);
 }
 

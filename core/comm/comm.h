@@ -39,6 +39,17 @@ int comm_split(comm *c, int color, comm **out);
 void comm_free(comm **c);
 int comm_barrier(comm *c);
 
+/* A shared counter: any rank of c takes its next value alone, while the
+ * others go on with their own work (MPI one-sided: a fetch-and-add on a
+ * window at rank 0; a sweep's groups take their runs from one queue so).
+ * Create and free are collective over c; next is not.  With a NULL c a
+ * local counter. */
+typedef struct comm_counter comm_counter;
+int comm_counter_create(comm *c, comm_counter **out);
+/* The counter's value before this call added 1 to it. */
+int comm_counter_next(comm_counter *k, long *value);
+void comm_counter_free(comm_counter **k);
+
 /* recv_counts[p] = what rank p will send this rank, given what this rank
  * sends each (send_counts[P]): the count exchange before an all-to-all. */
 int comm_exchange_counts(comm *c, const int *send_counts, int *recv_counts);
