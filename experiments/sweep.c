@@ -1,7 +1,8 @@
 /* mode-exp sweep: run every config of a sweep file (sweep.h), each in its
- * own folder, in this process with the current MPI world; check them all
- * before the first step, skip complete runs, resume interrupted ones, then
- * hand the folder to `mode-analyze report`. */
+ * own folder, in this process with the current MPI world, or side by side
+ * in groups of its ranks (--ranks-per-run) that take the runs from one
+ * queue; check them all before the first step, skip complete runs, resume
+ * interrupted ones, then hand the folder to `mode-analyze report`. */
 #include "experiments/cli.h"
 
 #include "core/util/file.h"
@@ -48,9 +49,10 @@ static const char usage_sweep[] =
     "  --ranks-per-run K  split the P ranks of the job (P a multiple of K) into P/K\n"
     "               groups that train runs side by side, each run on K ranks with the\n"
     "               bits of `mpirun -n K mode-exp CONFIG`; the runs are queued longest\n"
-    "               planned (training FLOPs) first and dealt to the group whose queue\n"
-    "               ends first.  A run that fails at an agreement point ends only that\n"
-    "               run; the exit status is 1, naming it, and a second start resumes it.\n"
+    "               planned (training FLOPs) first and each group takes the next one\n"
+    "               when it is free.  A run that fails at an agreement point ends only\n"
+    "               that run; the exit status is 1, naming it, and a second start\n"
+    "               resumes it (a failure inside a step ends the job, naming the run).\n"
     "               Default: every run on all P ranks\n"
     "  --only RUN   train run RUN of the sweep alone, on every rank (a job array's task;\n"
     "               the run folder's lock keeps two tasks off one run; no report)\n"
