@@ -1,7 +1,8 @@
 /* mode-exp sweep: run every config of a sweep file (sweep.h), each in its
- * own folder, in this process with the current MPI world; check them all
- * before the first step, skip complete runs, resume interrupted ones, then
- * hand the folder to `mode-analyze report`. */
+ * own folder, in this process with the current MPI world, or side by side
+ * in groups of its ranks (--ranks-per-run) that take the runs from one
+ * queue; check them all before the first step, skip complete runs, resume
+ * interrupted ones, then hand the folder to `mode-analyze report`. */
 #include "experiments/cli.h"
 
 #include "core/util/file.h"
@@ -20,19 +21,17 @@
 
 #include <errno.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 static const char usage_sweep[] =
     "usage: mode-exp sweep SWEEP.ini [section.key=value ...] [--dry-run] [--progress]\n"
-    "                      [--no-report] [--threads N]\n"
+    "                      [--no-report] [--threads N] [--ranks-per-run K] [--only RUN]\n"
+    "                      [--slurm-array OUT.sbatch]\n"
     "  Trains every config of a sweep file (a grid over config keys, or an isoFLOP\n"
     "  design of budgets x model sizes x kinds; the format is in experiments/sweeps.md\n"
     "  and atop experiments/capacity.ini and isoflop.ini), each into <out>/<run name>/,\n"
@@ -46,7 +45,22 @@ static const char usage_sweep[] =
     "  --progress   print the training progress of every run\n"
     "  --no-report  do not run mode-analyze report at the end\n"
     "  --threads N  threads per rank (default: $OPENBLAS_NUM_THREADS, else cores / ranks\n"
-    "               on the node)\n";
+    "               on the node)\n"
+    "  --ranks-per-run K  split the P ranks of the job (P a multiple of K) into P/K\n"
+    "               groups that train runs side by side, each run on K ranks with the\n"
+    "               bits of `mpirun -n K mode-exp CONFIG`; the runs are queued longest\n"
+    "               planned (training FLOPs) first and each group takes the next one\n"
+    "               when it is free.  A run that fails at an agreement point ends only\n"
+    "               that run; the exit status is 1, naming it, and a second start\n"
+    "               resumes it (a failure inside a step ends the job, naming the run).\n"
+    "               Default: every run on all P ranks\n"
+    "  --only RUN   train run RUN of the sweep alone, on every rank (a job array's task;\n"
+    "               the run folder's lock keeps two tasks off one run; no report)\n"
+    "  --slurm-array OUT.sbatch  train nothing: write a SLURM batch script of one array\n"
+    "               task per run (K = --ranks-per-run ranks each, default 1), each\n"
+    "               `mode-exp sweep SWEEP.ini --only RUN` of line $SLURM_ARRAY_TASK_ID of\n"
+    "               the run list OUT.sbatch.runs written beside it; without srun a task\n"
+    "               runs under mpirun (K > 1) or alone\n";
 
 typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
 static const char *const action_names[] = { "train", "resume", "complete" };
@@ -57,6 +71,9 @@ typedef struct sweep_opts {
     char **over;
     bool dry_run, progress, no_report;
     int threads;
+    bool threads_set;        /* --threads given (the job array's tasks take it) */
+    int ranks_per_run;       /* 0: every run on the whole world */
+    const char *only, *slurm; /* --only RUN, --slurm-array OUT.sbatch */
 } sweep_opts;
 
 /* What a run folder holds: the last metrics row and evaluation of run.h5. */
@@ -66,55 +83,43 @@ typedef struct run_state {
     double loss, eval_topk, eval_causal;
 } run_state;
 
+/* The options of sweep, one row each: a value-taking one reads the next
+ * argument.  Each may be given once. */
+enum { OPT_DRY_RUN, OPT_PROGRESS, OPT_NO_REPORT, OPT_THREADS, OPT_RANKS_PER_RUN, OPT_ONLY,
+       OPT_SLURM_ARRAY, OPT_COUNT };
+static const struct { const char *name; bool value; } sweep_options[OPT_COUNT] = {
+    { "--dry-run", false }, { "--progress", false }, { "--no-report", false },
+    { "--threads", true }, { "--ranks-per-run", true }, { "--only", true },
+    { "--slurm-array", true },
+};
+
 static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
 {
     memset(o, 0, sizeof(*o));
     o->over = calloc((size_t)argc + 1, sizeof(char *));
     if (!o->over)
         return -ENOMEM;
-    static const char *const names[] = { "--dry-run", "--progress", "--no-report", "--threads" };
-    const char *seen[4] = { 0 };
+    const char *seen[OPT_COUNT] = { 0 };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        int k = 0;
-        while (k < 4 && strcmp(a, names[k]))
-            k++;
-        if (k < 4 && seen[k]) {
-            /* the last would win over the first without a word */
-            if (k == 3)
-                fprintf(stderr, "mode-exp sweep: --threads given twice (%s, then %s): give each "
-                        "option once\n", seen[k], i + 1 < argc ? argv[i + 1] : "(missing)");
-            else
-                fprintf(stderr, "mode-exp sweep: %s given twice: give each option once\n", a);
-            return -EINVAL;
-        }
-        if (k < 4)
-            seen[k] = k == 3 && i + 1 < argc ? argv[i + 1] : a;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_sweep, stdout);
             exit(0);
-        } else if (!strcmp(a, "--dry-run")) {
-            o->dry_run = true;
-        } else if (!strcmp(a, "--progress")) {
-            o->progress = true;
-        } else if (!strcmp(a, "--no-report")) {
-            o->no_report = true;
-        } else if (!strcmp(a, "--threads")) {
-            long t = 0;
-            if (i + 1 >= argc || !num_parse_long(argv[i + 1], 1, CLI_MAX_THREADS, &t)) {
-                fprintf(stderr, "mode-exp sweep: --threads %s: expected a positive integer up "
-                        "to %d\n", i + 1 < argc ? argv[i + 1] : "(missing)", CLI_MAX_THREADS);
-                return -EINVAL;
-            }
-            o->threads = (int)t;
-            i++;
-        } else if (a[0] == '-' && a[1] == '-') {
+        }
+        int k = 0;
+        while (k < OPT_COUNT && strcmp(a, sweep_options[k].name))
+            k++;
+        if (k == OPT_COUNT && a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "mode-exp sweep: unknown option %s (it takes --dry-run, --progress, "
-                    "--no-report, --threads)\n%s", a, usage_sweep);
+                    "--no-report, --threads, --ranks-per-run, --only, --slurm-array)\n%s", a,
+                    usage_sweep);
             return -EINVAL;
-        } else if (!o->file) {
-            o->file = a;
-        } else {
+        }
+        if (k == OPT_COUNT) {
+            if (!o->file) {
+                o->file = a;
+                continue;
+            }
             for (int j = 0; j < o->n_over; j++)
                 if (cli_same_key(o->over[j], a)) {
                     fprintf(stderr, "mode-exp sweep: %s, then %s: one key given twice (the "
@@ -122,10 +127,65 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
                     return -EINVAL;
                 }
             o->over[o->n_over++] = argv[i];
+            continue;
         }
+        const char *v = sweep_options[k].value ? (i + 1 < argc ? argv[i + 1] : NULL) : a;
+        if (seen[k]) {
+            /* the last would win over the first without a word */
+            if (sweep_options[k].value)
+                fprintf(stderr, "mode-exp sweep: %s given twice (%s, then %s): give each "
+                        "option once\n", a, seen[k], v ? v : "(missing)");
+            else
+                fprintf(stderr, "mode-exp sweep: %s given twice: give each option once\n", a);
+            return -EINVAL;
+        }
+        if (sweep_options[k].value && !v) {
+            fprintf(stderr, "mode-exp sweep: %s (missing): expected a value\n", a);
+            return -EINVAL;
+        }
+        seen[k] = v;
+        long t = 0;
+        switch (k) {
+        case OPT_DRY_RUN: o->dry_run = true; break;
+        case OPT_PROGRESS: o->progress = true; break;
+        case OPT_NO_REPORT: o->no_report = true; break;
+        case OPT_THREADS:
+        case OPT_RANKS_PER_RUN: {
+            long hi = k == OPT_THREADS ? CLI_MAX_THREADS : 1 << 20;
+            if (!num_parse_long(v, 1, hi, &t)) {
+                fprintf(stderr, "mode-exp sweep: %s %s: expected a positive integer up to "
+                        "%ld\n", a, v, hi);
+                return -EINVAL;
+            }
+            *(k == OPT_THREADS ? &o->threads : &o->ranks_per_run) = (int)t;
+            o->threads_set = o->threads_set || k == OPT_THREADS;
+            break;
+        }
+        case OPT_ONLY: o->only = v; break;
+        case OPT_SLURM_ARRAY: o->slurm = v; break;
+        default: break;
+        }
+        if (sweep_options[k].value)
+            i++;
     }
     if (!o->file) {
         fputs(usage_sweep, stderr);
+        return -EINVAL;
+    }
+    /* combinations that would ignore one of them */
+    if (o->only && o->slurm) {
+        fprintf(stderr, "mode-exp sweep: --only and --slurm-array: the script trains every "
+                "run, one a task; give one of them\n");
+        return -EINVAL;
+    }
+    if (o->only && o->ranks_per_run) {
+        fprintf(stderr, "mode-exp sweep: --only %s and --ranks-per-run %d: one run trains on "
+                "every rank of the job; give one of them\n", o->only, o->ranks_per_run);
+        return -EINVAL;
+    }
+    if (o->slurm && (o->dry_run || o->progress || o->no_report)) {
+        fprintf(stderr, "mode-exp sweep: --slurm-array writes a script and trains nothing: "
+                "--dry-run, --progress and --no-report would change nothing\n");
         return -EINVAL;
     }
     return o->threads ? 0 : cli_env_threads(&o->threads);
@@ -271,8 +331,8 @@ static int check_overrides_read(const sweep_plan *p, const sweep_opts *o, int ra
     return rc;
 }
 
-static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_action *act,
-                     char *err, int err_len)
+static int check_all(mode_ctx *ctx, const sweep_plan *p, int ranks, long *planned,
+                     double *cost, run_action *act, char *err, int err_len)
 {
     run_config *cfg = malloc(sizeof(run_config));
     char **resolved = calloc((size_t)(p->n_runs > 0 ? p->n_runs : 1), sizeof(char *));
@@ -284,7 +344,7 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
     int rc = 0;
     for (int i = 0; i < p->n_runs && !rc; i++) {
         const sweep_run *r = &p->runs[i];
-        if ((rc = load_run_config(p, r, cfg, ctx->size, err, err_len)))
+        if ((rc = load_run_config(p, r, cfg, ranks, err, err_len)))
             break;
         /* the config but its name: no two runs may be the same */
         char name[sizeof(cfg->name)];
@@ -302,6 +362,7 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
             break;
         double step_flops = config_train_flops_per_step(cfg);
         planned[i] = config_planned_steps(cfg, step_flops);
+        cost[i] = step_flops * (double)planned[i];
         if (planned[i] <= 0) {
             char where[SWEEP_PATH_LEN + 32];
             int line = budget_line(r);
@@ -342,73 +403,6 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, long *planned, run_acti
     return rc;
 }
 
-/* mode-analyze: $MODE_ANALYZE, else beside mode-exp in the install (same
- * folder) or the build tree (../analysis/), else on PATH. */
-static bool find_analyze(char *path, size_t len)
-{
-    const char *env = getenv("MODE_ANALYZE");
-    if (env) {
-        snprintf(path, len, "%s", env);
-        return access(path, X_OK) == 0;
-    }
-    char exe[MODE_PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) { /* <dir>/mode-analyze, then <dir>/../analysis/mode-analyze */
-            *slash = '\0';
-            snprintf(path, len, "%s/mode-analyze", exe);
-            if (!access(path, X_OK))
-                return true;
-            slash = strrchr(exe, '/');
-            if (slash) {
-                *slash = '\0';
-                snprintf(path, len, "%s/analysis/mode-analyze", exe);
-                if (!access(path, X_OK))
-                    return true;
-            }
-        }
-    }
-    const char *dirs = getenv("PATH");
-    while (dirs && *dirs) {
-        const char *colon = strchr(dirs, ':');
-        int dl = colon ? (int)(colon - dirs) : (int)strlen(dirs);
-        snprintf(path, len, "%.*s/mode-analyze", dl, dirs);
-        if (dl > 0 && !access(path, X_OK))
-            return true;
-        dirs = colon ? colon + 1 : NULL;
-    }
-    return false;
-}
-
-static int run_report(const char *out)
-{
-    char exe[MODE_PATH_MAX + 128];
-    if (!find_analyze(exe, sizeof(exe))) {
-        printf("# mode-analyze not found (it is built with cairo, -Danalysis=enabled); make the "
-               "report with: mode-analyze report %s\n", out);
-        return 0;
-    }
-    printf("# %s report %s\n", exe, out);
-    fflush(stdout);
-    char *argv[] = { exe, (char *)"report", (char *)out, NULL };
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
-    if (rc) {
-        fprintf(stderr, "mode-exp sweep: cannot start %s: %s\n", exe, strerror(rc));
-        return 1;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-        fprintf(stderr, "mode-exp sweep: %s report %s failed\n", exe, out);
-        return 1;
-    }
-    return 0;
-}
-
 typedef struct progress {
     const char *name;
 } progress;
@@ -423,6 +417,28 @@ static void print_progress(const train_log *l, void *user)
         printf("  %s eval %ld  held-out loss: topk %.4f  causal %.4f\n", pr->name, l->step,
                l->eval_topk, l->eval_causal);
     fflush(stdout);
+}
+
+/* The run this process trains now, and where, for the message of a failure
+ * inside a step (sweep_fatal). */
+static const char *fatal_run;
+static int fatal_group = -1;
+
+/* A rank failed where the other ranks of its group wait in a collective it
+ * will not reach: MPI cannot end one group's ranks alone (Open MPI's
+ * MPI_Abort, on any communicator, ends every rank of the job), so the
+ * whole sweep stops, naming the run; a second start resumes it. */
+static void sweep_fatal(mode_ctx *ctx, const char *msg)
+{
+    char why[3600];
+    if (fatal_group >= 0)
+        snprintf(why, sizeof(why), "run %s (group %d, world rank %d): %s; a failure inside "
+                 "a step ends the whole sweep (MPI cannot stop one group alone): run it "
+                 "again to resume", fatal_run ? fatal_run : "?", fatal_group,
+                 comm_world_rank(ctx ? ctx->comm : NULL), msg);
+    else
+        snprintf(why, sizeof(why), "run %s: %s", fatal_run ? fatal_run : "?", msg);
+    cli_fatal_stop(ctx, why);
 }
 
 /* Train (or resume) one run; the run's line comes after. */
@@ -440,11 +456,13 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
         progress pr = { r->name };
         trainer_opts to = { .resume = resume, .log = o->progress ? print_progress : NULL,
                             .log_user = &pr, .argc = argc, .argv = argv,
-                            .blas_threads = threads, .fatal = cli_fatal_stop,
+                            .blas_threads = threads, .fatal = sweep_fatal,
                             /* the sweep inspected the folder: a run to train anew goes
                              * over whatever an earlier try of it left */
                             .overwrite = !resume };
+        fatal_run = r->name;
         rc = train(cfg, mode_kind_ops, ctx, &to, err, err_len);
+        fatal_run = NULL;
         if (rc && !err[0])
             snprintf(err, (size_t)err_len, "%s", strerror(-rc));
     }
@@ -455,7 +473,7 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
 /* One line per run: what happened, steps, the last training loss and
  * held-out losses from its run file, the time it took. */
 static void report_run(const sweep_plan *p, int i, int outcome, long planned, double secs,
-                       const char *why)
+                       const char *why, const char *tail)
 {
     static const char *const outcome_names[] = { "trained", "resumed", "skipped", "failed" };
     const sweep_run *r = &p->runs[i];
@@ -463,7 +481,7 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     for (int k = 0; k < p->n_runs; k++)
         nw = nw > (int)strlen(p->runs[k].name) ? nw : (int)strlen(p->runs[k].name);
     if (outcome == 3) {
-        printf("[%*d/%d] %-*s  failed: %s\n", w, i + 1, p->n_runs, nw, r->name, why);
+        printf("[%*d/%d] %-*s  failed: %s%s\n", w, i + 1, p->n_runs, nw, r->name, why, tail);
         fflush(stdout);
         return;
     }
@@ -480,9 +498,9 @@ static void report_run(const sweep_plan *p, int i, int outcome, long planned, do
     free(cfg);
     if (secs >= 0)
         mode_format_duration(t, sizeof(t), secs);
-    printf("[%*d/%d] %-*s  %-7s %6ld/%ld steps  loss %.4f  held-out %.4f (causal %.4f)%s%s\n",
+    printf("[%*d/%d] %-*s  %-7s %6ld/%ld steps  loss %.4f  held-out %.4f (causal %.4f)%s%s%s\n",
            w, i + 1, p->n_runs, nw, r->name, outcome_names[outcome], s.done, planned, s.loss,
-           s.eval_topk, s.eval_causal, t[0] ? "  " : "", t);
+           s.eval_topk, s.eval_causal, t[0] ? "  " : "", t, tail);
     fflush(stdout);
 }
 
@@ -527,13 +545,30 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         free(o.over);
         return 2;
     }
+    /* ranks per run: groups of k ranks each train runs of their own */
+    int k = o.ranks_per_run ? o.ranks_per_run : o.slurm ? 1 : ctx->size;
+    if (!o.slurm && ctx->size % k) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp sweep: --ranks-per-run %d: the job's %d rank(s) do not "
+                    "split into groups of %d: start a multiple of %d ranks\n", k, ctx->size, k,
+                    k);
+        free(o.over);
+        return 2;
+    }
+    int groups = o.slurm ? 1 : ctx->size / k;
     h5_quiet();
     sweep_plan p;
     char err[2048] = "";
     long *planned = NULL;
+    double *cost = NULL, *outcomes = NULL;
+    int *order = NULL;
+    comm_counter *next = NULL;
     run_action *act = NULL;
+    comm *gcomm = NULL;
     int rc = sweep_plan_load(&p, o.file, o.n_over, o.over, err, (int)sizeof(err)), code = 2;
     folder_lock lock = folder_lock_none();
+    if (!rc && o.only)
+        rc = sweep_keep_only(&p, o.only, err, (int)sizeof(err));
     /* every rank the same plan (docs/robustness.md, "Ranks that disagree"):
      * a sweep file that differs on one rank would give it other runs, or
      * another number of them */
@@ -541,20 +576,44 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         (rc = agree_plan(ctx, &p, err, (int)sizeof(err))))
         code = 1; /* not a bad sweep file: ranks that were started apart */
     if (!rc) {
-        planned = calloc((size_t)p.n_runs, sizeof(long));
-        act = calloc((size_t)p.n_runs, sizeof(run_action));
-        rc = planned && act ? check_all(ctx, &p, planned, act, err, (int)sizeof(err)) : -ENOMEM;
+        size_t n = (size_t)(p.n_runs > 0 ? p.n_runs : 1);
+        planned = calloc(n, sizeof(long));
+        act = calloc(n, sizeof(run_action));
+        cost = calloc(n, sizeof(double));
+        outcomes = calloc(n, sizeof(double));
+        order = calloc(n, sizeof(int));
+        rc = planned && act && cost && outcomes && order
+                 ? check_all(ctx, &p, k, planned, cost, act, err, (int)sizeof(err))
+                 : -ENOMEM;
     }
     if (!rc)
-        rc = check_overrides_read(&p, &o, ctx->size, err, (int)sizeof(err));
+        rc = check_overrides_read(&p, &o, k, err, (int)sizeof(err));
+    if (!rc)
+        sweep_queue(p.n_runs, cost, order);
+    if (!rc && o.slurm) { /* the job array's script, and no training */
+        if (ctx->rank == 0)
+            rc = sweep_write_slurm(o.slurm, &p, order, k, o.threads_set ? o.threads : 0,
+                                   o.n_over, o.over, err, (int)sizeof(err));
+        if (!(rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))) && ctx->rank == 0)
+            printf("# %s: %d array tasks of %d rank(s), one per run of %s (run list %s.runs)\n",
+                   o.slurm, p.n_runs, k, p.path, o.slurm);
+        else
+            code = 1;
+        if (!rc) {
+            code = 0;
+            goto done;
+        }
+    }
     /* the out folder is this sweep's while it runs: a second sweep there is
      * refused at once, naming this one (a dry run writes nothing; a sweep
-     * refused above created nothing) */
+     * refused above created nothing).  One run (--only, a job array's task)
+     * is kept off its folder by the run's own lock, so that the tasks of
+     * one sweep go side by side. */
     if (!rc && !o.dry_run) {
         if (ctx->rank == 0 && (rc = file_make_dirs(p.out)))
             snprintf(err, sizeof(err), "%s: cannot create the sweep's folder: %s", p.out,
                      strerror(-rc));
-        else if (ctx->rank == 0)
+        else if (ctx->rank == 0 && !o.only)
             rc = folder_lock_take(&lock, p.out, "sweep", err, (int)sizeof(err));
         if ((rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))))
             code = 1; /* not a bad sweep file: a folder in use or unwritable */
@@ -569,16 +628,22 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     for (int i = 0; i < p.n_runs; i++)
         counts[act[i]]++;
     if (ctx->rank == 0) {
+        char shape[96];
+        if (groups > 1)
+            snprintf(shape, sizeof(shape), "%d groups of %d rank(s)", groups, k);
+        else
+            snprintf(shape, sizeof(shape), "%d rank(s)", k);
         printf("# sweep %s (%s over %s): %d runs into %s/: %d to train, %d to resume, %d "
-               "complete; %d rank(s) x %d thread(s)\n", p.path,
+               "complete; %s x %d thread(s)\n", p.path,
                p.isoflop ? "isoFLOP design" : "grid", p.base, p.n_runs, p.out,
-               counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], ctx->size, threads);
+               counts[ACT_TRAIN], counts[ACT_RESUME], counts[ACT_SKIP], shape, threads);
         if (o.dry_run)
-            for (int i = 0; i < p.n_runs; i++) {
+            for (int q = 0; q < p.n_runs; q++) { /* in the queue's order */
+                int i = order[q];
                 printf("%-32s %7ld steps  %-8s", p.runs[i].name, planned[i],
                        action_names[act[i]]);
-                for (int k = 0; k < p.runs[i].n_over - 2; k++) /* not run.out, run.name */
-                    printf("  %s", p.runs[i].over[k].text);
+                for (int j = 0; j < p.runs[i].n_over - 2; j++) /* not run.out, run.name */
+                    printf("  %s", p.runs[i].over[j].text);
                 printf("\n");
             }
         fflush(stdout);
@@ -586,56 +651,128 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     code = 0;
     if (o.dry_run)
         goto done;
-    int done_as[4] = { 0, 0, 0, 0 }; /* trained, resumed, skipped, failed */
-    double t_all = mode_now();
-    /* a stop signal between runs, or during one (train), ends the sweep */
+    /* the group's communicator: its ranks in the world's order; a run's
+     * collectives stay within it, so that it trains as `mpirun -n k`; the
+     * groups take their runs from one queue by a shared counter (world
+     * rank 0's), so that a group free early takes the next run */
+    mode_ctx g = *ctx;
+    int me = ctx->rank / k;
+    if (groups > 1) {
+        if (!(rc = comm_split(ctx->comm, me, &gcomm)))
+            rc = comm_counter_create(ctx->comm, &next);
+        if ((rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err)))) {
+            if (ctx->rank == 0)
+                fprintf(stderr, "mode-exp sweep: splitting the ranks into groups failed: %s\n",
+                        err[0] ? err : strerror(-rc));
+            code = 1;
+            goto done;
+        }
+        fatal_group = me;
+        g.comm = gcomm;
+        g.rank = comm_rank(gcomm);
+        g.size = comm_size(gcomm);
+    }
+    double t_all = mode_now(), done_cost = 0.0;
+    int sig = 0;
+    long q = 0, taken = 0; /* the queue's position of this group's run; runs it took */
+    /* a stop signal between runs, or during one (train), ends the group's
+     * queue; the others stop at their next run */
     stop_signals_install();
-    for (int i = 0; i < p.n_runs; i++) {
+    for (;;) {
+        sig = stop_signal_pending();
+        comm_allreduce_max_int(g.comm, &sig);
+        if (sig)
+            break;
+        /* the next run: group rank 0 takes it, its group learns which */
+        if (groups == 1)
+            q = taken;
+        else if (g.rank == 0 && comm_counter_next(next, &q))
+            q = -1; /* cannot take one: this group stops; its runs are not reached */
+        if (comm_bcast(g.comm, &q, sizeof(q), 0) || q < 0 || q >= p.n_runs)
+            break;
+        taken++;
+        int i = order[q];
         const sweep_run *r = &p.runs[i];
         double t0 = mode_now();
         err[0] = '\0';
-        int sig = stop_signal_pending();
-        comm_allreduce_max_int(ctx->comm, &sig);
-        if (sig) {
-            stop_signal_set(sig);
-            if (ctx->rank == 0)
-                printf("# stopped by signal %d before run %d; run the sweep again to go on\n",
-                       sig, i + 1);
-            code = 128 + sig;
-            stop_signals_restore();
-            goto done;
-        }
         rc = act[i] == ACT_SKIP ? 0
-                                : do_run(ctx, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
+                                : do_run(&g, &p, r, act[i] == ACT_RESUME, &o, threads, argc,
                                          argv, err, (int)sizeof(err));
         int outcome = rc ? 3 : act[i] == ACT_SKIP ? 2 : act[i] == ACT_RESUME ? 1 : 0;
-        done_as[outcome]++;
-        if (ctx->rank == 0)
-            report_run(&p, i, outcome, planned[i], outcome == 2 ? -1.0 : mode_now() - t0, err);
-        if (rc == -EINTR) { /* a signal: stop here, the checkpoint is written */
-            if (ctx->rank == 0)
-                printf("# stopped; run the sweep again to resume\n");
-            code = 128 + train_stop_signal();
-            stop_signals_restore();
-            goto done;
+        done_cost += cost[i];
+        if (rc == -EINTR) { /* a signal: the checkpoint is written */
+            sig = train_stop_signal();
+            sig = sig ? sig : 2;
+            break;
+        }
+        if (g.rank == 0) {
+            /* the runs not yet taken: about those past the one each group
+             * took last (the groups go through the queue about together) */
+            double left = 0.0;
+            for (long x = q + groups; x < p.n_runs; x++)
+                left += cost[order[x]];
+            char tail[96] = "";
+            sweep_format_eta(tail, sizeof(tail), done_cost, mode_now() - t_all, left, groups);
+            if (groups > 1) {
+                size_t at = strlen(tail);
+                snprintf(tail + at, sizeof(tail) - at, "  (group %d)", me);
+            }
+            outcomes[i] = outcome + 1;
+            report_run(&p, i, outcome, planned[i], outcome == 2 ? -1.0 : mode_now() - t0, err,
+                       tail);
         }
     }
+    /* every group done (or stopped): what became of each run, and a signal
+     * of any, to world rank 0; a group that waits here for the others keeps
+     * the stop handlers, so that a signal meanwhile ends it with them */
+    comm_allreduce_max_int(ctx->comm, &sig);
+    rc = p.n_runs > 0 ? comm_allreduce_sum_double(ctx->comm, outcomes, p.n_runs) : 0;
+    int late = stop_signal_pending(); /* one that came while this group waited */
+    comm_allreduce_max_int(ctx->comm, &late);
+    sig = sig ? sig : late;
     stop_signals_restore();
+    if (rc) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "mode-exp sweep: gathering the groups' outcomes failed\n");
+        code = 1;
+        goto done;
+    }
+    int done_as[5] = { 0, 0, 0, 0, 0 }; /* trained, resumed, skipped, failed, not reached */
+    for (int i = 0; i < p.n_runs; i++)
+        done_as[outcomes[i] >= 1.0 && outcomes[i] <= 4.0 ? (int)outcomes[i] - 1 : 4]++;
+    if (sig) {
+        if (ctx->rank == 0)
+            printf("# stopped by signal %d with %d run(s) not finished; run the sweep again to "
+                   "go on\n", sig, done_as[4]);
+        code = 128 + sig;
+        goto done;
+    }
     if (ctx->rank == 0) {
         char t[32];
         mode_format_duration(t, sizeof(t), mode_now() - t_all);
         printf("# %d runs: %d trained, %d resumed, %d skipped, %d failed in %s\n", p.n_runs,
                done_as[0], done_as[1], done_as[2], done_as[3], t);
+        if (done_as[3] || done_as[4]) {
+            fprintf(stderr, "mode-exp sweep: %d run(s) failed:", done_as[3] + done_as[4]);
+            for (int i = 0; i < p.n_runs; i++)
+                if (!(outcomes[i] >= 1.0 && outcomes[i] <= 3.0))
+                    fprintf(stderr, " %s", p.runs[i].name);
+            fprintf(stderr, "; run the sweep again to resume them\n");
+        }
         fflush(stdout);
     }
-    int failed = done_as[3];
-    code = failed ? 1 : 0;
-    if (ctx->rank == 0 && !o.no_report && run_report(p.out))
+    code = done_as[3] || done_as[4] ? 1 : 0;
+    if (ctx->rank == 0 && !o.no_report && !o.only && sweep_run_report(p.out))
         code = 1;
 done:
+    comm_counter_free(&next);
+    comm_free(&gcomm);
     folder_lock_release(&lock);
     free(planned);
     free(act);
+    free(cost);
+    free(outcomes);
+    free(order);
     sweep_plan_free(&p);
     free(o.over);
     return code;

@@ -8,6 +8,7 @@
 #define MODE_EXPERIMENTS_SWEEP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define SWEEP_LINE_CHARS 1024 /* longest line of a sweep file */
 #define SWEEP_NAME_LEN 128    /* a run's name (its folder): run.name's size */
@@ -54,5 +55,35 @@ void sweep_plan_free(sweep_plan *p);
  * key = value: ... (run NAME)". */
 void sweep_config_error(const sweep_plan *p, const sweep_run *r, const char *msg, char *out,
                         int len);
+
+/* The queue of a sweep's runs: order[] the runs by cost (their planned
+ * training FLOPs), largest first, ties in the sweep's order, the same on
+ * every rank.  The groups of --ranks-per-run take them in that order, each
+ * the next one not taken when it is free (comm_counter). */
+void sweep_queue(int n, const double *cost, int *order);
+
+/* --slurm-array: the batch script at path (one array task per run, in the
+ * queue's order, ranks tasks each, `--threads threads` when threads > 0)
+ * and its run list, path + ".runs", a run's name a line; each task runs
+ * `mode-exp sweep FILE args... --only RUN` (args: the command line's
+ * overrides).  Both through core/util/outfile.h.  0, or a negative errno
+ * with err. */
+int sweep_write_slurm(const char *path, const sweep_plan *p, const int *order, int ranks,
+                      int threads, int n_args, char *const *args, char *err, int err_len);
+
+/* --only RUN: the plan cut to that run, or -EINVAL with err listing the
+ * sweep's runs. */
+int sweep_keep_only(sweep_plan *p, const char *name, char *err, int err_len);
+/* "  sweep ETA 1m20s": what the runs not yet taken (left_cost) would take
+ * the groups, each at this group's rate so far (done_cost in elapsed
+ * seconds); "" before any.  The runs the other groups train now are not
+ * counted. */
+void sweep_format_eta(char *buf, size_t len, double done_cost, double elapsed,
+                      double left_cost, int groups);
+
+/* `mode-analyze report out` ($MODE_ANALYZE, else beside mode-exp, in the
+ * build tree, or on PATH; a word when there is none): 0, or 1 when it
+ * failed. */
+int sweep_run_report(const char *out);
 
 #endif

@@ -93,6 +93,13 @@ void comm_finalize(comm **pc)
         MPI_Finalize();
 }
 
+int comm_world_rank(const comm *c)
+{
+    while (c && c->parent)
+        c = c->parent;
+    return c ? c->rank : 0;
+}
+
 int comm_split(comm *c, int color, comm **out)
 {
     *out = NULL;
@@ -103,6 +110,12 @@ int comm_split(comm *c, int color, comm **out)
         return -ENOMEM;
     s->item_type = MPI_DATATYPE_NULL;
     s->parent = c;
+    /* the injected fault, still armed, fires in the sub-communicator too
+     * (a sweep's group trains on one): it names a world rank */
+    memcpy(s->fault_site, c->fault_site, sizeof(s->fault_site));
+    s->fault_rank = c->fault_rank;
+    s->fault_step = c->fault_step;
+    s->step = c->step;
     if (MPI_Comm_split(c->world, color, c->rank, &s->world)) {
         free(s);
         return -EIO;
@@ -324,10 +337,11 @@ void comm_set_step(comm *c, long step)
 
 int comm_fault(comm *c, const char *site)
 {
-    if (!c || !c->fault_site[0] || c->rank != c->fault_rank ||
+    if (!c || !c->fault_site[0] || comm_world_rank(c) != c->fault_rank ||
         (c->fault_step != LONG_MIN && c->step != c->fault_step) || strcmp(c->fault_site, site))
         return 0;
-    c->fault_site[0] = '\0'; /* once */
+    for (comm *a = c; a; a = a->parent)
+        a->fault_site[0] = '\0'; /* once, in the world and the groups made from it */
     return -EIO;
 }
 
@@ -440,6 +454,71 @@ int comm_agree_text(comm *c, const char *text, char *msg, int len)
     free(a);
     free(b);
     return -EINVAL;
+}
+
+struct comm_counter {
+    MPI_Win win; /* MPI_WIN_NULL without MPI */
+    long *base;  /* rank 0's value (MPI_Win_allocate's memory), or the local one */
+    long local;
+};
+
+int comm_counter_create(comm *c, comm_counter **out)
+{
+    comm_counter *k = calloc(1, sizeof(*k));
+    *out = NULL;
+    if (!k)
+        return -ENOMEM;
+    k->win = MPI_WIN_NULL;
+    k->base = &k->local;
+    if (c) {
+        MPI_Aint bytes = c->rank == 0 ? (MPI_Aint)sizeof(long) : 0;
+        long *mem = NULL;
+        if (MPI_Win_allocate(bytes, (int)sizeof(long), MPI_INFO_NULL, c->world, &mem,
+                             &k->win)) {
+            free(k);
+            return -EIO;
+        }
+        MPI_Win_set_errhandler(k->win, MPI_ERRORS_RETURN);
+        if (c->rank == 0) {
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, k->win);
+            *mem = 0;
+            MPI_Win_unlock(0, k->win);
+        }
+        /* nobody takes a value before rank 0 has set it */
+        if (MPI_Barrier(c->world)) {
+            MPI_Win_free(&k->win);
+            free(k);
+            return -EIO;
+        }
+    }
+    *out = k;
+    return 0;
+}
+
+int comm_counter_next(comm_counter *k, long *value)
+{
+    if (k->win == MPI_WIN_NULL) {
+        *value = (*k->base)++;
+        return 0;
+    }
+    long one = 1;
+    if (MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, k->win))
+        return -EIO;
+    int rc = MPI_Fetch_and_op(&one, value, MPI_LONG, 0, 0, MPI_SUM, k->win);
+    if (MPI_Win_unlock(0, k->win) || rc)
+        return -EIO;
+    return 0;
+}
+
+void comm_counter_free(comm_counter **pk)
+{
+    comm_counter *k = *pk;
+    if (!k)
+        return;
+    if (k->win != MPI_WIN_NULL)
+        MPI_Win_free(&k->win);
+    free(k);
+    *pk = NULL;
 }
 
 void comm_abort(comm *c, int code)

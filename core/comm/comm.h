@@ -14,6 +14,9 @@ int comm_init(comm **out, int *argc, char ***argv);
 /* MPI_Finalize. */
 void comm_finalize(comm **c);
 int comm_rank(const comm *c);
+/* This rank's rank in the world, for a sub-communicator too (comm_split):
+ * the rank MODE_FAULT names.  0 for a NULL comm. */
+int comm_world_rank(const comm *c);
 int comm_size(const comm *c);
 /* Ranks sharing this rank's node (for choosing threads per rank). */
 int comm_local_size(const comm *c);
@@ -35,6 +38,17 @@ int comm_gather_bytes(comm *c, const void *send, int bytes, void **recv, int *co
 int comm_split(comm *c, int color, comm **out);
 void comm_free(comm **c);
 int comm_barrier(comm *c);
+
+/* A shared counter: any rank of c takes its next value alone, while the
+ * others go on with their own work (MPI one-sided: a fetch-and-add on a
+ * window at rank 0; a sweep's groups take their runs from one queue so).
+ * Create and free are collective over c; next is not.  With a NULL c a
+ * local counter. */
+typedef struct comm_counter comm_counter;
+int comm_counter_create(comm *c, comm_counter **out);
+/* The counter's value before this call added 1 to it. */
+int comm_counter_next(comm_counter *k, long *value);
+void comm_counter_free(comm_counter **k);
 
 /* recv_counts[p] = what rank p will send this rank, given what this rank
  * sends each (send_counts[P]): the count exchange before an all-to-all. */

@@ -181,16 +181,21 @@ int train_stop_signal(void)
 }
 
 /* A testing aid (docs/robustness.md): MODE_FAULT=nan@STEP puts a NaN into a
- * gradient at that step; MODE_FAULT=error@RANK:STEP makes that rank fail. */
+ * gradient at that step; MODE_FAULT=error@RANK:STEP makes that world rank
+ * fail, once in the process (a sweep's group goes on to its next run). */
 static int injected_fault(const mode_ctx *ctx, long done, model *m)
 {
+    static bool error_fired;
     fault_spec f = fault_from_env();
     if (f.set && !strcmp(f.site, "nan") && f.step == done) {
         m->grads[m->tensors[m->n_tensors / 2].offset] = NAN;
         return 0;
     }
-    if (f.set && !strcmp(f.site, "error") && f.rank == ctx->rank && f.step == done)
+    if (f.set && !strcmp(f.site, "error") && !error_fired &&
+        f.rank == (ctx->comm ? comm_world_rank(ctx->comm) : ctx->rank) && f.step == done) {
+        error_fired = true;
         return -EIO;
+    }
     return 0;
 }
 

@@ -2,7 +2,8 @@
 # End-to-end tests of `mode-exp sweep` and of `mode-analyze isoflop` and
 # `report` on tiny sweeps of the tiny config.
 #   test_sweep.sh TEST MODE_EXP MODE_ANALYZE|none CONFIG COMPARE_RUNS
-# TEST: grid | rerun | resume | errors | isoflop | report | examples
+# TEST: grid | rerun | resume | errors | isoflop | report | examples | groups | groupfault |
+#       slurm
 set -u
 test_name=$1
 examples=$(cd "$(dirname "$0")/../../experiments" && pwd)
@@ -72,6 +73,19 @@ write_iso() { # 2 budgets x 2 sizes x 2 kinds
 	[kind.mod]
 	pattern = dense, mod
 	mod.capacity = 0.25
+	EOF
+}
+
+write_small() { # 4 tiny runs, two sizes (the queue puts d_model 32 first)
+	cat >small.ini <<-'EOF'
+	[sweep]
+	base = tiny.ini
+	out = out
+	[all]
+	run.steps = 12
+	[grid]
+	model.d_model = 16, 32
+	optim.lr = 3e-3, 1e-3
 	EOF
 }
 
@@ -395,6 +409,124 @@ examples)
 	grep -q "seeds.ini:5: run.seed: set by \[sweep\] seeds (line 3) in every run" err.txt ||
 		fail "seeds message: $(cat err.txt)"
 	[ -e out ] && fail "--dry-run created out/"
+	;;
+groups)
+	# mpirun -n 2 --ranks-per-run 1: two groups side by side, each run with the
+	# bits of the run alone at 1 rank; --ranks-per-run 2: those of it at 2 ranks
+	command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+	write_small
+	mpirun -n 2 "$exe" sweep small.ini --ranks-per-run 1 --dry-run >dry.txt 2>&1 || fail "dry run: $(cat dry.txt)"
+	grep -q "4 to train, 0 to resume, 0 complete; 2 groups of 1 rank(s)" dry.txt || fail "dry-run header: $(cat dry.txt)"
+	# the queue, longest first (d_model 32 before 16), ties in the sweep's order
+	[ "$(grep '^d_model' dry.txt | cut -d' ' -f1 | tr '\n' ' ')" = \
+		"d_model-32_lr-3e-3 d_model-32_lr-1e-3 d_model-16_lr-3e-3 d_model-16_lr-1e-3 " ] ||
+		fail "queue: $(cat dry.txt)"
+	for k in 1 2; do
+		sed "s|^out = out|out = out/k$k|" small.ini >k$k.ini
+		mpirun -n 2 "$exe" sweep k$k.ini --ranks-per-run $k --no-report >run$k.txt 2>&1 ||
+			fail "sweep at $k rank(s) per run: $(cat run$k.txt)"
+		cat run$k.txt
+		[ "$(grep -c ' trained .* sweep ETA ' run$k.txt)" -eq 4 ] || fail "expected 4 trained lines with an ETA"
+		grep -q "^# 4 runs: 4 trained, 0 resumed, 0 skipped, 0 failed" run$k.txt || fail "summary at $k"
+		for d in 16 32; do for lr in 3e-3 1e-3; do
+			r=d_model-${d}_lr-$lr
+			if [ $k = 1 ]; then
+				"$exe" tiny.ini run.steps=12 model.d_model=$d optim.lr=$lr run.out=alone1 run.name=$r \
+					--quiet >alone.txt 2>&1 || fail "$r alone: $(cat alone.txt)"
+			else
+				mpirun -n 2 "$exe" tiny.ini run.steps=12 model.d_model=$d optim.lr=$lr run.out=alone2 \
+					run.name=$r --quiet >alone.txt 2>&1 || fail "$r alone at 2: $(cat alone.txt)"
+			fi
+			"$compare" "alone$k/$r/run.h5" "out/k$k/$r/run.h5" 0 >cmp.txt 2>&1 ||
+				fail "$r at $k rank(s) per run: losses differ from the run alone: $(cat cmp.txt)"
+			"$compare" --tensors "alone$k/$r/ckpt.h5" "out/k$k/$r/ckpt.h5" 0 >cmp.txt 2>&1 ||
+				fail "$r at $k rank(s) per run: checkpoint differs from the run alone: $(cat cmp.txt)"
+		done; done
+	done
+	# 1 and 2 ranks are not the same bits (the sums go in another order)
+	"$compare" out/k1/d_model-32_lr-3e-3/run.h5 out/k2/d_model-32_lr-3e-3/run.h5 0 >/dev/null 2>&1 &&
+		fail "1 and 2 ranks per run gave the same bits: the groups did not split"
+	# refused before any work: ranks that do not split into groups, a run whose
+	# batch does not split over its ranks (named)
+	sed "s|^out = out|out = out/r|" small.ini >r.ini
+	mpirun -n 3 "$exe" sweep r.ini --ranks-per-run 2 >out.txt 2>&1 && fail "3 ranks in groups of 2"
+	grep -q "ranks-per-run 2: the job's 3 rank(s) do not split into groups of 2" out.txt || fail "$(cat out.txt)"
+	mpirun -n 3 "$exe" sweep r.ini --ranks-per-run 3 >out.txt 2>&1 && fail "batch 8 over 3 ranks"
+	grep -q "batch = 8: expected a multiple of the 3 ranks (run d_model-16_lr-3e-3)" out.txt || fail "$(cat out.txt)"
+	[ -e out/r ] && fail "a refused sweep left out/r"
+	"$exe" sweep small.ini --ranks-per-run 0 >out.txt 2>&1; [ $? -eq 2 ] || fail "--ranks-per-run 0"
+	grep -q "ranks-per-run 0: expected a positive integer" out.txt || fail "$(cat out.txt)"
+	;;
+groupfault)
+	# a run that fails in one group ends that run only; the rest of the queue
+	# is trained; the exit status names it; a second start resumes it
+	command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+	write_small
+	MODE_FAULT=error@2:10 mpirun -n 4 "$exe" sweep small.ini --ranks-per-run 2 --no-report >fault.txt 2>&1
+	[ $? -ne 0 ] || fail "a failed run: exit 0"
+	cat fault.txt
+	# world rank 2 is group 1's rank 0: the first run group 1 takes fails (the
+	# groups take runs as they are free: which one is not fixed)
+	bad=$(sed -n 's/^\[[0-9]\/4\] \(d_model-[^ ]*\)  failed: .*step 10: forward\/backward failed.*(group 1)$/\1/p' fault.txt)
+	[ -n "$bad" ] || fail "no failed line in group 1"
+	[ "$(grep -c ' trained .*(group [01])$' fault.txt)" -eq 3 ] || fail "the other runs did not all train"
+	grep -q "^# 4 runs: 3 trained, 0 resumed, 0 skipped, 1 failed" fault.txt || fail "summary"
+	grep -q "sweep: 1 run(s) failed: $bad; run the sweep again" fault.txt || fail "not named"
+	mpirun -n 4 "$exe" sweep small.ini --ranks-per-run 2 --no-report >again.txt 2>&1 || fail "again: $(cat again.txt)"
+	cat again.txt
+	grep -q "0 to train, 1 to resume, 3 complete" again.txt && grep -q "$bad  resumed  *12/12" again.txt ||
+		fail "the failed run was not resumed"
+	# a failure inside a step (its group's other rank waits in a collective)
+	# ends the whole job at once, naming the run; a second start resumes it
+	rm -r out
+	MODE_FAULT=grad-allreduce@3:10 mpirun -n 4 "$exe" sweep small.ini --ranks-per-run 2 --no-report >step.txt 2>&1
+	[ $? -ne 0 ] || fail "a failure in a step: exit 0"
+	bad=$(sed -n 's/.*mode-exp: run \(d_model-[^ ]*\) (group 1, world rank 3): rank 1: step 10: the gradient all-reduce failed.*/\1/p' step.txt)
+	[ -n "$bad" ] || fail "in-step failure not named: $(cat step.txt)"
+	mpirun -n 4 "$exe" sweep small.ini --ranks-per-run 2 --no-report >again.txt 2>&1 || fail "again: $(cat again.txt)"
+	grep -q "$bad  resumed  *12/12" again.txt || fail "not resumed: $(cat again.txt)"
+	;;
+slurm)
+	# --slurm-array: a script of one array task per run, run here by hand
+	write_small
+	mkdir jobs bin
+	"$exe" sweep small.ini --slurm-array jobs/small.sbatch 'optim.warmup=2' >w.txt 2>&1 || fail "write: $(cat w.txt)"
+	[ -e out ] && fail "--slurm-array trained"
+	grep -q "^#SBATCH --array=1-4$" jobs/small.sbatch && grep -q "^#SBATCH --ntasks=1$" jobs/small.sbatch ||
+		fail "#SBATCH lines: $(cat jobs/small.sbatch)"
+	[ "$(head -n 2 jobs/small.sbatch.runs | tr '\n' ' ')" = "d_model-32_lr-3e-3 d_model-32_lr-1e-3 " ] ||
+		fail "run list, longest first: $(cat jobs/small.sbatch.runs)"
+	# tasks 1 and 2 through a stand-in srun, 3 and 4 without one (plain execution)
+	printf '#!/bin/sh\necho srun "$@" >>%s/srun.log\nshift\nexec "$@"\n' "$work" >bin/srun
+	chmod +x bin/srun
+	for t in 1 2 3 4; do
+		p=$PATH
+		[ $t -le 2 ] && p=$work/bin:$PATH
+		(cd / && PATH=$p SLURM_ARRAY_TASK_ID=$t bash "$work/jobs/small.sbatch") >task$t.txt 2>&1 ||
+			fail "task $t: $(cat task$t.txt)"
+		grep -q "^\[1/1\] $(sed -n "${t}p" jobs/small.sbatch.runs)  *trained  *12/12" task$t.txt ||
+			fail "task $t: $(cat task$t.txt)"
+	done
+	[ "$(grep -c -- '--ntasks=1 .*--only d_model' srun.log)" -eq 2 ] || fail "srun not used: $(cat srun.log)"
+	(SLURM_ARRAY_TASK_ID=5 bash jobs/small.sbatch) >out.txt 2>&1 && fail "task 5 of 4"
+	grep -q "SLURM_ARRAY_TASK_ID=5: no such line" out.txt || fail "$(cat out.txt)"
+	# the sweep finds every run complete, with the tasks' overrides
+	"$exe" sweep small.ini 'optim.warmup=2' --no-report >all.txt 2>&1 || fail "$(cat all.txt)"
+	grep -q "0 to train, 0 to resume, 4 complete" all.txt || fail "tasks left runs: $(cat all.txt)"
+	# --only: one run by name; an unknown one is refused listing the runs
+	"$exe" sweep small.ini --only nosuch >out.txt 2>&1; [ $? -eq 2 ] || fail "--only nosuch"
+	grep -q "small.ini: --only nosuch: no run of that name (its runs: d_model-16_lr-3e-3, " out.txt || fail "$(cat out.txt)"
+	"$exe" sweep small.ini --only d_model-16_lr-3e-3 --ranks-per-run 1 >out.txt 2>&1; [ $? -eq 2 ] ||
+		fail "--only with --ranks-per-run"
+	# k ranks per task: mpirun where there is no srun
+	if command -v mpirun >/dev/null && ! command -v srun >/dev/null; then
+		sed "s|^out = out|out = out/two|" small.ini >two.ini
+		"$exe" sweep two.ini --slurm-array jobs/two.sbatch --ranks-per-run 2 >w.txt 2>&1 ||
+			fail "write: $(cat w.txt)"
+		grep -q "^#SBATCH --ntasks=2$" jobs/two.sbatch || fail "ntasks 2"
+		SLURM_ARRAY_TASK_ID=1 bash jobs/two.sbatch >two.txt 2>&1 || fail "task at 2 ranks: $(cat two.txt)"
+		grep -q "2 rank(s) x" two.txt && grep -q "trained  *12/12" two.txt || fail "$(cat two.txt)"
+	fi
 	;;
 *)
 	fail "unknown test $test_name"
