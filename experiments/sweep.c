@@ -80,7 +80,7 @@ typedef struct sweep_opts {
 typedef struct run_state {
     bool has_run, has_ckpt;
     long done;
-    double loss, eval_topk, eval_causal;
+    double loss, eval_topk, eval_causal, eval_step; /* eval_step: the last evaluated */
 } run_state;
 
 /* The options of sweep, one row each: a value-taking one reads the next
@@ -211,7 +211,7 @@ static int inspect_run(const char *dir, const run_config *cfg, const char *ini, 
     char path[SWEEP_PATH_LEN + SWEEP_NAME_LEN + 32], ckpt[sizeof(path)];
     struct stat st;
     memset(s, 0, sizeof(*s));
-    s->loss = s->eval_topk = s->eval_causal = (double)NAN;
+    s->loss = s->eval_topk = s->eval_causal = s->eval_step = (double)NAN;
     snprintf(path, sizeof(path), "%s/run.h5", dir);
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt.h5", dir);
     s->has_ckpt = !stat(ckpt, &st);
@@ -240,6 +240,7 @@ static int inspect_run(const char *dir, const run_config *cfg, const char *ini, 
     s->loss = last_value(rd, "metrics/loss");
     s->eval_topk = last_value(rd, "eval/loss_topk");
     s->eval_causal = last_value(rd, "eval/loss_causal");
+    s->eval_step = last_value(rd, "eval/step");
     close_run_reader(&rd);
     if (!same) {
         snprintf(err, (size_t)err_len, "%s: a run of another config (the sweep file or its "
@@ -384,7 +385,12 @@ static int check_all(mode_ctx *ctx, const sweep_plan *p, int ranks, long *planne
             snprintf(dir, sizeof(dir), "%s/%s", p->out, r->name);
             rc = ini ? inspect_run(dir, cfg, ini, &s, err, err_len) : -ENOMEM;
             free(ini);
-            if (!rc && s.has_run && s.done >= planned[i])
+            /* complete: every step, and the last step's evaluation (a stop
+             * signal in it leaves the step done and the evaluation to the
+             * resume: counted complete, the run's result was nan) */
+            bool evaluated = cfg->eval_every <= 0 || !s.has_ckpt ||
+                             (isfinite(s.eval_step) && s.eval_step >= (double)s.done);
+            if (!rc && s.has_run && s.done >= planned[i] && evaluated)
                 act[i] = ACT_SKIP;
             else if (!rc && s.has_run && s.has_ckpt)
                 act[i] = ACT_RESUME;

@@ -3,7 +3,7 @@
 # `report` on tiny sweeps of the tiny config.
 #   test_sweep.sh TEST MODE_EXP MODE_ANALYZE|none CONFIG COMPARE_RUNS
 # TEST: grid | rerun | resume | errors | isoflop | report | examples | groups | groupfault |
-#       slurm
+#       slurm | evalcut
 set -u
 test_name=$1
 examples=$(cd "$(dirname "$0")/../../experiments" && pwd)
@@ -485,6 +485,56 @@ groupfault)
 	[ -n "$bad" ] || fail "in-step failure not named: $(cat step.txt)"
 	mpirun -n 4 "$exe" sweep small.ini --ranks-per-run 2 --no-report >again.txt 2>&1 || fail "again: $(cat again.txt)"
 	grep -q "$bad  resumed  *12/12" again.txt || fail "not resumed: $(cat again.txt)"
+	;;
+evalcut)
+	# A run whose every step is done but whose last evaluation a stop signal
+	# cut short is not complete: the next start resumes it, which makes the
+	# evaluation (it was counted complete and skipped, its held-out loss nan)
+	cat >cut.ini <<-'EOF'
+	[sweep]
+	base = tiny.ini
+	out = out/cut
+	[all]
+	model.d_model = 256
+	model.d_ff = 1024
+	run.eval_windows = 0
+	run.final_eval_windows = 0
+	run.ckpt_every = 1
+	run.eval_every = 2
+	run.steps = 2
+	[extra.cut]
+	EOF
+	"$exe" sweep cut.ini --no-report >run.txt 2>&1 || fail "uninterrupted sweep: $(cat run.txt)"
+	mv out/cut full
+	cut=no
+	for try in 1 2 3; do
+		rm -rf out/cut
+		"$exe" sweep cut.ini --no-report >run.txt 2>&1 &
+		pid=$!
+		i=0
+		while ! h5dump -a step out/cut/cut/ckpt.h5 2>/dev/null | grep -q "(0): [1-9]" &&
+			[ $i -lt 2400 ]; do
+			sleep 0.05
+			i=$((i + 1))
+		done
+		# a stop in step 2 (its training or its evaluation, several seconds
+		# at this width) leaves step 2 done and its evaluation to the resume
+		sleep 0.3
+		kill -s TERM "$pid"
+		wait "$pid"
+		# cut before the last step's evaluation: 2 steps done, step 2 not evaluated
+		if [ "$(values out/cut/cut/run.h5 metrics/step | tail -n 1)" = 2 ] &&
+			[ "$(values out/cut/cut/run.h5 eval/step | tail -n 1)" != 2 ]; then
+			cut=yes
+			break
+		fi
+	done
+	[ $cut = yes ] || fail "the signal never landed in the last evaluation: $(cat run.txt)"
+	"$exe" sweep cut.ini --no-report >run.txt 2>&1 || fail "second start: $(cat run.txt)"
+	cat run.txt
+	grep -q "1 to resume, 0 complete" run.txt || fail "the cut run was counted complete"
+	"$compare" full/cut/run.h5 out/cut/cut/run.h5 0 ||
+		fail "the resumed run differs from the uninterrupted one"
 	;;
 slurm)
 	# --slurm-array: a script of one array task per run, run here by hand
