@@ -17,6 +17,8 @@ set -u
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$1") compare=$(abspath "$2") config=$(abspath "$3")
 agent=$(abspath "$(dirname "$0")/netns_agent.sh")
+bench_config=
+[ "${4:-}" = bench ] && bench_config=$(abspath "$5")
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (ip netns)"
 command -v mpirun >/dev/null || skip "no mpirun"
@@ -24,7 +26,9 @@ command -v unshare >/dev/null || skip "no unshare"
 enter_workdir
 # names unique to this run: two runs at once make their own namespaces
 # (the addresses inside them may repeat: each namespace has its own stack)
-export MODE_NETNS_PREFIX="mode-$(basename "$work")-"
+# shellcheck disable=SC2154 # work: enter_workdir's
+MODE_NETNS_PREFIX="mode-$(basename "$work")-"
+export MODE_NETNS_PREFIX
 sw=${MODE_NETNS_PREFIX}sw
 cleanup() {
 	for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
@@ -38,19 +42,20 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 ip netns add "$sw" 2>/dev/null || skip "ip netns add failed (no network namespaces here)"
-ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up || fail "bridge"
+ip -n "$sw" link add br0 type bridge 2>/dev/null || skip "no bridge devices here"
+ip -n "$sw" link set br0 up || fail "bridge up"
 hosts="h1 h2"
 i=0
 for h in $hosts; do
 	i=$((i + 1))
 	ip netns add "$MODE_NETNS_PREFIX$h" || fail "netns $h"
 	# the pair is made inside the namespaces: nothing appears in ours
-	ip -n "$sw" link add "$h" type veth peer name eth0 netns "$MODE_NETNS_PREFIX$h" ||
-		fail "veth $h"
-	ip -n "$sw" link set "$h" master br0 up &&
-		ip -n "$MODE_NETNS_PREFIX$h" addr add "10.213.0.$i/24" dev eth0 &&
-		ip -n "$MODE_NETNS_PREFIX$h" link set eth0 up &&
-		ip -n "$MODE_NETNS_PREFIX$h" link set lo up || fail "addresses of $h"
+	ip -n "$sw" link add "$h" type veth peer name eth0 netns "$MODE_NETNS_PREFIX$h" 2>/dev/null ||
+		skip "no veth pairs here"
+	ip -n "$sw" link set "$h" master br0 up || fail "$h on the bridge"
+	ip -n "$MODE_NETNS_PREFIX$h" addr add "10.213.0.$i/24" dev eth0 || fail "address of $h"
+	ip -n "$MODE_NETNS_PREFIX$h" link set eth0 up || fail "eth0 of $h up"
+	ip -n "$MODE_NETNS_PREFIX$h" link set lo up || fail "lo of $h up"
 done
 # on_host HOST CMD...: run CMD on HOST (mpirun itself runs on h1, so that
 # its daemons reach it over the bridge)
@@ -59,7 +64,7 @@ on_host() { h=$1; shift; "$agent" --argv "$h" "$@"; }
 # daemons' keepalive probes every second after 2 s idle, 3 unanswered:
 # a host whose link is down is noticed in about 5 s, not Linux's 2 hours
 # (or Open MPI's default 300 + 9 x 20 s).
-mca="--mca plm_rsh_agent $agent --mca btl tcp,self --mca btl_tcp_if_include eth0
+mca="--bind-to none --mca plm_rsh_agent $agent --mca btl tcp,self --mca btl_tcp_if_include eth0
  --mca oob_tcp_if_include eth0 --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1
  --mca oob_tcp_keepalive_probes 3 -x OPENBLAS_NUM_THREADS -x OMPI_MCA_mpi_yield_when_idle"
 # mpi_on PLACEMENT CMD...: one job, ranks placed by --host PLACEMENT
@@ -80,7 +85,8 @@ where() { # where PLACEMENT CMD...
 # the namespace of the host it names
 crossed() {
 	n=$1
-	[ "$(ls where | wc -l)" -eq "$n" ] || { echo "$(ls where | wc -l) ranks reported, not $n"; return 1; }
+	got=$(find where -type f | wc -l)
+	[ "$got" -eq "$n" ] || { echo "$got ranks reported, not $n"; return 1; }
 	[ "$(cut -d' ' -f1 where/* | sort -u | wc -l)" -eq "$n" ] ||
 		{ echo "ranks shared a network namespace: $(cat where/* | tr '\n' ' ')"; return 1; }
 	for f in where/*; do
@@ -89,6 +95,32 @@ crossed() {
 			{ echo "rank $(basename "$f") says $host but ran in $ns"; return 1; }
 	done
 }
+
+# test_hosts.sh MODE_EXP COMPARE_RUNS CONFIG bench BENCH_CONFIG [RATE [ARGS...]]:
+# no test, a measurement: each host's link limited to RATE (default 1gbit;
+# none: the veth pairs unlimited;
+# tc's tbf both ways: this kernel has no netem, so no latency is added),
+# `mode-exp bench` of BENCH_CONFIG at 2 ranks on one host (shared memory),
+# on one host over TCP (loopback, unlimited), and across h1 and h2.
+if [ "${4:-}" = bench ]; then
+	rate=${6:-1gbit}
+	shift 6 2>/dev/null || shift 5
+	for h in $hosts; do
+		[ "$rate" = none ] && break
+		# both ways: out of the host (its eth0), into it (its bridge port)
+		ip netns exec "$MODE_NETNS_PREFIX$h" tc qdisc add dev eth0 root tbf rate "$rate" \
+			burst 256kb latency 50ms || fail "tc on $h"
+		ip netns exec "$sw" tc qdisc add dev "$h" root tbf rate "$rate" burst 256kb \
+			latency 50ms || fail "tc on $h's port"
+	done
+	echo "one host, shared memory:"
+	mpirun -n 2 --bind-to none "$exe" bench "$bench_config" --threads 1 "$@" || fail "bench"
+	echo "one host, TCP over loopback:"
+	mpirun -n 2 --bind-to none --mca btl tcp,self "$exe" bench "$bench_config" --threads 1 "$@" || fail "bench"
+	echo "h1 and h2, TCP over their $rate links:"
+	mpi_on h1:1,h2:1 "$exe" bench "$bench_config" --threads 1 "$@" || fail "bench"
+	exit 0
+fi
 
 # 1. Crossing, and the check's own failure: both ranks on h1 must not pass.
 where h1:1,h2:1 true >out.txt 2>&1 || fail "a job across h1 and h2: $(cat out.txt)"
@@ -126,7 +158,7 @@ long="run.steps=200 run.ckpt_every=10"
 for how in link kill; do
 	rm -rf c
 	# shellcheck disable=SC2086
-	timeout 90 "$agent" --argv h1 mpirun --host h1:1,h2:1 $mca "$exe" "$config" "$moe" \
+	timeout -k 5 90 "$agent" --argv h1 mpirun --host h1:1,h2:1 $mca "$exe" "$config" "$moe" \
 		moe.experts=2 $long run.out=c --quiet >out.txt 2>&1 &
 	pid=$!
 	i=0
@@ -134,7 +166,10 @@ for how in link kill; do
 	[ -n "$(ckpt_step c/tiny/ckpt.h5)" ] || fail "$how: no checkpoint after 30 s"
 	case $how in
 	link) ip -n "$sw" link set h2 down ;;
-	kill) for p in $(ip netns pids "${MODE_NETNS_PREFIX}h2"); do kill -9 "$p"; done ;;
+	kill) # the ranks, not the daemon: a process lost on a host still up
+		for p in $(ip netns pids "${MODE_NETNS_PREFIX}h2"); do
+			[ "$(cat "/proc/$p/comm" 2>/dev/null)" = mode-exp ] && kill -9 "$p"
+		done ;;
 	esac
 	t1=$(date +%s)
 	wait "$pid"
@@ -142,15 +177,22 @@ for how in link kill; do
 	[ "$code" -ne 124 ] || fail "$how: the job did not end within 90 s"
 	[ "$code" -ne 0 ] || fail "$how: the job finished as if nothing happened"
 	[ $((t2 - t1)) -le 60 ] || fail "$how: the job took $((t2 - t1)) s to end"
-	left="$(ip netns pids "${MODE_NETNS_PREFIX}h1") $(ip netns pids "${MODE_NETNS_PREFIX}h2")"
-	left=$(echo $left)
-	[ -z "$left" ] || fail "$how: processes left: $left"
-	[ "$(grep -c 'ORTE has lost communication with a remote daemon' out.txt)" -eq 1 ] &&
-		grep -q 'Remote daemon: .* on node h2' out.txt ||
+	for h in $hosts; do
+		left=$(ip netns pids "$MODE_NETNS_PREFIX$h" | tr '\n' ' ')
+		[ -z "$left" ] || fail "$how: processes left on $h: $left"
+	done
+	# Open MPI's message: the daemon of h2 lost (or, had it outlived its
+	# rank, the rank of h2 killed); mode-exp's ranks say nothing more
+	n=$(grep -c -e 'ORTE has lost communication with a remote daemon' \
+		-e 'mpirun noticed that process rank' out.txt)
+	if [ "$n" -ne 1 ] || ! grep -q 'on node h2' out.txt || grep -q 'mode-exp' out.txt; then
 		fail "$how: not one message naming h2: $(cat out.txt)"
+	fi
 	s=$(ckpt_step c/tiny/ckpt.h5)
 	ip -n "$sw" link set h2 up
-	echo "ok: h2 cut off ($how) after step $s: every rank ended in $((t2 - t1)) s, exit $code"
+	echo "ok: h2 cut off ($how) after step $s: every rank ended in $((t2 - t1)) s, exit $code:" \
+		"$(grep -e 'on node h2' -e 'exited on signal' out.txt | tr -s ' \n' ' ')"
+	cp out.txt "/tmp/hosts-$how.txt"
 	# resumed on the host left, 20 steps on from the checkpoint
 	# shellcheck disable=SC2086
 	mpi_on h1:1 "$exe" "$config" "$moe" moe.experts=2 $long run.out=c --resume --max-steps 20 \
