@@ -192,7 +192,6 @@ for how in link kill; do
 	ip -n "$sw" link set h2 up
 	echo "ok: h2 cut off ($how) after step $s: every rank ended in $((t2 - t1)) s, exit $code:" \
 		"$(grep -e 'on node h2' -e 'exited on signal' out.txt | tr -s ' \n' ' ')"
-	cp out.txt "/tmp/hosts-$how.txt"
 	# resumed on the host left, 20 steps on from the checkpoint
 	# shellcheck disable=SC2086
 	mpi_on h1:1 "$exe" "$config" "$moe" moe.experts=2 $long run.out=c --resume --max-steps 20 \
