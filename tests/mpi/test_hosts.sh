@@ -7,9 +7,10 @@
 # Checks: the ranks really ran on two hosts (and the check fails when they
 # are placed on one); a model with an expert layer (all-reduce and
 # all-to-all across the hosts) trains to the bits of the same run at the
-# same rank count on one host; a host cut off mid-run (its link down; its
-# ranks killed) ends every rank within seconds with one message naming the
-# host, and the job resumes from the last checkpoint on the host left.
+# same rank count on one host; a host of three cut off mid-run (its link
+# down; its ranks killed) ends every rank within seconds with one message
+# naming the host, and the job resumes from the last checkpoint on the two
+# hosts left.
 # Skipped (exit 77) where it cannot run: not root, no `ip netns`, no
 # unshare or mpirun.  The addresses (10.213.0.0/24) exist only inside the
 # namespaces it makes; traffic never leaves the machine.
@@ -44,7 +45,7 @@ trap 'exit 1' INT TERM HUP
 ip netns add "$sw" 2>/dev/null || skip "ip netns add failed (no network namespaces here)"
 ip -n "$sw" link add br0 type bridge 2>/dev/null || skip "no bridge devices here"
 ip -n "$sw" link set br0 up || fail "bridge up"
-hosts="h1 h2"
+hosts="h1 h2 h3"
 i=0
 for h in $hosts; do
 	i=$((i + 1))
@@ -145,29 +146,31 @@ mpirun -n 2 "$exe" "$config" "$moe" moe.experts=2 run.out=one --quiet || fail "t
 "$compare" --tensors one/tiny/ckpt.h5 x/tiny/ckpt.h5 0 || fail "checkpoints differ"
 echo "ok: trained across h1 and h2 ($((after - before)) bytes over h2's link): the bits of one host"
 
-# 3. A host cut off mid-run, two ways: h2's link down (its processes live
-# on, unreachable: noticed by the keepalive probes of $mca) and h2's
-# processes killed.  Every rank on both hosts must end within 60 s, with
-# one message naming h2 (Open MPI's: the daemon of h2 lost; the rank left
-# on h1 may add a line of the TCP transport's broken pipe); the last
-# checkpoint must load, and the job resumes from it on h1 alone, at 1 rank:
-# the uninterrupted run of one host at 2 ranks within float rounding
-# (experts re-sharded, sums in another order: cli-moe's tolerances).
+# 3. A host cut off mid-run: a job of 4 ranks on three hosts (h1:1, h2:1,
+# h3:2), then h3 lost two ways: its link down (its processes live on,
+# unreachable: noticed by the keepalive probes of $mca) and its ranks
+# killed.  Every rank on every host must end within 60 s, with one message
+# naming h3 (Open MPI's: the daemon of h3 lost, or the rank of h3 killed;
+# a rank left may add a line of the TCP transport's broken pipe), nothing
+# left running; the job resumes from the last checkpoint on the hosts left,
+# h1 and h2, at 2 ranks: the uninterrupted run of one host at 2 ranks
+# within float rounding (the steps before the cut ran at 4 ranks, the
+# experts re-sharded: sums in another order, cli-moe's tolerances).
 ckpt_step() { h5dump -a step "$1" 2>/dev/null | awk '/\(0\)/{print $2}'; }
 long="run.steps=200 run.ckpt_every=10"
 for how in link kill; do
 	rm -rf c
 	# shellcheck disable=SC2086
-	timeout -k 5 90 "$agent" --argv h1 mpirun --host h1:1,h2:1 $mca "$exe" "$config" "$moe" \
+	timeout -k 5 90 "$agent" --argv h1 mpirun --host h1:1,h2:1,h3:2 $mca "$exe" "$config" "$moe" \
 		moe.experts=2 $long run.out=c --quiet >out.txt 2>&1 &
 	pid=$!
 	i=0
 	while [ -z "$(ckpt_step c/tiny/ckpt.h5)" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 	[ -n "$(ckpt_step c/tiny/ckpt.h5)" ] || fail "$how: no checkpoint after 30 s"
 	case $how in
-	link) ip -n "$sw" link set h2 down ;;
+	link) ip -n "$sw" link set h3 down ;;
 	kill) # the ranks, not the daemon: a process lost on a host still up
-		for p in $(ip netns pids "${MODE_NETNS_PREFIX}h2"); do
+		for p in $(ip netns pids "${MODE_NETNS_PREFIX}h3"); do
 			[ "$(cat "/proc/$p/comm" 2>/dev/null)" = mode-exp ] && kill -9 "$p"
 		done ;;
 	esac
@@ -181,27 +184,27 @@ for how in link kill; do
 		left=$(ip netns pids "$MODE_NETNS_PREFIX$h" | tr '\n' ' ')
 		[ -z "$left" ] || fail "$how: processes left on $h: $left"
 	done
-	# Open MPI's message: the daemon of h2 lost (or, had it outlived its
-	# rank, the rank of h2 killed); mode-exp's ranks say nothing more
+	# Open MPI's message, once; mode-exp's ranks say nothing more
 	n=$(grep -c -e 'ORTE has lost communication with a remote daemon' \
 		-e 'mpirun noticed that process rank' out.txt)
-	if [ "$n" -ne 1 ] || ! grep -q 'on node h2' out.txt || grep -q 'mode-exp' out.txt; then
-		fail "$how: not one message naming h2: $(cat out.txt)"
+	if [ "$n" -ne 1 ] || ! grep -q 'on node h3' out.txt || grep -q 'mode-exp' out.txt; then
+		fail "$how: not one message naming h3: $(cat out.txt)"
 	fi
 	s=$(ckpt_step c/tiny/ckpt.h5)
-	ip -n "$sw" link set h2 up
-	echo "ok: h2 cut off ($how) after step $s: every rank ended in $((t2 - t1)) s, exit $code:" \
-		"$(grep -e 'on node h2' -e 'exited on signal' out.txt | tr -s ' \n' ' ')"
-	# resumed on the host left, 20 steps on from the checkpoint
+	ip -n "$sw" link set h3 up
+	echo "ok: h3 cut off ($how) after step $s: every rank ended in $((t2 - t1)) s, exit $code:" \
+		"$(grep -e 'on node h3' -e 'exited on signal' out.txt | tr -s ' \n' ' ')"
+	# resumed on the hosts left, 20 steps on from the checkpoint
 	# shellcheck disable=SC2086
-	mpi_on h1:1 "$exe" "$config" "$moe" moe.experts=2 $long run.out=c --resume --max-steps 20 \
-		--quiet >out.txt 2>&1 || fail "$how: resume on h1: $(cat out.txt)"
+	where h1:1,h2:1 "$exe" "$config" "$moe" moe.experts=2 $long run.out=c --resume \
+		--max-steps 20 --quiet >out.txt 2>&1 || fail "$how: resume on h1 and h2: $(cat out.txt)"
+	crossed 2 || fail "$how: the resumed job did not cross h1 and h2"
 	[ "$(ckpt_step c/tiny/ckpt.h5)" -eq $((s + 20)) ] ||
 		fail "$how: resumed to step $(ckpt_step c/tiny/ckpt.h5), not $((s + 20))"
 	# shellcheck disable=SC2086
 	mpirun -n 2 "$exe" "$config" "$moe" moe.experts=2 $long run.out=u --max-steps $((s + 20)) \
 		--quiet --overwrite || fail "uninterrupted run"
 	"$compare" u/tiny/run.h5 c/tiny/run.h5 1e-5 1e-3 ||
-		fail "$how: resumed on h1 at 1 rank: not the uninterrupted run"
-	echo "ok: resumed from step $s on h1 alone"
+		fail "$how: resumed on h1 and h2: not the uninterrupted run"
+	echo "ok: resumed from step $s on h1 and h2"
 done
