@@ -20,10 +20,11 @@ exe=$(abspath "$1") compare=$(abspath "$2") config=$(abspath "$3")
 agent=$(abspath "$(dirname "$0")/netns_agent.sh")
 bench_config=
 [ "${4:-}" = bench ] && bench_config=$(abspath "$5")
-skip() { echo "SKIP: $*"; exit 77; }
+skip() { echo "skipped: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (ip netns)"
 command -v mpirun >/dev/null || skip "no mpirun"
 command -v unshare >/dev/null || skip "no unshare"
+command -v ip >/dev/null || skip "no ip (iproute2)"
 enter_workdir
 # names unique to this run: two runs at once make their own namespaces
 # (the addresses inside them may repeat: each namespace has its own stack)
