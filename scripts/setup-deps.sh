@@ -7,7 +7,8 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc g++ libopenblas-dev libopenmpi-dev openmpi-bin
 libhdf5-openmpi-dev hdf5-tools libinih-dev libcairo2-dev libcmocka-dev libpcg-cpp-dev
 libsentencepiece-dev sentencepiece
-clang libclang-rt-14-dev valgrind"
+clang libclang-rt-14-dev valgrind
+iproute2"
 
 missing=""
 for p in $PKGS; do
