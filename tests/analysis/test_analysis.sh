@@ -4,7 +4,8 @@
 # (write_runs, tests/analysis/runfiles.h).
 #   test_analysis.sh TEST MODE_EXP MODE_ANALYZE CONFIG WRITE_RUNS
 # TEST: heatmap | weights | curves | compare | tokens | errors | groups |
-#       sweep | isoflop | huge | ladder | routing | depth | counterfactual
+#       sweep | isoflop | huge | ladder | routing | depth | counterfactual |
+#       cluster
 # Figures are checked as PNGs of the size the layout defines (IHDR read with
 # od); tables against the run files themselves (h5dump, h5ls), against
 # `mode-exp flops`, and against numbers worked out by hand.
@@ -661,6 +662,72 @@ depth)
 	taken_c='22\.74[0-9]*%,35\.68[0-9]*%,62\.74[0-9]*%' skipped_c='93\.33[0-9]*%,94\.11[0-9]*%,95\.68[0-9]*%'
 	[ "$(fills hn/heatmap_step*_seq0.svg "$taken_c")" -eq 64 ] && [ "$(fills hn/heatmap_step*_seq0.svg "$skipped_c")" -eq 34 ] ||
 		fail "mor's recursions in the heatmap: $(fills hn/heatmap_step*_seq0.svg "$taken_c") ran, $(fills hn/heatmap_step*_seq0.svg "$skipped_c") not"
+	;;
+cluster)
+	# run files with known per-step compute_s, comm_s, comm_bytes (runfiles.h)
+	"$write_runs" w cluster || fail "write_runs cluster"
+	c=w/cluster
+	net="--cores-per-node 2 --link-gbit 1 --latency-us 10 --nodes 1,4"
+	"$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 $net --sweep 5,1e10 --out o2 >o2.txt ||
+		fail "cluster: $(cat o2.txt)"
+	cat o2.txt
+	grep -q "t(P) = t(P0) P0 / (P e)" o2.txt || fail "two rank counts: the eff form expected"
+	# by hand: e = 0.8 / (2 x 0.5) = 0.8; K = 1e6 / (2 x 1/2) = 1e6 bytes; within a
+	# node 1e6 / 0.1 s = 1e7 B/s.  1 node of 2: compute 0.8 / (2 x 0.8) = 0.5 s,
+	# comm 2 (1/2) 1e6 / 1e7 = 0.1 s, step 0.6, efficiency 0.8 / (2 x 0.6).
+	# 4 nodes (8 ranks, batch 4 raised to 8): compute 0.8 / (4 x 0.8) = 0.25,
+	# comm 0.1 + 2 (3/4) 1e6 / 1.25e8 + 2 x 3 x 10e-6 = 0.11206,
+	# efficiency 0.8 x 2 / (8 x 0.36206).
+	f=o2/cluster.csv
+	r=$(row $f nodes 4)
+	for want in "1 compute_s 0.5" "1 comm_s 0.1" "1 step_s 0.6" "1 efficiency 0.666667" \
+		"$r compute_s 0.25" "$r comm_s 0.11206" "$r step_s 0.36206" "$r batch 8" \
+		"$r efficiency $(awk 'BEGIN { print 1.6 / (8 * 0.36206) }')"; do
+		set -- $want
+		got=$(field $f "$1" "$2")
+		close "$got" "$3" 1e-5 || fail "cluster.csv row $1 $2: $got, expected $3"
+	done
+	# the scaled model: compute and bytes x 1e8 / its parameters, efficiency
+	# at 1 node unchanged (no latency there)
+	r=$(row $f model scaled)
+	close "$(field $f "$r" efficiency)" 0.666667 1e-5 || fail "scaled efficiency"
+	# the sweep: 10 steps a run; 1 rank a run 0.8 s a step, 8 s a run, 5 runs on
+	# 2 groups: 24 s; 2 ranks 0.6 s a step, 6 s, 1 group: 30 s; 4 nodes: 8 groups
+	# 8 s, 4 groups 12 s
+	for want in "sweep-k1 1 24" "sweep-k2 1 30" "sweep-k1 4 8" "sweep-k2 4 12"; do
+		set -- $want
+		got=$(awk -F, -v m="$1" -v n="$2" '$1 == m && $3 == n { print $8 }' $f)
+		close "${got:-nan}" "$3" 1e-9 || fail "sweep $1 at $2 nodes: $got, expected $3"
+	done
+	[ -s o2/cluster.md ] && grep -q "^Assumptions: nodes of 2 ranks" o2/cluster.md ||
+		fail "cluster.md or its assumptions missing"
+	# three rank counts where a + b/P fits exactly (0.2 + 0.6/P): that form;
+	# at 4 nodes (per rank one sequence, P = 4) 0.2 + 0.15
+	"$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 $c/c-p4/run.h5 $net --out o3 >o3.txt ||
+		fail "cluster of 3: $(cat o3.txt)"
+	grep -q "Compute fit: t(P) = a + b/P" o3.txt || fail "3 rank counts: a + b/P expected"
+	close "$(field o3/cluster.csv "$(row o3/cluster.csv nodes 4)" compute_s)" 0.35 1e-6 ||
+		fail "a + b/P at 4 nodes"
+	# refused: one rank count only (one run; two replicates at 2 ranks), runs of
+	# different configs, a bad option value
+	expect 1 "every run given trained on 2 ranks" "$an" cluster $c/c-p2/run.h5 --out x
+	cp -r $c/c-p2 $c/c-p2b
+	expect 1 "two rank counts or more" "$an" cluster $c/c-p2/run.h5 $c/c-p2b/run.h5 --out x
+	expect 1 "different configs (model.d_model: 32 against 48)" \
+		"$an" cluster $c/c-p1/run.h5 $c/o-p2/run.h5 --out x
+	expect 2 "--nodes 4,2: expected node counts" "$an" cluster $c --nodes 4,2 --out x
+	expect 2 "--sweep 5: expected N,F" "$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 --sweep 5
+	expect 2 "--link-gbit 0: expected a bandwidth" "$an" cluster $c --link-gbit 0
+	expect 2 "--step is not an option of cluster" "$an" cluster $c --step 3
+	[ -e x ] && fail "a refused model left its output folder"
+	# two tiny runs trained here at 1 and 2 ranks: provenance/ranks and the
+	# bytes the trainer counted are read
+	train t1 run.steps=6
+	mpirun -n 2 "$exe" "$config" run.out=t2 --quiet run.steps=6 || fail "training at 2 ranks"
+	"$an" cluster t1/tiny/run.h5 t2/tiny/run.h5 --out tt >tt.txt || fail "cluster: $(cat tt.txt)"
+	grep -q "^| 2 | 1 | " tt.txt || fail "no 2-rank point: $(cat tt.txt)"
+	b=$(grep "^| 2 | 1 | " tt.txt | awk -F'|' '{ print $6 }')
+	close "$b" 0 0 && fail "the 2-rank run sent no bytes"
 	;;
 counterfactual)
 	# eval --routing's and --dial's tables drawn; two checkpoints' records
