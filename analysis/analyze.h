@@ -36,8 +36,7 @@ typedef struct an_args {
     long cores;                        /* cluster: --cores-per-node C (64) */
     double link_gbit, latency_us;      /* cluster: --link-gbit B (100), --latency-us L (2) */
     double params;                     /* cluster: --params N, the scaled model (1e8) */
-    long sweep_runs;                   /* cluster: --sweep N,F: N runs of F FLOPs (0: none) */
-    double sweep_flops;
+    const char *sweep;                 /* cluster: --sweep N,F[+N,F...], or NULL */
     bool no_ladder;                    /* reading --ladder's own runs: fit no ladder of them */
 } an_args;
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_NODES = 64 };
+enum { MAX_NODES = 64, MAX_SWEEP = 16 };
 
 typedef struct cl_run {
     run_info *ri;
@@ -94,6 +94,9 @@ static int parse_nodes(const an_args *a, const char *s, int *nodes, int *n)
     return *n ? 0 : an_fail(a, EXIT_USAGE, "--nodes: expected at least one node count");
 }
 
+struct cl_report;
+static int parse_sweep(const an_args *a, const char *s, struct cl_report *r);
+
 typedef struct cl_report {
     const an_args *a;
     const char *name, *parallel;
@@ -104,9 +107,39 @@ typedef struct cl_report {
     int nodes[MAX_NODES], n_nodes;
     long batch, seq_len;
     double params, target, flops_step;
-    long sweep_runs;
-    double sweep_flops;
+    int n_sweep;             /* groups of runs of a sweep (0: none) */
+    long sweep_runs[MAX_SWEEP], total_runs;
+    double sweep_flops[MAX_SWEEP], total_flops;
 } cl_report;
+
+/* "42,1e12+42,2e12" into r's sweep groups */
+static int parse_sweep(const an_args *a, const char *s, cl_report *r)
+{
+    const char *p = s;
+    r->n_sweep = 0;
+    while (*p) {
+        char item[64], count[32];
+        size_t len = strcspn(p, "+");
+        snprintf(item, sizeof(item), "%.*s", (int)(len < 63 ? len : 63), p);
+        const char *comma = strchr(item, ',');
+        snprintf(count, sizeof(count), "%.*s", comma ? (int)(comma - item) : 0, item);
+        long n = 0;
+        double f = 0;
+        if (r->n_sweep == MAX_SWEEP || len >= 63 || !comma ||
+            !num_parse_long(count, 1, 1000000, &n) || !num_parse_double(comma + 1, 1, 1e30, &f))
+            return an_fail(a, EXIT_USAGE, "--sweep %s: expected N,F: N runs (1..1000000) of "
+                           "F training FLOPs each, groups joined by + (at most %d; e.g. "
+                           "42,1e12+42,2e12+42,4e12)", s, MAX_SWEEP);
+        r->sweep_runs[r->n_sweep] = n;
+        r->sweep_flops[r->n_sweep++] = f;
+        r->total_runs += n;
+        r->total_flops += (double)n * f;
+        p += len;
+        if (*p == '+' && *++p == '\0')
+            return an_fail(a, EXIT_USAGE, "--sweep %s: a trailing +", s);
+    }
+    return r->n_sweep ? 0 : an_fail(a, EXIT_USAGE, "--sweep: expected N,F");
+}
 
 /* the k of a sweep's runs: 1 rank a run, and one node a run */
 static int sweep_ks(const cl_report *r, int *ks)
@@ -120,13 +153,14 @@ static double sweep_hours(const cl_report *r, int nodes, int k)
     cm_net one = r->net;
     one.cores = k;
     cm_pred p = cm_predict(&r->fit, &one, 1, r->batch, 1.0);
-    double run_s = r->sweep_flops / r->flops_step * p.step_s;
-    double *secs = malloc((size_t)r->sweep_runs * sizeof(double));
+    double *secs = malloc((size_t)r->total_runs * sizeof(double));
     if (!secs)
         return (double)NAN;
-    for (long i = 0; i < r->sweep_runs; i++)
-        secs[i] = run_s;
-    double h = cm_lpt_makespan(secs, (int)r->sweep_runs, nodes * r->net.cores / k) / 3600.0;
+    long n = 0;
+    for (int g = 0; g < r->n_sweep; g++)
+        for (long i = 0; i < r->sweep_runs[g]; i++)
+            secs[n++] = r->sweep_flops[g] / r->flops_step * p.step_s;
+    double h = cm_lpt_makespan(secs, (int)n, nodes * r->net.cores / k) / 3600.0;
     free(secs);
     return h;
 }
@@ -162,10 +196,14 @@ static void write_md(FILE *f, const cl_report *r)
                     r->nodes[i], p.ranks, p.batch, 1e3 * p.compute_s, 1e3 * p.comm_s,
                     1e3 * p.step_s, (double)p.batch * r->seq_len / p.step_s, p.efficiency);
         }
-    if (r->sweep_runs > 0) {
+    if (r->n_sweep > 0) {
         int ks[2], nk = sweep_ks(r, ks);
-        fprintf(f, "\nSweep of %ld runs of %.3g training FLOPs each, side by side, longest "
-                   "first:\n\n| nodes |", r->sweep_runs, r->sweep_flops);
+        fprintf(f, "\nSweep of %ld runs, %.3g training FLOPs in all (", r->total_runs,
+                r->total_flops);
+        for (int g = 0; g < r->n_sweep; g++)
+            fprintf(f, "%s%ld of %.3g", g ? ", " : "", r->sweep_runs[g], r->sweep_flops[g]);
+        fprintf(f, "), side by side, longest first, at %.3g FLOP/s a rank alone:\n\n| nodes |",
+                r->flops_step / cm_compute(&r->fit, 1.0));
         for (int j = 0; j < nk; j++)
             fprintf(f, " hours, %d rank%s a run |", ks[j], ks[j] == 1 ? "" : "s");
         fprintf(f, "\n| --- |%s\n", nk == 2 ? " --- | --- |" : " --- |");
@@ -188,7 +226,7 @@ static void write_md(FILE *f, const cl_report *r)
             strcmp(r->parallel, "data") ? " Expert all-to-alls are folded into K: they scale as "
                                           "the all-reduce, not as 1/P of the tokens (an upper "
                                           "bound at many ranks)." : "",
-            r->sweep_runs > 0 ? " A sweep's runs: all at the measured model's rate, each on k "
+            r->n_sweep > 0 ? " A sweep's runs: all at the measured model's rate, each on k "
                                 "ranks of one node." : "");
 }
 
@@ -204,7 +242,7 @@ static void write_csv(FILE *f, const cl_report *r)
                     r->parallel, r->nodes[i], p.ranks, p.batch, p.compute_s, p.comm_s, p.step_s,
                     (double)p.batch * r->seq_len / p.step_s, p.efficiency);
         }
-    if (r->sweep_runs > 0) {
+    if (r->n_sweep > 0) {
         int ks[2], nk = sweep_ks(r, ks);
         for (int i = 0; i < r->n_nodes; i++)
             for (int j = 0; j < nk; j++)
@@ -237,6 +275,8 @@ int cmd_cluster(const an_args *a)
         r->a = a;
         r->net = (cm_net){ (int)a->cores, a->link_gbit * 1e9 / 8, a->latency_us * 1e-6 };
     }
+    if (!rc && a->sweep)
+        rc = parse_sweep(a, a->sweep, r);
     rc = rc ? rc : parse_nodes(a, a->nodes ? a->nodes : "1,2,4,8,16,32,64,128,256", r->nodes,
                                &r->n_nodes);
     for (int i = 0; !rc && i < a->n_files; i++)
@@ -305,8 +345,6 @@ int cmd_cluster(const an_args *a)
         for (int l = 0; l < ri->cfg.n_layers; l++)
             if (run_layer_has_key(ri, l, "experts"))
                 r->parallel = "data+expert";
-        r->sweep_runs = a->sweep_runs;
-        r->sweep_flops = a->sweep_flops;
         rc = emit(a, r);
     }
     for (int i = 0; runs && i < a->n_files; i++) {

@@ -179,10 +179,11 @@ static const an_command commands[] = {
       "  --link-gbit B         network bandwidth between nodes (default 100)\n"
       "  --latency-us L        network latency (default 2)\n"
       "  --params N            the scaled model's parameters (default 1e8)\n"
-      "  --sweep N,F           a sweep of N runs of F training FLOPs each\n"
+      "  --sweep N,F[+N,F...]  a sweep of N runs of F training FLOPs each (and N\n"
+      "                        more of F, ...: e.g. 42,1e12+42,2e12+42,4e12)\n"
       "Prints the table with its assumptions and writes cluster.md, cluster.csv.\n",
       "RUN.h5|DIR ... [--nodes LIST] [--cores-per-node C] [--link-gbit B] [--latency-us L] "
-      "[--params N] [--sweep N,F]", 1, MANY,
+      "[--params N] [--sweep N,F[+N,F...]]", 1, MANY,
       OPT_NODES | OPT_CORES | OPT_LINK | OPT_LATENCY | OPT_PARAMS | OPT_SWEEP, cmd_cluster },
     { "routing", "routing analytics: expert load, specialisation, compute per token, margins",
       "For a run file (or an eval --record file): per expert layer, the load over\n"
@@ -490,13 +491,7 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
                 return an_fail(a, EXIT_USAGE, "--params %s: expected a parameter count (e.g. "
                                "1e8)", v);
         } else if ((c->options & OPT_SWEEP) && (v = opt_value(argc, argv, &i, "--sweep", &missing))) {
-            const char *comma = strchr(v, ',');
-            char count[32];
-            snprintf(count, sizeof(count), "%.*s", comma ? (int)(comma - v) : 0, v);
-            if (!comma || !num_parse_long(count, 1, 1000000, &a->sweep_runs) ||
-                !num_parse_double(comma + 1, 1, 1e30, &a->sweep_flops))
-                return an_fail(a, EXIT_USAGE, "--sweep %s: expected N,F: N runs (1..1000000) of "
-                               "F training FLOPs each (e.g. 126,2.3e12)", v);
+            a->sweep = v; /* parsed by cluster */
         } else if (missing) {
             return an_fail(a, EXIT_USAGE, "%s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {

@@ -699,6 +699,18 @@ cluster)
 		got=$(awk -F, -v m="$1" -v n="$2" '$1 == m && $3 == n { print $8 }' $f)
 		close "${got:-nan}" "$3" 1e-9 || fail "sweep $1 at $2 nodes: $got, expected $3"
 	done
+	# runs of two sizes: 2 of 20 steps, 3 of 10; 1 rank a run: 16, 16, 8, 8, 8 s
+	# longest first onto 2 groups: 16 + 8 + 8 = 32 s; 2 ranks a run, 1 group:
+	# 0.6 x 70 = 42 s; 4 nodes at 1 rank a run (8 groups): the longest, 16 s
+	"$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 $net --sweep 2,2e10+3,1e10 --out o4 >o4.txt ||
+		fail "cluster --sweep of two sizes: $(cat o4.txt)"
+	grep -q "Sweep of 5 runs, 7e+10 training FLOPs in all (2 of 2e+10, 3 of 1e+10)" o4.txt ||
+		fail "the sweep's heading: $(cat o4.txt)"
+	for want in "sweep-k1 1 32" "sweep-k2 1 42" "sweep-k1 4 16"; do
+		set -- $want
+		got=$(awk -F, -v m="$1" -v n="$2" '$1 == m && $3 == n { print $8 }' o4/cluster.csv)
+		close "${got:-nan}" "$3" 1e-9 || fail "sweep of two sizes, $1 at $2 nodes: $got, expected $3"
+	done
 	[ -s o2/cluster.md ] && grep -q "^Assumptions: nodes of 2 ranks" o2/cluster.md ||
 		fail "cluster.md or its assumptions missing"
 	# three rank counts where a + b/P fits exactly (0.2 + 0.6/P): that form;
@@ -717,6 +729,7 @@ cluster)
 		"$an" cluster $c/c-p1/run.h5 $c/o-p2/run.h5 --out x
 	expect 2 "--nodes 4,2: expected node counts" "$an" cluster $c --nodes 4,2 --out x
 	expect 2 "--sweep 5: expected N,F" "$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 --sweep 5
+	expect 2 "--sweep 5,1e9+: a trailing +" "$an" cluster $c --sweep 5,1e9+
 	expect 2 "--link-gbit 0: expected a bandwidth" "$an" cluster $c --link-gbit 0
 	expect 2 "--step is not an option of cluster" "$an" cluster $c --step 3
 	[ -e x ] && fail "a refused model left its output folder"
