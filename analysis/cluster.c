@@ -141,11 +141,14 @@ static int parse_sweep(const an_args *a, const char *s, cl_report *r)
     return r->n_sweep ? 0 : an_fail(a, EXIT_USAGE, "--sweep: expected N,F");
 }
 
-/* the k of a sweep's runs: 1 rank a run, and one node a run */
+/* the k of a sweep's runs: 1 rank a run, and one node a run (at most the
+ * batch: a run's sequences split over its ranks, as sweep --ranks-per-run
+ * requires) */
 static int sweep_ks(const cl_report *r, int *ks)
 {
     ks[0] = 1;
-    return r->net.cores > 1 ? (ks[1] = r->net.cores, 2) : 1;
+    int k = r->net.cores < r->batch ? r->net.cores : (int)r->batch;
+    return k > 1 ? (ks[1] = k, 2) : 1;
 }
 
 static double sweep_hours(const cl_report *r, int nodes, int k)
@@ -220,14 +223,16 @@ static void write_md(FILE *f, const cl_report *r)
                "the ranks outnumber it (weak scaling); efficiency: one rank's compute for the "
                "same sequences over the ranks' time. The %.3g-parameter model: compute and bytes "
                "scaled by parameters (%.3g / %.3g), the same tokens a step and FLOPs per "
-               "parameter a token as the measured one.%s%s\n",
+               "parameter a token as the measured one.%s\n",
             r->net.cores, r->net.bytes_s * 8e-9, r->net.latency_s * 1e6, r->batch, r->target,
             r->target, r->params,
             strcmp(r->parallel, "data") ? " Expert all-to-alls are folded into K: they scale as "
                                           "the all-reduce, not as 1/P of the tokens (an upper "
-                                          "bound at many ranks)." : "",
-            r->n_sweep > 0 ? " A sweep's runs: all at the measured model's rate, each on k "
-                                "ranks of one node." : "");
+                                          "bound at many ranks)." : "");
+    if (r->n_sweep > 0)
+        fprintf(f, "A sweep's runs: all at the measured model's rate, each on k ranks of one "
+                   "node (at most the batch, %ld), as many groups as the nodes hold.\n",
+                r->batch);
 }
 
 static void write_csv(FILE *f, const cl_report *r)
