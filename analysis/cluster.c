@@ -100,6 +100,9 @@ static int parse_sweep(const an_args *a, const char *s, struct cl_report *r);
 typedef struct cl_report {
     const an_args *a;
     const char *name, *parallel;
+    const run_info *ri0;
+    double shared;           /* parameters outside the experts (their gradients all-reduced) */
+    int n_a2a;               /* all-to-alls a step: 4 an expert layer */
     cm_point pts[64];
     int n_pts, runs_at[64];
     cm_fit fit;
@@ -155,7 +158,7 @@ static double sweep_hours(const cl_report *r, int nodes, int k)
 {
     cm_net one = r->net;
     one.cores = k;
-    cm_pred p = cm_predict(&r->fit, &one, 1, r->batch, 1.0);
+    cm_pred p = cm_predict(&r->fit, &one, 1, r->batch, 1.0, 1.0);
     double *secs = malloc((size_t)r->total_runs * sizeof(double));
     if (!secs)
         return (double)NAN;
@@ -184,15 +187,24 @@ static void write_md(FILE *f, const cl_report *r)
             r->n_pts < 3 ? "; 2 rank counts fit both exactly: eff is taken (it carries the "
                            "measured loss of efficiency; a + b/P reads a serial part from two "
                            "points)" : "; the smaller rms is taken");
-    fprintf(f, "Bytes: K = %.4g bytes all-reduced a step (a ring: 2 (P-1)/P K a rank); "
-               "within a node %.3g GB/s (measured: bytes over comm seconds, waits included).\n\n",
-            ft->grad_bytes, ft->shm_bytes_s * 1e-9);
+    if (r->n_a2a > 0)
+        fprintf(f, "Bytes: K = %.4g bytes all-reduced a step (4 a parameter outside the experts, "
+                   "%.4g of them; a ring: 2 (P-1)/P K a rank); the %d all-to-alls a step: "
+                   "alpha = %.4g bytes a sequence a rank holds, times (P-1)/P (the measured "
+                   "bytes beyond the all-reduce); within a node %.3g GB/s (measured: bytes over "
+                   "comm seconds, waits included).\n\n", ft->grad_bytes, r->shared, r->n_a2a,
+                ft->a2a_bytes, ft->shm_bytes_s * 1e-9);
+    else
+        fprintf(f, "Bytes: K = %.4g bytes all-reduced a step (a ring: 2 (P-1)/P K a rank; "
+                   "%.3g bytes a parameter); within a node %.3g GB/s (measured: bytes over comm "
+                   "seconds, waits included).\n\n", ft->grad_bytes, ft->grad_bytes / r->params,
+                ft->shm_bytes_s * 1e-9);
     fprintf(f, "| model | nodes | ranks | batch | compute ms | comm ms | step ms | tokens/s | "
                "efficiency |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int m = 0; m < 2; m++)
         for (int i = 0; i < r->n_nodes; i++) {
             double scale = m ? r->target / r->params : 1.0;
-            cm_pred p = cm_predict(ft, &r->net, r->nodes[i], r->batch, scale);
+            cm_pred p = cm_predict(ft, &r->net, r->nodes[i], r->batch, scale, sqrt(scale));
             char label[64];
             snprintf(label, sizeof(label), m ? "%.3g params (scaled)" : "measured", r->target);
             fprintf(f, "| %s | %d | %d | %ld | %.1f | %.1f | %.1f | %.0f | %.3f |\n", label,
@@ -221,14 +233,14 @@ static void write_md(FILE *f, const cl_report *r)
                "nodes, the all-reduce hierarchical (within a node at the measured rate, then a "
                "ring over the nodes); the global batch %ld, raised to one sequence a rank where "
                "the ranks outnumber it (weak scaling); efficiency: one rank's compute for the "
-               "same sequences over the ranks' time. The %.3g-parameter model: compute and bytes "
-               "scaled by parameters (%.3g / %.3g), the same tokens a step and FLOPs per "
-               "parameter a token as the measured one.%s\n",
+               "same sequences over the ranks' time. The %.3g-parameter model: compute "
+               "and all-reduced bytes scaled by parameters (%.3g / %.3g), the same tokens a "
+               "step and FLOPs per parameter a token as the measured one, and the depth: the "
+               "width, and the all-to-alls' bytes, by the square root.%s\n",
             r->net.cores, r->net.bytes_s * 8e-9, r->net.latency_s * 1e6, r->batch, r->target,
             r->target, r->params,
-            strcmp(r->parallel, "data") ? " Expert all-to-alls are folded into K: they scale as "
-                                          "the all-reduce, not as 1/P of the tokens (an upper "
-                                          "bound at many ranks)." : "");
+            r->n_a2a ? " Experts: sharded over all the ranks, their all-to-alls sent pairwise "
+                       "(one latency for each other node)." : "");
     if (r->n_sweep > 0)
         fprintf(f, "A sweep's runs: all at the measured model's rate, each on k ranks of one "
                    "node (at most the batch, %ld), as many groups as the nodes hold.\n",
@@ -241,8 +253,8 @@ static void write_csv(FILE *f, const cl_report *r)
                "efficiency\n");
     for (int m = 0; m < 2; m++)
         for (int i = 0; i < r->n_nodes; i++) {
-            cm_pred p = cm_predict(&r->fit, &r->net, r->nodes[i], r->batch,
-                                   m ? r->target / r->params : 1.0);
+            double scale = m ? r->target / r->params : 1.0;
+            cm_pred p = cm_predict(&r->fit, &r->net, r->nodes[i], r->batch, scale, sqrt(scale));
             fprintf(f, "%s,%s,%d,%d,%ld,%.6g,%.6g,%.6g,%.6g,%.6g\n", m ? "scaled" : "measured",
                     r->parallel, r->nodes[i], p.ranks, p.batch, p.compute_s, p.comm_s, p.step_s,
                     (double)p.batch * r->seq_len / p.step_s, p.efficiency);
@@ -269,6 +281,37 @@ static int emit(const an_args *a, const cl_report *r)
         return EXIT_BAD_INPUT;
     write_csv(t.f, r);
     return an_text_commit(a, &t) ? EXIT_BAD_INPUT : 0;
+}
+
+/* The parameters outside the experts (tensors without an expert dimension,
+ * the embedding and final norm) and the all-to-alls a step; 0 or -1 after a
+ * message. */
+static int expert_layout(const an_args *a, const run_info *ri, cl_report *r)
+{
+    model_dims dims = config_dims(&ri->cfg);
+    double experts = 0;
+    tensor_desc descs[32];
+    r->ri0 = ri;
+    r->parallel = "data";
+    for (int l = 0; l < ri->cfg.n_layers; l++) {
+        const layer_kind *k = run_layer_kind(ri, l);
+        if (!k)
+            return an_fail(a, EXIT_BAD_INPUT, "%s: layer %d: a kind this program does not know",
+                           ri->path, l), -1;
+        int n = k->tensors(&ri->cfg.layers[l], &dims, descs, 32);
+        bool any = false;
+        for (int t = 0; t < n; t++)
+            if (descs[t].expert_dim) {
+                experts += (double)tensor_numel(&descs[t]);
+                any = true;
+            }
+        if (any) {
+            r->n_a2a += 4; /* dispatch and combine, forward and backward */
+            r->parallel = "data+expert";
+        }
+    }
+    r->shared = r->params - experts;
+    return 0;
 }
 
 int cmd_cluster(const an_args *a)
@@ -311,6 +354,16 @@ int cmd_cluster(const an_args *a)
         r->pts[j].comm_bytes += runs[i].comm_bytes;
         r->runs_at[j]++;
     }
+    if (!rc) {
+        model_size ms;
+        char err[RUN_PATH_LEN + 256];
+        if (run_model_size(runs[0].ri, &ms, err, (int)sizeof(err)))
+            rc = an_fail(a, EXIT_BAD_INPUT, "%s", err);
+        r->params = (double)ms.params;
+        r->flops_step = isfinite(runs[0].flops_step) ? runs[0].flops_step : ms.train_flops_per_step;
+    }
+    if (!rc && (rc = expert_layout(a, runs[0].ri, r)))
+        rc = EXIT_BAD_INPUT;
     if (!rc && r->n_pts < 2)
         rc = an_fail(a, EXIT_BAD_INPUT, "every run given trained on %d rank%s: the model needs "
                      "one config measured at two rank counts or more (e.g. 1 and 2)",
@@ -329,16 +382,9 @@ int cmd_cluster(const an_args *a)
                 r->runs_at[j] = r->runs_at[j - 1], r->runs_at[j - 1] = c;
             }
         char err[256];
-        if (cm_fit_points(r->pts, r->n_pts, &r->fit, err, (int)sizeof(err)))
+        if (cm_fit_points(r->pts, r->n_pts, r->ri0->cfg.batch, r->n_a2a, 4.0 * r->shared,
+                          &r->fit, err, (int)sizeof(err)))
             rc = an_fail(a, EXIT_BAD_INPUT, "%s", err);
-    }
-    if (!rc) {
-        model_size ms;
-        char err[RUN_PATH_LEN + 256];
-        if (run_model_size(runs[0].ri, &ms, err, (int)sizeof(err)))
-            rc = an_fail(a, EXIT_BAD_INPUT, "%s", err);
-        r->params = (double)ms.params;
-        r->flops_step = isfinite(runs[0].flops_step) ? runs[0].flops_step : ms.train_flops_per_step;
     }
     if (!rc) {
         const run_info *ri = runs[0].ri;
@@ -346,10 +392,6 @@ int cmd_cluster(const an_args *a)
         r->batch = ri->cfg.batch;
         r->seq_len = ri->cfg.seq_len;
         r->target = a->params;
-        r->parallel = "data";
-        for (int l = 0; l < ri->cfg.n_layers; l++)
-            if (run_layer_has_key(ri, l, "experts"))
-                r->parallel = "data+expert";
         rc = emit(a, r);
     }
     for (int i = 0; runs && i < a->n_files; i++) {

@@ -19,7 +19,8 @@ double cm_compute(const cm_fit *f, double P)
     return f->form == CM_EFF ? eff_at(f, P) : amdahl_at(f, P);
 }
 
-int cm_fit_points(const cm_point *pts, int n, cm_fit *f, char *err, int err_len)
+int cm_fit_points(const cm_point *pts, int n, long batch, int n_a2a, double shared_bytes,
+                  cm_fit *f, char *err, int err_len)
 {
     *f = (cm_fit){ 0 };
     if (n < 2) {
@@ -57,27 +58,36 @@ int cm_fit_points(const cm_point *pts, int n, cm_fit *f, char *err, int err_len)
     f->rms_amdahl = sqrt(ra / n);
     f->form = n >= 3 && f->rms_amdahl < f->rms_eff ? CM_AMDAHL : CM_EFF;
     int m = 0;
-    double k = 0, bw = 0;
+    double k = 0, bw = 0, al = 0;
+    f->n_a2a = n_a2a;
     for (int i = 0; i < n; i++) {
         int P = pts[i].ranks;
         if (P < 2)
             continue;
-        k += pts[i].comm_bytes / (2.0 * (P - 1) / P);
+        double ring = 2.0 * (P - 1) / P, q = (double)batch / P;
+        if (n_a2a > 0) /* the all-to-alls: what the bytes hold beyond the all-reduce */
+            al += (pts[i].comm_bytes - ring * shared_bytes) / (q * (P - 1) / P);
+        else
+            k += pts[i].comm_bytes / ring;
         if (pts[i].comm_s > 0)
             bw += pts[i].comm_bytes / pts[i].comm_s;
         m++;
     }
+    if (n_a2a > 0)
+        k = m * shared_bytes;
     if (!m || !(k > 0) || !(bw > 0)) {
         snprintf(err, (size_t)err_len, "no run at 2 ranks or more that sent bytes and spent "
                  "time communicating: the communication cannot be fitted");
         return -1;
     }
     f->grad_bytes = k / m;
+    f->a2a_bytes = al > 0 ? al / m : 0;
     f->shm_bytes_s = bw / m;
     return 0;
 }
 
-cm_pred cm_predict(const cm_fit *f, const cm_net *net, int nodes, long batch, double scale)
+cm_pred cm_predict(const cm_fit *f, const cm_net *net, int nodes, long batch, double scale,
+                   double a2a_scale)
 {
     cm_pred p = { 0 };
     p.ranks = nodes * net->cores;
@@ -88,6 +98,13 @@ cm_pred cm_predict(const cm_fit *f, const cm_net *net, int nodes, long batch, do
     p.comm_s = (C > 1 ? 2.0 * (C - 1) / C * K / f->shm_bytes_s : 0) +
                (N > 1 ? 2.0 * (N - 1) / N * K / net->bytes_s + 2.0 * (N - 1) * net->latency_s
                       : 0);
+    if (f->n_a2a > 0 && p.ranks > 1) {
+        double P = p.ranks, A = a2a_scale * f->a2a_bytes * (double)q * (P - 1) / P;
+        p.comm_s += A * (C - 1) / (P - 1) / f->shm_bytes_s +
+                    (N > 1 ? A * (P - C) / (P - 1) * C / net->bytes_s +
+                                 f->n_a2a * (N - 1) * net->latency_s
+                           : 0);
+    }
     p.step_s = p.compute_s + p.comm_s;
     /* one rank alone doing the same sequences, over P ranks' time */
     double one = scale * cm_compute(f, 1.0) * (double)p.batch / (double)batch;
