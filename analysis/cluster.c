@@ -188,7 +188,7 @@ static void write_md(FILE *f, const cl_report *r)
                            "measured loss of efficiency; a + b/P reads a serial part from two "
                            "points)" : "; the smaller rms is taken");
     if (r->n_a2a > 0)
-        fprintf(f, "Bytes: K = %.4g bytes all-reduced a step (4 a parameter outside the experts, "
+        fprintf(f, "Bytes: K = %.6g bytes all-reduced a step (4 a parameter outside the experts, "
                    "%.4g of them; a ring: 2 (P-1)/P K a rank); the %d all-to-alls a step: "
                    "alpha = %.4g bytes a sequence a rank holds, times (P-1)/P (the measured "
                    "bytes beyond the all-reduce); within a node %.3g GB/s (measured: bytes over "

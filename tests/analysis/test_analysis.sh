@@ -720,6 +720,21 @@ cluster)
 	grep -q "Compute fit: t(P) = a + b/P" o3.txt || fail "3 rank counts: a + b/P expected"
 	close "$(field o3/cluster.csv "$(row o3/cluster.csv nodes 4)" compute_s)" 0.35 1e-6 ||
 		fail "a + b/P at 4 nodes"
+	# experts: K = 4 bytes a parameter outside the experts (said in the
+	# table), the rest of the 2-rank bytes 5e5 = alpha q (P-1)/P with q = 2:
+	# alpha 5e5.  At 4 nodes (P 8, q 1, C 2): the all-reduce as above with K,
+	# the all-to-alls' A = 5e5 x 7/8 bytes, 1/7 of them within the node at
+	# bw, 6/7 through the node's link shared by 2 ranks, and 4 all-to-alls x
+	# 3 other nodes x 10 us
+	"$an" cluster $c/e-p1/run.h5 $c/e-p2/run.h5 $net --out o5 >o5.txt || fail "cluster moe: $(cat o5.txt)"
+	grep -q "(data+expert parallelism)" o5.txt || fail "experts not seen: $(cat o5.txt)"
+	grep -q "alpha = 5e+05 bytes a sequence" o5.txt || fail "alpha: $(cat o5.txt)"
+	K=$(sed -n 's/^Bytes: K = \([^ ]*\) bytes all-reduced.*/\1/p' o5.txt)
+	want=$(awk -v K="$K" 'BEGIN { bw = (K + 5e5) / 0.1; A = 5e5 * 7 / 8
+		print K / bw + 1.5 * K / 1.25e8 + 6e-5 + A / 7 / bw + A * 6 / 7 * 2 / 1.25e8 + 12e-5 }')
+	got=$(field o5/cluster.csv "$(row o5/cluster.csv nodes 4)" comm_s)
+	close "$got" "$want" 1e-4 || fail "moe comm at 4 nodes: $got, expected $want (K $K)"
+	close "$(field o5/cluster.csv 1 comm_s)" 0.1 1e-9 || fail "moe comm at 1 node"
 	# refused: one rank count only (one run; two replicates at 2 ranks), runs of
 	# different configs, a bad option value
 	expect 1 "every run given trained on 2 ranks" "$an" cluster $c/c-p2/run.h5 --out x
@@ -741,6 +756,14 @@ cluster)
 	grep -q "^| 2 | 1 | " tt.txt || fail "no 2-rank point: $(cat tt.txt)"
 	b=$(grep "^| 2 | 1 | " tt.txt | awk -F'|' '{ print $6 }')
 	close "$b" 0 0 && fail "the 2-rank run sent no bytes"
+	# and of experts: the all-to-alls' bytes beyond the all-reduce
+	train e1 run.steps=6 'model.layers=dense, moe' moe.experts=2
+	mpirun -n 2 "$exe" "$config" run.out=e2 --quiet run.steps=6 'model.layers=dense, moe' \
+		moe.experts=2 || fail "training experts at 2 ranks"
+	"$an" cluster e1/tiny/run.h5 e2/tiny/run.h5 --out te >te.txt || fail "cluster: $(cat te.txt)"
+	grep -q "(data+expert parallelism)" te.txt || fail "experts not seen: $(cat te.txt)"
+	alpha=$(sed -n 's/.*alpha = \([^ ]*\) bytes.*/\1/p' te.txt)
+	awk -v a="$alpha" 'BEGIN { exit !(a > 0) }' || fail "no all-to-all bytes: $(cat te.txt)"
 	;;
 counterfactual)
 	# eval --routing's and --dial's tables drawn; two checkpoints' records
