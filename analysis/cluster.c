@@ -191,13 +191,13 @@ static void write_md(FILE *f, const cl_report *r)
         fprintf(f, "Bytes: K = %.6g bytes all-reduced a step (4 a parameter outside the experts, "
                    "%.4g of them; a ring: 2 (P-1)/P K a rank); the %d all-to-alls a step: "
                    "alpha = %.4g bytes a sequence a rank holds, times (P-1)/P (the measured "
-                   "bytes beyond the all-reduce); within a node %.3g GB/s (measured: bytes over "
-                   "comm seconds, waits included).\n\n", ft->grad_bytes, r->shared, r->n_a2a,
+                   "bytes beyond the all-reduce); within a node %.3g GB/s (the highest of "
+                   "the points' bytes over comm seconds, waits included).\n\n", ft->grad_bytes, r->shared, r->n_a2a,
                 ft->a2a_bytes, ft->shm_bytes_s * 1e-9);
     else
         fprintf(f, "Bytes: K = %.4g bytes all-reduced a step (a ring: 2 (P-1)/P K a rank; "
-                   "%.3g bytes a parameter); within a node %.3g GB/s (measured: bytes over comm "
-                   "seconds, waits included).\n\n", ft->grad_bytes, ft->grad_bytes / r->params,
+                   "%.3g bytes a parameter); within a node %.3g GB/s (the highest of the "
+                   "points' bytes over comm seconds, waits included).\n\n", ft->grad_bytes, ft->grad_bytes / r->params,
                 ft->shm_bytes_s * 1e-9);
     fprintf(f, "| model | nodes | ranks | batch | compute ms | comm ms | step ms | tokens/s | "
                "efficiency |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -69,8 +69,10 @@ int cm_fit_points(const cm_point *pts, int n, long batch, int n_a2a, double shar
             al += (pts[i].comm_bytes - ring * shared_bytes) / (q * (P - 1) / P);
         else
             k += pts[i].comm_bytes / ring;
-        if (pts[i].comm_s > 0)
-            bw += pts[i].comm_bytes / pts[i].comm_s;
+        /* waits for a slower rank only lower the apparent rate: the highest
+         * is the nearest to the transfer's */
+        if (pts[i].comm_s > 0 && pts[i].comm_bytes / pts[i].comm_s > bw)
+            bw = pts[i].comm_bytes / pts[i].comm_s;
         m++;
     }
     if (n_a2a > 0)
@@ -82,7 +84,7 @@ int cm_fit_points(const cm_point *pts, int n, long batch, int n_a2a, double shar
     }
     f->grad_bytes = k / m;
     f->a2a_bytes = al > 0 ? al / m : 0;
-    f->shm_bytes_s = bw / m;
+    f->shm_bytes_s = bw;
     return 0;
 }
 

@@ -15,8 +15,8 @@
  * given (4 bytes a shared parameter: the experts are sharded, not reduced)
  * and alpha is what the measured bytes hold beyond the all-reduce.
  * Communication at N nodes of C ranks, hierarchical: within the node
- * 2 (C-1)/C K / bw_shm (bw_shm: the bytes over the comm seconds of the
- * runs measured, waits included), across nodes 2 (N-1)/N K / bw_net +
+ * 2 (C-1)/C K / bw_shm (bw_shm: the highest of the measured points'
+ * bytes over comm seconds: their waits for a slower rank only lower it), across nodes 2 (N-1)/N K / bw_net +
  * 2 (N-1) latency; the all-to-alls' bytes to the C-1 other ranks of the
  * node at bw_shm, those to the P-C ranks of other nodes through the node's
  * link (C ranks sharing it), and (N-1) latencies for each of them. */
