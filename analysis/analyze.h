@@ -32,6 +32,11 @@ typedef struct an_args {
     int fit_sizes;                     /* --fit-sizes N (isoflop): 0 the default (5), -1 all */
     const char *ladder;                /* --ladder DIR: dense runs at several budgets, for the
                                           dense-equivalent compute multiplier (ladder.h) */
+    const char *nodes;                 /* cluster: --nodes LIST, or NULL: 1,2,4,...,256 */
+    long cores;                        /* cluster: --cores-per-node C (64) */
+    double link_gbit, latency_us;      /* cluster: --link-gbit B (100), --latency-us L (2) */
+    double params;                     /* cluster: --params N, the scaled model (1e8) */
+    const char *sweep;                 /* cluster: --sweep N,F[+N,F...], or NULL */
     bool no_ladder;                    /* reading --ladder's own runs: fit no ladder of them */
 } an_args;
 
@@ -48,6 +53,7 @@ int cmd_depth(const an_args *a);
 int cmd_counterfactual(const an_args *a);
 int cmd_dial(const an_args *a);
 int cmd_lossdiff(const an_args *a);
+int cmd_cluster(const an_args *a);
 
 /* "mode-analyze CMD: " and the message on stderr; returns code. */
 int an_fail(const an_args *a, int code, const char *fmt, ...)

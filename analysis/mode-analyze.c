@@ -8,6 +8,7 @@
  *   mode-analyze tokens RUN.h5 ... [--step N] [--all-steps] take rate per token class
  *   mode-analyze isoflop SWEEP_DIR                     isoFLOP fits and frontier
  *   mode-analyze report DIR [--baseline G]             every analysis on one HTML page
+ *   mode-analyze cluster RUN.h5|DIR ... [--nodes LIST]  step time at 1..256 nodes, modelled
  *
  * Every subcommand takes --out DIR (default: the first run file's folder)
  * and --help, those that draw figures --svg (an SVG beside every PNG), and
@@ -31,7 +32,9 @@
 #include <sys/stat.h>
 
 enum { OPT_STEP = 1, OPT_SEQ = 2, OPT_ALL_STEPS = 4, OPT_BASELINE = 8, OPT_KEY = 16, OPT_FIT = 32,
-       OPT_LADDER = 64, OPT_BPB = 128, OPT_PREDICTED = 256, OPT_SVG = 512, OPT_OUT = 1024 };
+       OPT_LADDER = 64, OPT_BPB = 128, OPT_PREDICTED = 256, OPT_SVG = 512, OPT_OUT = 1024,
+       OPT_NODES = 2048, OPT_CORES = 4096, OPT_LINK = 8192, OPT_LATENCY = 16384,
+       OPT_PARAMS = 32768, OPT_SWEEP = 65536 };
 /* Every option of some subcommand: one a subcommand does not read, or one
  * given twice, is refused by name rather than ignored or overridden. */
 static const struct an_opt {
@@ -44,7 +47,10 @@ static const struct an_opt {
     { "--key", OPT_KEY, true },         { "--fit-sizes", OPT_FIT, true },
     { "--ladder", OPT_LADDER, true },   { "--bpb", OPT_BPB, false },
     { "--predicted", OPT_PREDICTED, false }, { "--out", OPT_OUT, true },
-    { "--svg", OPT_SVG, false },
+    { "--svg", OPT_SVG, false },        { "--nodes", OPT_NODES, true },
+    { "--cores-per-node", OPT_CORES, true }, { "--link-gbit", OPT_LINK, true },
+    { "--latency-us", OPT_LATENCY, true }, { "--params", OPT_PARAMS, true },
+    { "--sweep", OPT_SWEEP, true },
 };
 enum { N_AN_OPTS = (int)(sizeof(an_opts) / sizeof(an_opts[0])) };
 enum { MANY = 1 << 20 }; /* max_files of the commands over any number of runs */
@@ -157,6 +163,28 @@ static const an_command commands[] = {
       "  --fit-sizes N|all  how many sizes around the best one the parabola goes\n"
       "                     through (at least 3; default 5); all: every size\n",
       "SWEEP_DIR [--fit-sizes N|all]", 1, 1, OPT_FIT | OPT_SVG, cmd_isoflop },
+    { "cluster", "step time and efficiency at 1..256 nodes, modelled from runs at several rank counts",
+      "From runs of one config trained at two rank counts or more (run files'\n"
+      "per-step compute_s, comm_s and comm_bytes: the median after the first step,\n"
+      "the mean over the runs of a rank count): compute per rank fitted against\n"
+      "the ranks (t(P0) P0 / (P e), or a + b/P where 3 rank counts or more favour\n"
+      "it), the bytes a rank sends a step as a ring all-reduce 2 (P-1)/P K, and\n"
+      "the step time, tokens/s and parallel efficiency predicted at each node\n"
+      "count, for the measured model and for one scaled to --params parameters;\n"
+      "with --sweep, the wall time of N runs side by side (longest first), at 1\n"
+      "rank a run and one node a run. Runs of different configs, or of one rank\n"
+      "count only, are refused.\n"
+      "  --nodes LIST          node counts, ascending (default 1,2,4,...,256)\n"
+      "  --cores-per-node C    ranks a node, one a core (default 64)\n"
+      "  --link-gbit B         network bandwidth between nodes (default 100)\n"
+      "  --latency-us L        network latency (default 2)\n"
+      "  --params N            the scaled model's parameters (default 1e8)\n"
+      "  --sweep N,F[+N,F...]  a sweep of N runs of F training FLOPs each (and N\n"
+      "                        more of F, ...: e.g. 42,1e12+42,2e12+42,4e12)\n"
+      "Prints the table with its assumptions and writes cluster.md, cluster.csv.\n",
+      "RUN.h5|DIR ... [--nodes LIST] [--cores-per-node C] [--link-gbit B] [--latency-us L] "
+      "[--params N] [--sweep N,F[+N,F...]]", 1, MANY,
+      OPT_NODES | OPT_CORES | OPT_LINK | OPT_LATENCY | OPT_PARAMS | OPT_SWEEP, cmd_cluster },
     { "routing", "routing analytics: expert load, specialisation, compute per token, margins",
       "For a run file (or an eval --record file): per expert layer, the load over\n"
       "training from the per-step statistics (MaxVio = max load / mean load - 1 over\n"
@@ -386,6 +414,10 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
     memset(a, 0, sizeof(*a));
     a->cmd = c->name;
     a->step = -1;
+    a->cores = 64;
+    a->link_gbit = 100;
+    a->latency_us = 2;
+    a->params = 1e8;
     const char *seen[N_AN_OPTS] = { 0 };
     for (int i = 0; i < argc; i++) {
         bool missing = false;
@@ -436,6 +468,30 @@ static int parse_args(const an_command *c, an_args *a, file_list *l, int argc, c
         } else if ((c->options & OPT_LADDER) &&
                    (v = opt_value(argc, argv, &i, "--ladder", &missing))) {
             a->ladder = v;
+        } else if ((c->options & OPT_NODES) && (v = opt_value(argc, argv, &i, "--nodes", &missing))) {
+            a->nodes = v;
+        } else if ((c->options & OPT_CORES) &&
+                   (v = opt_value(argc, argv, &i, "--cores-per-node", &missing))) {
+            if (!num_parse_long(v, 1, 1 << 16, &a->cores))
+                return an_fail(a, EXIT_USAGE, "--cores-per-node %s: expected ranks a node, "
+                               "1..65536", v);
+        } else if ((c->options & OPT_LINK) &&
+                   (v = opt_value(argc, argv, &i, "--link-gbit", &missing))) {
+            if (!num_parse_double(v, 1e-6, 1e6, &a->link_gbit))
+                return an_fail(a, EXIT_USAGE, "--link-gbit %s: expected a bandwidth in Gbit/s, "
+                               "above 0 (e.g. 100)", v);
+        } else if ((c->options & OPT_LATENCY) &&
+                   (v = opt_value(argc, argv, &i, "--latency-us", &missing))) {
+            if (!num_parse_double(v, 0, 1e7, &a->latency_us))
+                return an_fail(a, EXIT_USAGE, "--latency-us %s: expected microseconds, 0 or "
+                               "more (e.g. 2)", v);
+        } else if ((c->options & OPT_PARAMS) &&
+                   (v = opt_value(argc, argv, &i, "--params", &missing))) {
+            if (!num_parse_double(v, 1, 1e15, &a->params))
+                return an_fail(a, EXIT_USAGE, "--params %s: expected a parameter count (e.g. "
+                               "1e8)", v);
+        } else if ((c->options & OPT_SWEEP) && (v = opt_value(argc, argv, &i, "--sweep", &missing))) {
+            a->sweep = v; /* parsed by cluster */
         } else if (missing) {
             return an_fail(a, EXIT_USAGE, "%s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {

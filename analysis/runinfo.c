@@ -153,6 +153,29 @@ static char *read_data_fingerprint(const char *path)
     return fp;
 }
 
+long run_ranks(const run_info *ri)
+{
+    hid_t f = h5_open_input(ri->path, NULL, 0);
+    if (f < 0)
+        return -1;
+    long ranks = -1;
+    if (H5Lexists(f, "provenance", H5P_DEFAULT) > 0) {
+        hid_t g = H5Gopen2(f, "provenance", H5P_DEFAULT);
+        if (g >= 0) {
+            if (H5Aexists(g, "ranks") > 0) {
+                hid_t a = H5Aopen(g, "ranks", H5P_DEFAULT);
+                if (a < 0 || H5Aread(a, H5T_NATIVE_LONG, &ranks) < 0)
+                    ranks = -1;
+                if (a >= 0)
+                    H5Aclose(a);
+            }
+            H5Gclose(g);
+        }
+    }
+    H5Fclose(f);
+    return ranks;
+}
+
 int build_run_info(run_info **out, const char *path, char *err, int err_len)
 {
     int rc = -EINVAL;

@@ -79,6 +79,9 @@ int run_read_column(const run_info *ri, const char *name, double **out, long *n)
 /* The last value of such a column (NaN when it is absent or empty); count,
  * when not NULL, receives its length. */
 double run_last_value(const run_info *ri, const char *name, long *count);
+/* provenance/ranks: the MPI ranks the run trained on, or -1 when the file
+ * does not say. */
+long run_ranks(const run_info *ri);
 /* Whether the file holds a dataset at name. */
 bool run_has_dataset(const run_info *ri, const char *name);
 

@@ -492,3 +492,74 @@ int write_started_run(const char *dir, char *err, int err_len)
     free(c);
     return rc;
 }
+
+/* every parameter but the experts' (tensors with an expert dimension) */
+static int shared_params(const run_config *c, double *out)
+{
+    model_dims dims = config_dims(c);
+    double n = (double)dims.vocab * dims.d_model + dims.d_model;
+    tensor_desc descs[32];
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(mode_kinds, c->layers[l].kind);
+        if (!k)
+            return -EINVAL;
+        int m = k->tensors(&c->layers[l], &dims, descs, 32);
+        for (int t = 0; t < m; t++)
+            if (!descs[t].expert_dim)
+                n += (double)tensor_numel(&descs[t]);
+    }
+    *out = n;
+    return 0;
+}
+
+int write_cluster_runs(const char *dir, char *err, int err_len)
+{
+    char out[1024];
+    int rc;
+    run_config *c = begin_runs(dir, "cluster", out, sizeof(out), &rc, err, err_len);
+    if (!c)
+        return rc;
+    static const struct {
+        const char *name;
+        int ranks, d;
+        double compute, comm, bytes;
+        bool moe;
+    } runs[] = { { "c-p1", 1, 32, 0.8, 0.0, 0.0, false }, { "c-p2", 2, 32, 0.5, 0.1, 1e6, false },
+                 { "c-p4", 4, 32, 0.35, 0.2, 1.5e6, false }, { "o-p2", 2, 48, 0.5, 0.1, 1e6, false },
+                 { "e-p1", 1, 32, 0.8, 0.0, 0.0, true }, { "e-p2", 2, 32, 0.5, 0.1, 5e5, true } };
+    for (size_t i = 0; !rc && i < sizeof(runs) / sizeof(runs[0]); i++) {
+        char settings[256], *ini = NULL;
+        snprintf(settings, sizeof(settings), "[run]\nsteps = 5\n[model]\nd_model = %d\n"
+                 "n_heads = 2\nd_ff = 64\nlayers = %s\n%s", runs[i].d,
+                 runs[i].moe ? "dense, moe" : "dense x 2", runs[i].moe ? "[moe]\nexperts = 2\n" : "");
+        run_record *r = NULL;
+        if ((rc = resolve(runs[i].name, out, "[data]\nseq_len = 8\nbatch = 4\n", settings, c,
+                          &ini, err, err_len)))
+            break;
+        double bytes = runs[i].bytes;
+        if (runs[i].moe && runs[i].ranks > 1) { /* the all-reduce of the shared gradients too */
+            double shared = 0;
+            rc = shared_params(c, &shared);
+            bytes += 2.0 * (runs[i].ranks - 1) / runs[i].ranks * 4.0 * shared;
+        }
+        rc = build_run_record(&r, ini);
+        free(ini);
+        if (!rc)
+            r->prov.ranks = runs[i].ranks;
+        for (int s = 1; !rc && s <= 5; s++) {
+            /* step 1 a warm-up the model leaves out */
+            double w = s == 1 ? 9.0 : 1.0, row[32] = { 0 };
+            row[0] = s;
+            row[run_table_col(&r->metrics, "train_flops")] = 1e9 * s;
+            row[run_table_col(&r->metrics, "compute_s")] = w * runs[i].compute;
+            row[run_table_col(&r->metrics, "comm_s")] = w * runs[i].comm;
+            row[run_table_col(&r->metrics, "comm_bytes")] = bytes;
+            rc = run_table_append(&r->metrics, row);
+        }
+        if (!rc)
+            rc = write_record(r, out, runs[i].name, 5, err, err_len);
+        free_run_record(&r);
+    }
+    free(c);
+    return rc;
+}

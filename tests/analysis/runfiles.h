@@ -67,4 +67,14 @@ int write_law_runs(const char *dir, bool partial, char *err, int err_len);
  * "dense, mod" as write_ladder_runs's mod runs, seed 3. */
 int write_started_run(const char *dir, char *err, int err_len);
 
+/* DIR/cluster/: dense x 2 (d_model 32, S 8, batch 4), 5 steps of 1e9 training
+ * FLOPs, run as if at 1, 2 and 4 ranks (c-p1, c-p2, c-p4: provenance/ranks),
+ * and o-p2, the same at d_model 48 on 2 ranks.  Per step after the first
+ * (which takes 9 times as long), compute_s, comm_s, comm_bytes:
+ *   c-p1 0.8, 0, 0; c-p2 and o-p2 0.5, 0.1, 1e6; c-p4 0.35, 0.2, 1.5e6.
+ * e-p1, e-p2: "dense, moe" with 2 experts at 1 and 2 ranks, as c-p1 and c-p2
+ * but for the bytes at 2 ranks: the all-reduce of 4 bytes a parameter
+ * outside the experts (2 (P-1)/P of it), plus 5e5 (the all-to-alls). */
+int write_cluster_runs(const char *dir, char *err, int err_len);
+
 #endif

@@ -4,7 +4,8 @@
 # (write_runs, tests/analysis/runfiles.h).
 #   test_analysis.sh TEST MODE_EXP MODE_ANALYZE CONFIG WRITE_RUNS
 # TEST: heatmap | weights | curves | compare | tokens | errors | groups |
-#       sweep | isoflop | huge | ladder | routing | depth | counterfactual
+#       sweep | isoflop | huge | ladder | routing | depth | counterfactual |
+#       cluster
 # Figures are checked as PNGs of the size the layout defines (IHDR read with
 # od); tables against the run files themselves (h5dump, h5ls), against
 # `mode-exp flops`, and against numbers worked out by hand.
@@ -661,6 +662,108 @@ depth)
 	taken_c='22\.74[0-9]*%,35\.68[0-9]*%,62\.74[0-9]*%' skipped_c='93\.33[0-9]*%,94\.11[0-9]*%,95\.68[0-9]*%'
 	[ "$(fills hn/heatmap_step*_seq0.svg "$taken_c")" -eq 64 ] && [ "$(fills hn/heatmap_step*_seq0.svg "$skipped_c")" -eq 34 ] ||
 		fail "mor's recursions in the heatmap: $(fills hn/heatmap_step*_seq0.svg "$taken_c") ran, $(fills hn/heatmap_step*_seq0.svg "$skipped_c") not"
+	;;
+cluster)
+	# run files with known per-step compute_s, comm_s, comm_bytes (runfiles.h)
+	"$write_runs" w cluster || fail "write_runs cluster"
+	c=w/cluster
+	net="--cores-per-node 2 --link-gbit 1 --latency-us 10 --nodes 1,4"
+	"$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 $net --sweep 5,1e10 --out o2 >o2.txt ||
+		fail "cluster: $(cat o2.txt)"
+	cat o2.txt
+	grep -q "t(P) = t(P0) P0 / (P e)" o2.txt || fail "two rank counts: the eff form expected"
+	# by hand: e = 0.8 / (2 x 0.5) = 0.8; K = 1e6 / (2 x 1/2) = 1e6 bytes; within a
+	# node 1e6 / 0.1 s = 1e7 B/s.  1 node of 2: compute 0.8 / (2 x 0.8) = 0.5 s,
+	# comm 2 (1/2) 1e6 / 1e7 = 0.1 s, step 0.6, efficiency 0.8 / (2 x 0.6).
+	# 4 nodes (8 ranks, batch 4 raised to 8): compute 0.8 / (4 x 0.8) = 0.25,
+	# comm 0.1 + 2 (3/4) 1e6 / 1.25e8 + 2 x 3 x 10e-6 = 0.11206,
+	# efficiency 0.8 x 2 / (8 x 0.36206).
+	f=o2/cluster.csv
+	r=$(row $f nodes 4)
+	for want in "1 compute_s 0.5" "1 comm_s 0.1" "1 step_s 0.6" "1 efficiency 0.666667" \
+		"$r compute_s 0.25" "$r comm_s 0.11206" "$r step_s 0.36206" "$r batch 8" \
+		"$r efficiency $(awk 'BEGIN { print 1.6 / (8 * 0.36206) }')"; do
+		set -- $want
+		got=$(field $f "$1" "$2")
+		close "$got" "$3" 1e-5 || fail "cluster.csv row $1 $2: $got, expected $3"
+	done
+	# the scaled model: compute and bytes x 1e8 / its parameters, efficiency
+	# at 1 node unchanged (no latency there)
+	r=$(row $f model scaled)
+	close "$(field $f "$r" efficiency)" 0.666667 1e-5 || fail "scaled efficiency"
+	# the sweep: 10 steps a run; 1 rank a run 0.8 s a step, 8 s a run, 5 runs on
+	# 2 groups: 24 s; 2 ranks 0.6 s a step, 6 s, 1 group: 30 s; 4 nodes: 8 groups
+	# 8 s, 4 groups 12 s
+	for want in "sweep-k1 1 24" "sweep-k2 1 30" "sweep-k1 4 8" "sweep-k2 4 12"; do
+		set -- $want
+		got=$(awk -F, -v m="$1" -v n="$2" '$1 == m && $3 == n { print $8 }' $f)
+		close "${got:-nan}" "$3" 1e-9 || fail "sweep $1 at $2 nodes: $got, expected $3"
+	done
+	# runs of two sizes: 2 of 20 steps, 3 of 10; 1 rank a run: 16, 16, 8, 8, 8 s
+	# longest first onto 2 groups: 16 + 8 + 8 = 32 s; 2 ranks a run, 1 group:
+	# 0.6 x 70 = 42 s; 4 nodes at 1 rank a run (8 groups): the longest, 16 s
+	"$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 $net --sweep 2,2e10+3,1e10 --out o4 >o4.txt ||
+		fail "cluster --sweep of two sizes: $(cat o4.txt)"
+	grep -q "Sweep of 5 runs, 7e+10 training FLOPs in all (2 of 2e+10, 3 of 1e+10)" o4.txt ||
+		fail "the sweep's heading: $(cat o4.txt)"
+	for want in "sweep-k1 1 32" "sweep-k2 1 42" "sweep-k1 4 16"; do
+		set -- $want
+		got=$(awk -F, -v m="$1" -v n="$2" '$1 == m && $3 == n { print $8 }' o4/cluster.csv)
+		close "${got:-nan}" "$3" 1e-9 || fail "sweep of two sizes, $1 at $2 nodes: $got, expected $3"
+	done
+	[ -s o2/cluster.md ] && grep -q "^Assumptions: nodes of 2 ranks" o2/cluster.md ||
+		fail "cluster.md or its assumptions missing"
+	# three rank counts where a + b/P fits exactly (0.2 + 0.6/P): that form;
+	# at 4 nodes (per rank one sequence, P = 4) 0.2 + 0.15
+	"$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 $c/c-p4/run.h5 $net --out o3 >o3.txt ||
+		fail "cluster of 3: $(cat o3.txt)"
+	grep -q "Compute fit: t(P) = a + b/P" o3.txt || fail "3 rank counts: a + b/P expected"
+	close "$(field o3/cluster.csv "$(row o3/cluster.csv nodes 4)" compute_s)" 0.35 1e-6 ||
+		fail "a + b/P at 4 nodes"
+	# experts: K = 4 bytes a parameter outside the experts (said in the
+	# table), the rest of the 2-rank bytes 5e5 = alpha q (P-1)/P with q = 2:
+	# alpha 5e5.  At 4 nodes (P 8, q 1, C 2): the all-reduce as above with K,
+	# the all-to-alls' A = 5e5 x 7/8 bytes, 1/7 of them within the node at
+	# bw, 6/7 through the node's link shared by 2 ranks, and 4 all-to-alls x
+	# 3 other nodes x 10 us
+	"$an" cluster $c/e-p1/run.h5 $c/e-p2/run.h5 $net --out o5 >o5.txt || fail "cluster moe: $(cat o5.txt)"
+	grep -q "(data+expert parallelism)" o5.txt || fail "experts not seen: $(cat o5.txt)"
+	grep -q "alpha = 5e+05 bytes a sequence" o5.txt || fail "alpha: $(cat o5.txt)"
+	K=$(sed -n 's/^Bytes: K = \([^ ]*\) bytes all-reduced.*/\1/p' o5.txt)
+	want=$(awk -v K="$K" 'BEGIN { bw = (K + 5e5) / 0.1; A = 5e5 * 7 / 8
+		print K / bw + 1.5 * K / 1.25e8 + 6e-5 + A / 7 / bw + A * 6 / 7 * 2 / 1.25e8 + 12e-5 }')
+	got=$(field o5/cluster.csv "$(row o5/cluster.csv nodes 4)" comm_s)
+	close "$got" "$want" 1e-4 || fail "moe comm at 4 nodes: $got, expected $want (K $K)"
+	close "$(field o5/cluster.csv 1 comm_s)" 0.1 1e-9 || fail "moe comm at 1 node"
+	# refused: one rank count only (one run; two replicates at 2 ranks), runs of
+	# different configs, a bad option value
+	expect 1 "every run given trained on 2 ranks" "$an" cluster $c/c-p2/run.h5 --out x
+	cp -r $c/c-p2 $c/c-p2b
+	expect 1 "two rank counts or more" "$an" cluster $c/c-p2/run.h5 $c/c-p2b/run.h5 --out x
+	expect 1 "different configs (model.d_model: 32 against 48)" \
+		"$an" cluster $c/c-p1/run.h5 $c/o-p2/run.h5 --out x
+	expect 2 "--nodes 4,2: expected node counts" "$an" cluster $c --nodes 4,2 --out x
+	expect 2 "--sweep 5: expected N,F" "$an" cluster $c/c-p1/run.h5 $c/c-p2/run.h5 --sweep 5
+	expect 2 "--sweep 5,1e9+: a trailing +" "$an" cluster $c --sweep 5,1e9+
+	expect 2 "--link-gbit 0: expected a bandwidth" "$an" cluster $c --link-gbit 0
+	expect 2 "--step is not an option of cluster" "$an" cluster $c --step 3
+	[ -e x ] && fail "a refused model left its output folder"
+	# two tiny runs trained here at 1 and 2 ranks: provenance/ranks and the
+	# bytes the trainer counted are read
+	train t1 run.steps=6
+	mpirun -n 2 "$exe" "$config" run.out=t2 --quiet run.steps=6 || fail "training at 2 ranks"
+	"$an" cluster t1/tiny/run.h5 t2/tiny/run.h5 --out tt >tt.txt || fail "cluster: $(cat tt.txt)"
+	grep -q "^| 2 | 1 | " tt.txt || fail "no 2-rank point: $(cat tt.txt)"
+	b=$(grep "^| 2 | 1 | " tt.txt | awk -F'|' '{ print $6 }')
+	close "$b" 0 0 && fail "the 2-rank run sent no bytes"
+	# and of experts: the all-to-alls' bytes beyond the all-reduce
+	train e1 run.steps=6 'model.layers=dense, moe' moe.experts=2
+	mpirun -n 2 "$exe" "$config" run.out=e2 --quiet run.steps=6 'model.layers=dense, moe' \
+		moe.experts=2 || fail "training experts at 2 ranks"
+	"$an" cluster e1/tiny/run.h5 e2/tiny/run.h5 --out te >te.txt || fail "cluster: $(cat te.txt)"
+	grep -q "(data+expert parallelism)" te.txt || fail "experts not seen: $(cat te.txt)"
+	alpha=$(sed -n 's/.*alpha = \([^ ]*\) bytes.*/\1/p' te.txt)
+	awk -v a="$alpha" 'BEGIN { exit !(a > 0) }' || fail "no all-to-all bytes: $(cat te.txt)"
 	;;
 counterfactual)
 	# eval --routing's and --dial's tables drawn; two checkpoints' records

@@ -85,12 +85,14 @@ check 0 "$an" counterfactual cf.csv --out fig
 check 0 "$an" dial dial.csv --out fig
 check 0 "$an" lossdiff rec.h5 rec.h5 --out fig
 check 0 "$an" report sw --out rep --baseline capacity-0.5
+check 0 "$an" cluster a/tiny/run.h5 b/tiny/run.h5 --out fig --sweep 4,1e9+2,2e9
 # error paths
 check 2 "$exe" "$config" run.out=e model.bogus=1
 check 2 "$exe" "$config" run.out=e --bogus
 check 2 "$exe" sweep grid.ini --bogus
 check 1 "$exe" eval missing.h5
 check 1 "$an" heatmap missing.h5
+check 1 "$an" cluster a/tiny/run.h5 --out fig
 printf '[run]\nsteps = many\n' >bad.ini
 check 2 "$exe" bad.ini
 if [ -n "$unchecked" ]; then
