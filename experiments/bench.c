@@ -181,7 +181,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     bench_result br = { 0 };
     br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
     shard_plan *sp = NULL;
-    rc = build_shard_plan(&sp, m, ctx);
+    rc = build_shard_plan(&sp, m, ctx, optim_of_config(&cfg).shard);
     if (!rc)
         rc = time_steps(m, sp, ctx, &cfg, steps, &br);
     free_shard_plan(&sp);
