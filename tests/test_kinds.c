@@ -654,7 +654,7 @@ static void over_ranks(const kind_ops *ops, comm *world, int P, double out[3])
         fixture f;
         shard_plan *sp = NULL;
         int sr = comm_rank(sub);
-        if (!make(&f, ops, P, sr, NSEQ / P, 5, sub) && !build_shard_plan(&sp, f.m, &f.ctx, false)) {
+        if (!make(&f, ops, P, sr, NSEQ / P, 5, sub) && !build_shard_plan(&sp, f.m, &f.ctx)) {
             fwd_result res;
             model_zero_grad(f.m);
             CHECK(model_forward(f.m, &f.ctx, &f.b, FWD_TRAIN, &res) == 0, "forward");

@@ -100,7 +100,11 @@ typedef struct fwd_result {
 /* Build a model for up to max_seq local sequences from one spec per layer;
  * kinds are looked up in table (their compute rows).  dims->ranks and dims->rank place the
  * experts: this rank allocates only its own (parameters, gradients, both
- * moments).  On failure returns non-zero and writes what was wrong (layer
+ * moments).  dims->shard_optim with ranks P > 1 (ZeRO stage 1,
+ * docs/sharding.md): of the shared tensors' moments this rank allocates
+ * piece `rank` of each shared run (model_shared_spans(m, MODEL_SPAN_CAP),
+ * span_piece) only, and m->optim_shards is P; a shared tensor over
+ * MODEL_SPAN_CAP elements is then refused (-EOVERFLOW).  On failure returns non-zero and writes what was wrong (layer
  * index, kind, expected) into err. */
 int build_model(model **out, const model_dims *dims, const layer_spec *specs,
                 const kind_ops *const *table, int max_seq, char *err, int err_len);
@@ -115,12 +119,6 @@ void free_model(model **m);
 int model_shared_spans(const model *m, long cap, span *out);
 /* Piece r of P of a run: [offset + count r / P, offset + count (r+1) / P). */
 span span_piece(span s, int P, int r);
-/* ZeRO stage 1 (docs/sharding.md): this rank (dims rank of ranks P) keeps
- * the Adam moments of piece `rank` of each shared run
- * (model_shared_spans(m, MODEL_SPAN_CAP)) and of its own experts only; the
- * moment buffers shrink to that.  Before the moments are read or used;
- * P = 1 changes nothing. */
-int model_shard_optim(model *m);
 
 /* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0)
  * in row-major order, a rank's experts from their place in that stream, so

@@ -56,13 +56,13 @@ static replica_set *replicas_of(shard_plan *p, mode_ctx *ctx, int E, int most, i
     return rs;
 }
 
-int build_shard_plan(shard_plan **out, model *m, mode_ctx *ctx, bool zero)
+int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx)
 {
     int P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0, rc = 0;
     shard_plan *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    p->zero = zero && P > 1;
+    p->zero = m->optim_shards > 1 && m->optim_shards == P;
     long cap = p->zero ? MODEL_SPAN_CAP : LONG_MAX;
     int most = m->n_tensors + 1, n_spans = model_shared_spans(m, cap, NULL);
     p->shared = malloc((size_t)(n_spans + 1) * sizeof(span));
@@ -75,10 +75,9 @@ int build_shard_plan(shard_plan **out, model *m, mode_ctx *ctx, bool zero)
     p->n_shared = model_shared_spans(m, cap, p->shared);
     if (p->zero) {
         p->counts = malloc((size_t)(n_spans + 1) * (size_t)P * sizeof(int));
-        rc = p->counts ? model_shard_optim(m) : -ENOMEM;
-        if (rc) {
+        if (!p->counts) {
             free_shard_plan(&p);
-            return rc;
+            return -ENOMEM;
         }
         for (int i = 0; i < p->n_shared; i++)
             for (int r = 0; r < P; r++)

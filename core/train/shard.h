@@ -46,10 +46,9 @@ typedef struct shard_plan {
     replica_set *sets; /* P > E: expert slices summed among replicas */
 } shard_plan;
 
-/* Collective (sub-communicators for P > E).  zero: shard the optimizer
- * (model_shard_optim: m's moment buffers shrink; before the moments are
- * read). */
-int build_shard_plan(shard_plan **out, model *m, mode_ctx *ctx, bool zero);
+/* Collective (sub-communicators for P > E).  Sharded when m was built so
+ * (m->optim_shards > 1). */
+int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx);
 void free_shard_plan(shard_plan **p);
 
 /* Sum the gradients over the ranks that share them. */

@@ -646,6 +646,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     model_dims dims = config_dims(cfg);
     int P = ctx->size;
     dims.ranks = P; /* the experts spread over the ranks: each holds its own */
+    dims.shard_optim = optim_of_config(cfg).shard;
     dims.rank = ctx->rank;
     int rc = -ENOMEM;
     /* a stop signal from here on is honoured at the next agreement point */
@@ -682,7 +683,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     if (!rc)
         t.m->bf16 = bf16;
     if (!rc)
-        rc = build_shard_plan(&t.shard, t.m, ctx, optim_of_config(cfg).shard);
+        rc = build_shard_plan(&t.shard, t.m, ctx);
     if (!rc)
         rc = plan_steps(&t, err, err_len);
     /* the folder: refused before anything is created when it cannot take the
