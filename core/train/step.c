@@ -35,7 +35,7 @@ int train_step(model *m, const shard_plan *sp, mode_ctx *ctx, const batch *b,
     o->comm_s = ctx->timers[PHASE_COMM] - comm0;
     o->compute_s = tc - t0 - comm_layers;
     if (rc) {
-        o->failed = "the gradient all-reduce";
+        o->failed = sp->zero ? "the gradient reduce-scatter" : "the gradient all-reduce";
         return rc;
     }
     o->ce_sum = sums[0];
