@@ -204,7 +204,11 @@ int comm_reduce_scatter_sum_float(comm *c, float *buf, const int *counts)
      * its start; then moved to the piece's own place */
     if (MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, c->world))
         return -EIO;
-    memmove(buf + c->displs_send[c->rank], buf, (size_t)counts[c->rank] * sizeof(float));
+    size_t at = (size_t)c->displs_send[c->rank], k = (size_t)counts[c->rank];
+    if (at > 0) { /* and what it leaves behind zeroed: no stale copy of a sum */
+        memmove(buf + at, buf, k * sizeof(float));
+        memset(buf, 0, (at < k ? at : k) * sizeof(float));
+    }
     count_sent(c, (uint64_t)(n - counts[c->rank]) * sizeof(float));
     return 0;
 }

@@ -24,7 +24,8 @@ int comm_allreduce_sum_double(comm *c, double *buf, int n);
 /* ZeRO's pair (docs/sharding.md).  buf is one run of n floats, cut into
  * P consecutive pieces of counts[p] (summing to n, each rank the same
  * counts).  Reduce-scatter: this rank's piece of buf becomes the sum over
- * ranks of that piece (the rest of buf is left undefined).  All-gather:
+ * ranks of that piece; the rest of buf holds this rank's own contributions
+ * or zeros (a non-finite value there is in the element where a sum is).  All-gather:
  * every piece of buf becomes its owner's.  Collective. */
 int comm_reduce_scatter_sum_float(comm *c, float *buf, const int *counts);
 int comm_allgather_float(comm *c, float *buf, const int *counts);
