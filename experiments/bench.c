@@ -15,6 +15,7 @@
 #include "moe/kinds.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,9 @@ static const char usage_bench[] =
     "  MODE_BF16_KERNEL), the time by phase, the peak RSS and the\n"
     "  activations, caches and work space resident after the warm-up steps (the\n"
     "  resident memory then, less what was resident before the model was built and\n"
-    "  the parameter state).\n";
+    "  the parameter state), and the Adam moments a rank keeps (1/P of the shared\n"
+    "  tensors' with [optim] shard): allocated, and measured as the resident memory\n"
+    "  that freeing them gives back.\n";
 
 static const char *const phase_names[PHASE_COUNT] = {
     "matmul", "attention", "routing", "experts", "comm", "optimizer", "other",
@@ -43,6 +46,7 @@ typedef struct bench_result {
     double step_s, tokens_s, gflops_nominal, gflops_executed, sgemm, bf16;
     double phase[PHASE_COUNT];
     double rss_mb, param_mb, expert_mb, act_mb;
+    double optim_mb, optim_rss_mb; /* the Adam moments: allocated, and measured resident */
 } bench_result;
 
 /* Resident memory now, MiB (/proc/self/statm; 0 where there is none). */
@@ -149,6 +153,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     model *m = NULL;
     model_dims dims = config_dims(&cfg);
     dims.ranks = ctx->size; /* each rank holds its own experts, as in training */
+    dims.shard_optim = optim_of_config(&cfg).shard;
     dims.rank = ctx->rank;
     int threads = choose_threads(&c, ctx);
     bool bf16 = !strcmp(cfg.precision, "bf16");
@@ -179,7 +184,10 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     model_init(m, cfg.init_seed);
     m->bf16 = bf16;
     bench_result br = { 0 };
-    br.param_mb = 4.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0);
+    /* parameters and gradients whole; the moments whole, or this rank's
+     * share with [optim] shard (model_dims shard_optim) */
+    br.optim_mb = 2.0 * (double)m->n_moments * sizeof(float) / (1024.0 * 1024.0);
+    br.param_mb = 2.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0) + br.optim_mb;
     shard_plan *sp = NULL;
     rc = build_shard_plan(&sp, m, ctx);
     if (!rc)
@@ -196,8 +204,20 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     /* the better of before and after: the ratios err low, never high */
     br.sgemm = g[0] > g[2] ? g[0] : g[2];
     br.bf16 = g[1] > g[3] ? g[1] : g[3];
+    /* the moments measured: the resident memory their freeing gives back
+     * (malloc_trim returns the freed pages of the heap too) */
+    malloc_trim(0); /* what else was freed goes first */
+    double before_free = current_rss_mb();
+    free(m->adam_m);
+    free(m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+    malloc_trim(0);
+    double freed = before_free - current_rss_mb();
+    int optim_kb = freed > 0.0 ? (int)(freed * 1024.0) : 0;
     comm_allreduce_max_int(ctx->comm, &rss_kb);
     comm_allreduce_max_int(ctx->comm, &act_kb);
+    comm_allreduce_max_int(ctx->comm, &optim_kb);
+    br.optim_rss_mb = optim_kb / 1024.0;
     br.act_mb = act_kb / 1024.0;
     br.rss_mb = rss_kb / 1024.0;
     /* the expert state this rank holds (parameters, gradients, both moments) */
@@ -244,6 +264,8 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
             json_fixed(&j, "peak_rss_mb", 1, br.rss_mb);
             json_num(&j, "param_state_mb", 6, br.param_mb);
             json_num(&j, "expert_state_mb", 6, br.expert_mb);
+            json_num(&j, "optim_state_mb", 6, br.optim_mb);
+            json_fixed(&j, "optim_resident_mb", 1, br.optim_rss_mb);
             json_fixed(&j, "activation_mb", 1, br.act_mb);
             json_num(&j, "bf16_gflops", 6, br.bf16);
             for (int p = 0; p < PHASE_COUNT; p++) {
@@ -271,6 +293,9 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
             printf("\n  peak RSS %.0f MiB (parameters, gradients and Adam moments %.0f MiB, of "
                    "which this rank's experts %.0f MiB; activations and work space %.0f MiB)\n",
                    br.rss_mb, br.param_mb, br.expert_mb, br.act_mb);
+            printf("  Adam moments %.1f MiB a rank%s (resident: %.1f MiB, measured as what freeing "
+                   "them gave back)\n", br.optim_mb, m->optim_shards > 1 ? " ([optim] shard)" : "",
+                   br.optim_rss_mb);
         }
     }
     free_model(&m);

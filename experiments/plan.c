@@ -4,6 +4,7 @@
 #include "experiments/cli.h"
 #include "experiments/json.h"
 
+#include "core/train/optim.h"
 #include "moe/kinds.h"
 
 #include <stdio.h>
@@ -14,7 +15,7 @@ static const char usage_plan[] =
     "usage: mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P] [--json]\n"
     "  The memory each of P ranks (default 1) needs to train the config, counted from\n"
     "  the layer kinds without building the model: the shared tensors' parameters,\n"
-    "  gradients and Adam moments; the same for the rank's own experts (E/P of each\n"
+    "  gradients and Adam moments (the moments 1/P with [optim] shard); the same for the rank's own experts (E/P of each\n"
     "  expert layer, or one with P > E); the activations and caches of batch/P\n"
     "  sequences (routed buffers as top-k training and balanced routing fill them);\n"
     "  the backward work space.  The program itself (MPI, HDF5, OpenBLAS) adds about\n"
@@ -44,7 +45,9 @@ int cmd_plan(int argc, char **argv)
     dims.ranks = P;
     dims.rank = 0;
     model_memory mm;
-    if (model_plan_memory(&mm, &dims, cfg.layers, mode_kinds, cfg.batch / P, err, sizeof(err))) {
+    bool shard = optim_of_config(&cfg).shard;
+    if (model_plan_memory(&mm, &dims, cfg.layers, mode_kinds, cfg.batch / P, shard, err,
+                          sizeof(err))) {
         fprintf(stderr, "mode-exp plan: %s\n", err);
         free(c.over);
         return 2;
@@ -58,6 +61,7 @@ int cmd_plan(int argc, char **argv)
         json_int(&j, "sequences_per_rank", cfg.batch / P);
         json_fixed(&j, "parameters", 0, mm.params_all);
         json_num(&j, "shared_state_mb", 6, mm.shared / MiB);
+        json_num(&j, "shared_optim_mb", 6, mm.shared_optim / MiB);
         json_num(&j, "expert_state_mb", 6, mm.experts / MiB);
         json_num(&j, "activation_mb", 6, mm.activations / MiB);
         json_num(&j, "work_mb", 6, mm.work / MiB);
@@ -70,6 +74,8 @@ int cmd_plan(int argc, char **argv)
         printf("  the model: %.4g parameters (every expert)\n", mm.params_all);
         printf("  shared tensors (parameters, gradients, Adam m and v)  %10.1f MiB\n",
                mm.shared / MiB);
+        printf("    of which Adam m and v%-30s %10.1f MiB\n",
+               shard && P > 1 ? " (1/P of them: [optim] shard)" : "", mm.shared_optim / MiB);
         printf("  this rank's experts (the same four)                   %10.1f MiB\n",
                mm.experts / MiB);
         printf("  activations, caches, routing and expert buffers       %10.1f MiB\n",

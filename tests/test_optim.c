@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* cmocka 1.1's assert_float_equal compares in float; these need double. */
 #define assert_close(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (double)(tol))
@@ -100,12 +101,83 @@ static void test_adamw(void **state)
     free_model(&m);
 }
 
+/* [optim] shard (docs/sharding.md): P ranks' pieces of every shared run
+ * cover it once, in rank order, from its length and P alone; each rank's
+ * update of its pieces is the unsharded update of those elements, bit for
+ * bit (AdamW is element by element), moments included. */
+static void test_sharded_adamw(void **state)
+{
+    for (long n = 0; n < 50; n++)
+        for (int P = 1; P <= 7; P++) {
+            long at = 100;
+            for (int r = 0; r < P; r++) {
+                span pc = span_piece((span){ 100, n }, P, r);
+                assert_int_equal(pc.offset, at);
+                assert_true(pc.count >= n / P && pc.count <= n / P + 1);
+                at += pc.count;
+            }
+            assert_int_equal(at, 100 + n);
+        }
+    enum { P = 3 };
+    model_dims dims = { .vocab = 11, .d_model = 4, .n_heads = 1, .d_head = 4, .d_ff = 6,
+                        .n_layers = 2, .seq_len = 2 };
+    layer_spec spec[2];
+    layer_spec_init(&spec[0], &dense_kind);
+    layer_spec_init(&spec[1], &dense_kind);
+    model *u = NULL, *z[P];
+    char err[128];
+    assert_int_equal(build_model(&u, &dims, spec, kinds, 1, err, sizeof(err)), 0);
+    model_init(u, 3);
+    for (int r = 0; r < P; r++) {
+        model_dims d = dims;
+        d.ranks = P;
+        d.rank = r;
+        d.shard_optim = true;
+        z[r] = NULL;
+        assert_int_equal(build_model(&z[r], &d, spec, kinds, 1, err, sizeof(err)), 0);
+        model_init(z[r], 3);
+        assert_int_equal(z[r]->optim_shards, P);
+        assert_true(z[r]->n_moments < u->n_params);
+    }
+    optim_cfg c;
+    key_group_defaults(&optim_group, &c);
+    for (long t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < u->n_params; i++)
+            u->grads[i] = (float)(0.1 * sin(0.7 * (double)i + (double)t));
+        adamw_update(NULL, u, &c, t, 0.01);
+        for (int r = 0; r < P; r++) {
+            memcpy(z[r]->grads, u->grads, u->n_params * sizeof(float));
+            adamw_update(NULL, z[r], &c, t, 0.01);
+        }
+    }
+    for (int ti = 0; ti < u->n_tensors; ti++) {
+        const model_tensor *ut = &u->tensors[ti];
+        long covered = 0;
+        for (int r = 0; r < P; r++) {
+            const model_tensor *zt = &z[r]->tensors[ti];
+            if (zt->mcount == 0)
+                continue;
+            assert_int_equal(zt->mlo, covered); /* in rank order, no gap, no overlap */
+            covered += zt->mcount;
+            size_t at = ut->offset + (size_t)zt->mlo, bytes = (size_t)zt->mcount * sizeof(float);
+            assert_memory_equal(z[r]->params + at, u->params + at, bytes);
+            assert_memory_equal(z[r]->adam_m + zt->moff, u->adam_m + at, bytes);
+            assert_memory_equal(z[r]->adam_v + zt->moff, u->adam_v + at, bytes);
+        }
+        assert_int_equal(covered, ut->numel);
+    }
+    free_model(&u);
+    for (int r = 0; r < P; r++)
+        free_model(&z[r]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_sharded_adamw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -192,6 +192,53 @@ int comm_allreduce_sum_double(comm *c, double *buf, int n)
     return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->world) ? -EIO : 0;
 }
 
+/* The pieces' displacements into c->displs_send; the run's length, or -1
+ * past an int. */
+static long piece_displs(comm *c, const int *counts)
+{
+    long at = 0;
+    for (int p = 0; p < c->size; p++) {
+        if (at > INT_MAX)
+            return -1;
+        c->displs_send[p] = (int)at;
+        at += counts[p];
+    }
+    return at > INT_MAX ? -1 : at;
+}
+
+int comm_reduce_scatter_sum_float(comm *c, float *buf, const int *counts)
+{
+    if (!c || c->size == 1)
+        return 0;
+    long n = piece_displs(c, counts);
+    if (n < 0)
+        return -EOVERFLOW;
+    /* in place: the input is the whole of buf, this rank's sum lands at
+     * its start; then moved to the piece's own place */
+    if (MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, c->world))
+        return -EIO;
+    size_t at = (size_t)c->displs_send[c->rank], k = (size_t)counts[c->rank];
+    if (at > 0) { /* and what it leaves behind zeroed: no stale copy of a sum */
+        memmove(buf + at, buf, k * sizeof(float));
+        memset(buf, 0, (at < k ? at : k) * sizeof(float));
+    }
+    count_sent(c, (uint64_t)(n - counts[c->rank]) * sizeof(float));
+    return 0;
+}
+
+int comm_allgather_float(comm *c, float *buf, const int *counts)
+{
+    if (!c || c->size == 1)
+        return 0;
+    if (piece_displs(c, counts) < 0)
+        return -EOVERFLOW;
+    if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, c->displs_send,
+                       MPI_FLOAT, c->world))
+        return -EIO;
+    count_sent(c, (uint64_t)counts[c->rank] * (uint64_t)(c->size - 1) * sizeof(float));
+    return 0;
+}
+
 int comm_allreduce_max_int(comm *c, int *v)
 {
     if (!c || c->size == 1)

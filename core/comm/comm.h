@@ -24,6 +24,14 @@ int comm_local_size(const comm *c);
 /* In-place sums over all ranks. */
 int comm_allreduce_sum_float(comm *c, float *buf, size_t n);
 int comm_allreduce_sum_double(comm *c, double *buf, int n);
+/* ZeRO's pair (docs/sharding.md).  buf is one run of n floats, cut into
+ * P consecutive pieces of counts[p] (summing to n, each rank the same
+ * counts).  Reduce-scatter: this rank's piece of buf becomes the sum over
+ * ranks of that piece; the rest of buf holds this rank's own contributions
+ * or zeros (a non-finite value there is in the element where a sum is).  All-gather:
+ * every piece of buf becomes its owner's.  Collective. */
+int comm_reduce_scatter_sum_float(comm *c, float *buf, const int *counts);
+int comm_allgather_float(comm *c, float *buf, const int *counts);
 /* Maximum over ranks of an int (used to agree on errors: a rank that failed
  * says so, every rank learns it, and all stop together instead of hanging). */
 int comm_allreduce_max_int(comm *c, int *v);
@@ -93,7 +101,8 @@ int comm_agree_text(comm *c, const char *text, char *msg, int len);
  * The sites: dispatch, combine, dispatch-grad, combine-grad (the experts'
  * all-to-alls), grad-allreduce, stats, eval, routing, runfile (rank 0's
  * piece of the run file), checkpoint-layout, checkpoint-write,
- * checkpoint-gather, sweep-plan. */
+ * checkpoint-gather, sweep-plan, grad-reduce-scatter and param-allgather
+ * (the sharded optimizer's, docs/sharding.md). */
 void comm_set_step(comm *c, long step);
 int comm_fault(comm *c, const char *site);
 

@@ -76,11 +76,13 @@ static const char *const ckpt_prefix[3] = { "", "optim/m/", "optim/v/" };
 
 /* Who writes what: rank r writes shared tensor t when t mod P = r, and the
  * slices of its own experts (with P > E only the first group of E ranks:
- * the others hold replicas of the same experts). */
-static bool writes_tensor(const model_tensor *t, int ti, int P, int rank)
+ * the others hold replicas of the same experts).  A sharded optimizer's
+ * moments of a shared tensor (b > 0): every rank its piece
+ * (docs/sharding.md). */
+static bool writes_tensor(const model *m, const model_tensor *t, int ti, int b, int P, int rank)
 {
     if (!t->desc.expert_dim || P == 1)
-        return ti % P == rank;
+        return b > 0 && m->optim_shards > 1 ? t->mcount > 0 : ti % P == rank;
     return P <= t->desc.shape[0] || rank < t->desc.shape[0];
 }
 
@@ -146,12 +148,15 @@ static int write_share(const char *tmp, const model *m, const uint64_t *offsets,
     for (int b = 0; !rc && b < 3; b++) {
         for (int t = 0; !rc && t < n; t++) {
             const model_tensor *mt = &m->tensors[t];
-            if (!writes_tensor(mt, t, P, rank) || mt->numel == 0)
+            if (!writes_tensor(m, mt, t, b, P, rank) || mt->numel == 0)
                 continue;
+            /* parameters: what the rank holds; moments: what it keeps */
+            long lo = b ? mt->mlo : 0, count = b ? mt->mcount : mt->numel;
             uint64_t at = offsets[b * n + t] +
-                          (uint64_t)mt->expert0 * (uint64_t)mt->slice * sizeof(float);
-            rc = h5_write_piece(fd, at, bufs[b] + mt->offset,
-                                (uint64_t)mt->numel * sizeof(float), &pieces[(*n_pieces)++]);
+                          ((uint64_t)mt->expert0 * (uint64_t)mt->slice + (uint64_t)lo) *
+                              sizeof(float);
+            rc = h5_write_piece(fd, at, b ? bufs[b] + mt->moff : bufs[b] + mt->offset,
+                                (uint64_t)count * sizeof(float), &pieces[(*n_pieces)++]);
         }
     }
     if (!rc && fsync(fd))
@@ -500,26 +505,33 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
 
 /* The tensors into buf: shared ones whole, an expert tensor's rows of the
  * experts this model holds. */
+/* Into buf at each tensor's offset, or for the moments (moments) at moff
+ * the part the rank keeps: a sharded optimizer's piece of a shared tensor
+ * is read whole into the gradient buffer (scratch until the next step's
+ * backward, which zeroes it first) and its piece copied. */
 static int read_tensors(hid_t f, const char *path, model *m, const char *prefix, float *buf,
-                        char *err, int err_len)
+                        bool moments, char *err, int err_len)
 {
     for (int t = 0; t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
+        bool piece = moments && (mt->mlo != 0 || mt->mcount != mt->numel);
+        float *to = piece ? m->grads + mt->offset : moments ? buf + mt->moff : buf + mt->offset;
         hsize_t dims[3];
         for (int i = 0; i < mt->desc.ndim; i++)
             dims[i] = (hsize_t)mt->desc.shape[i];
         char name[MODE_TENSOR_PATH + 16], why[256];
         snprintf(name, sizeof(name), "%s%s", prefix, mt->path);
         int rc = mt->desc.expert_dim
-                     ? h5_read_floats_rows(f, name, buf + mt->offset, mt->desc.ndim, dims,
+                     ? h5_read_floats_rows(f, name, to, mt->desc.ndim, dims,
                                            (hsize_t)mt->expert0, (hsize_t)mt->experts, why,
                                            sizeof(why))
-                     : h5_read_floats(f, name, buf + mt->offset, mt->desc.ndim, dims, why,
-                                      sizeof(why));
+                     : h5_read_floats(f, name, to, mt->desc.ndim, dims, why, sizeof(why));
         if (rc) {
             snprintf(err, (size_t)err_len, "%s: %s", path, why);
             return rc;
         }
+        if (piece)
+            memcpy(buf + mt->moff, to + mt->mlo, (size_t)mt->mcount * sizeof(float));
     }
     return 0;
 }
@@ -527,18 +539,18 @@ static int read_tensors(hid_t f, const char *path, model *m, const char *prefix,
 int checkpoint_read(ckpt_file *f, model *m, bool with_optim, comm *cm, char *err, int err_len)
 {
     const char *path = f->in.path;
-    int rc = read_tensors(f->h5, path, m, "", m->params, err, err_len);
+    int rc = read_tensors(f->h5, path, m, "", m->params, false, err, err_len);
     if (!rc && with_optim)
-        rc = read_tensors(f->h5, path, m, "optim/m/", m->adam_m, err, err_len);
+        rc = read_tensors(f->h5, path, m, "optim/m/", m->adam_m, true, err, err_len);
     if (!rc && with_optim)
-        rc = read_tensors(f->h5, path, m, "optim/v/", m->adam_v, err, err_len);
+        rc = read_tensors(f->h5, path, m, "optim/v/", m->adam_v, true, err, err_len);
     for (int t = 0; !rc && with_optim && t < m->n_tensors; t++) { /* a second moment: >= 0 */
         const model_tensor *mt = &m->tensors[t];
-        for (long i = 0; i < (long)mt->numel; i++)
-            if (m->adam_v[mt->offset + (size_t)i] < 0.0f) {
+        for (long i = 0; i < mt->mcount; i++)
+            if (m->adam_v[mt->moff + (size_t)i] < 0.0f) {
                 snprintf(err, (size_t)err_len, "%s: dataset 'optim/v/%s' holds %g at element %ld "
                          "of this rank's part: a second moment is never negative", path, mt->path,
-                         (double)m->adam_v[mt->offset + (size_t)i], i);
+                         (double)m->adam_v[mt->moff + (size_t)i], i);
                 rc = -EINVAL;
                 break;
             }

@@ -71,8 +71,97 @@ static int add_tensor(model *m, int cap, const char *path, const tensor_desc *d,
         t->experts = experts_local(E, P);
         t->numel = t->slice * t->experts;
     }
+    t->moff = t->offset;
+    t->mlo = 0;
+    t->mcount = t->numel;
     /* keep every tensor 16-float aligned for the vector loops */
     m->n_params += ((size_t)t->numel + 15) & ~(size_t)15;
+    m->n_moments = m->n_params;
+    return 0;
+}
+
+static bool is_shared(const model *m, const model_tensor *t)
+{
+    return !t->desc.expert_dim || m->dims.ranks <= 1;
+}
+
+int model_shared_spans(const model *m, long cap, span *out)
+{
+    int n = 0;
+    span last = { -1, 0 };
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        if (!is_shared(m, t))
+            continue;
+        long off = (long)t->offset, left = t->numel;
+        while (left > 0) {
+            long take;
+            if (n > 0 && last.offset + last.count == off && last.count < cap) {
+                take = left < cap - last.count ? left : cap - last.count;
+                last.count += take; /* adjacent: merged, up to cap */
+            } else {
+                take = left < cap ? left : cap;
+                last = (span){ off, take };
+                n++;
+            }
+            if (out)
+                out[n - 1] = last;
+            off += take;
+            left -= take;
+        }
+    }
+    return n;
+}
+
+span span_piece(span s, int P, int r)
+{
+    long lo = (long)((__int128)s.count * r / P), hi = (long)((__int128)s.count * (r + 1) / P);
+    return (span){ s.offset + lo, hi - lo };
+}
+
+/* The moments' layout of a sharded optimizer (build_model): each tensor's
+ * moff, mlo and mcount, n_moments and optim_shards. */
+static int shard_moments(model *m)
+{
+    int P = m->dims.ranks, rank = m->dims.rank;
+    if (P <= 1)
+        return 0;
+    int most = m->n_tensors * 2 + (int)(m->n_params / MODEL_SPAN_CAP) + 2;
+    span *spans = malloc((size_t)most * sizeof(span));
+    if (!spans)
+        return -ENOMEM;
+    int ns = model_shared_spans(m, MODEL_SPAN_CAP, spans), s = 0;
+    size_t at = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        model_tensor *t = &m->tensors[i];
+        t->mlo = 0;
+        t->mcount = t->numel;
+        if (is_shared(m, t)) { /* the part of it in this rank's pieces */
+            long lo = (long)t->offset, hi = lo + t->numel, a = hi, b = hi;
+            for (; s < ns && spans[s].offset + spans[s].count <= lo && t->numel > 0; s++)
+                ;
+            for (int k = s; k < ns && spans[k].offset < hi; k++) {
+                span pc = span_piece(spans[k], P, rank);
+                long plo = pc.offset > lo ? pc.offset : lo;
+                long phi = pc.offset + pc.count < hi ? pc.offset + pc.count : hi;
+                if (plo < phi && a < b && plo != b) {
+                    free(spans); /* a tensor over MODEL_SPAN_CAP: pieces apart */
+                    return -EOVERFLOW;
+                }
+                if (plo < phi) {
+                    a = plo < a ? plo : a;
+                    b = phi;
+                }
+            }
+            t->mlo = a < b ? a - lo : 0;
+            t->mcount = a < b ? b - a : 0;
+        }
+        t->moff = at;
+        at += ((size_t)t->mcount + 15) & ~(size_t)15;
+    }
+    free(spans);
+    m->n_moments = at;
+    m->optim_shards = P;
     return 0;
 }
 
@@ -166,8 +255,14 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
 
     m->params = alloc_floats(m->n_params);
     m->grads = alloc_floats(m->n_params);
-    m->adam_m = alloc_floats(m->n_params);
-    m->adam_v = alloc_floats(m->n_params);
+    m->optim_shards = 1;
+    if (dims->shard_optim && (rc = shard_moments(m))) {
+        snprintf(err, (size_t)err_len, "[optim] shard: %s", rc == -EOVERFLOW
+                 ? "a shared tensor over 2^30 elements cannot be sharded" : "out of memory");
+        goto fail;
+    }
+    m->adam_m = alloc_floats(m->n_moments);
+    m->adam_v = alloc_floats(m->n_moments);
     if (!m->params || !m->grads || !m->adam_m || !m->adam_v)
         goto fail_nomem;
     m->tok_emb = m->params + m->tensors[0].offset;
@@ -245,8 +340,8 @@ void model_init(model *m, uint64_t seed)
             }
         }
     }
-    memset(m->adam_m, 0, m->n_params * sizeof(float));
-    memset(m->adam_v, 0, m->n_params * sizeof(float));
+    memset(m->adam_m, 0, m->n_moments * sizeof(float));
+    memset(m->adam_v, 0, m->n_moments * sizeof(float));
     model_zero_grad(m);
 }
 

@@ -28,7 +28,17 @@ typedef struct model_tensor {
      * [expert0, expert0 + experts) of shape[0], numel = experts x slice */
     int expert0, experts;
     long slice;        /* elements of one expert */
+    /* the Adam moments this rank keeps: elements [mlo, mlo + mcount) of what
+     * it holds, at moff in adam_m and adam_v (all of them, at offset, unless
+     * the optimizer is sharded: model_shard_optim) */
+    size_t moff;
+    long mlo, mcount;
 } model_tensor;
+
+/* A run of elements of the flat buffers. */
+typedef struct span {
+    long offset, count;
+} span;
 
 typedef struct model {
     model_dims dims;
@@ -36,7 +46,10 @@ typedef struct model {
     int n_tensors;
     model_tensor *tensors;   /* [n_tensors], in buffer order */
     size_t n_params;         /* held by this rank (its experts only) */
-    float *params, *grads, *adam_m, *adam_v; /* [n_params] each */
+    float *params, *grads;   /* [n_params] each */
+    float *adam_m, *adam_v;  /* [n_moments] each (model_tensor moff, mlo, mcount) */
+    size_t n_moments;        /* n_params unless the optimizer is sharded */
+    int optim_shards;        /* ranks the shared tensors' moments are spread over (1: none) */
     float *tok_emb, *final_norm;   /* views into params */
     float *dtok_emb, *dfinal_norm; /* views into grads */
     int max_seq;             /* local sequences the activations are sized for */
@@ -87,11 +100,25 @@ typedef struct fwd_result {
 /* Build a model for up to max_seq local sequences from one spec per layer;
  * kinds are looked up in table (their compute rows).  dims->ranks and dims->rank place the
  * experts: this rank allocates only its own (parameters, gradients, both
- * moments).  On failure returns non-zero and writes what was wrong (layer
+ * moments).  dims->shard_optim with ranks P > 1 (ZeRO stage 1,
+ * docs/sharding.md): of the shared tensors' moments this rank allocates
+ * piece `rank` of each shared run (model_shared_spans(m, MODEL_SPAN_CAP),
+ * span_piece) only, and m->optim_shards is P; a shared tensor over
+ * MODEL_SPAN_CAP elements is then refused (-EOVERFLOW).  On failure returns non-zero and writes what was wrong (layer
  * index, kind, expected) into err. */
 int build_model(model **out, const model_dims *dims, const layer_spec *specs,
                 const kind_ops *const *table, int max_seq, char *err, int err_len);
 void free_model(model **m);
+
+/* The shared tensors (every tensor with one rank: those the ranks sum
+ * their gradients of) as runs of the flat buffers, adjacent tensors merged
+ * and no run longer than cap elements; into out (room for the count that
+ * out NULL returns).  The runs follow from the tensor sizes and the rank
+ * count only. */
+#define MODEL_SPAN_CAP (1L << 30) /* sharded runs: a rank's piece fits an MPI count */
+int model_shared_spans(const model *m, long cap, span *out);
+/* Piece r of P of a run: [offset + count r / P, offset + count (r+1) / P). */
+span span_piece(span s, int P, int r);
 
 /* MODEL.md "Init"; tensor t draws from pcg32_keyed(seed, MODEL_INIT_KEY, t, 0)
  * in row-major order, a rank's experts from their place in that stream, so

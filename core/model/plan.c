@@ -25,7 +25,8 @@ double stack_flops_per_seq(const model_dims *dims, int n, const layer_spec *spec
 }
 
 int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_spec *specs,
-                      const layer_kind *const *table, int max_seq, char *err, int err_len)
+                      const layer_kind *const *table, int max_seq, bool shard_optim, char *err,
+                      int err_len)
 {
     memset(out, 0, sizeof(*out));
     model_dims dims = *dims_in;
@@ -63,7 +64,9 @@ int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_
         ws = w > ws ? w : ws;
     }
     /* parameters, gradients and both Adam moments, 4 bytes each */
-    out->shared = 16.0 * shared;
+    int P = shard_optim ? dims.ranks : 1; /* each rank 1/P of each run, to an element */
+    out->shared_optim = 8.0 * shared / P;
+    out->shared = 8.0 * shared + out->shared_optim;
     out->experts = 16.0 * experts;
     /* build_model's own: the residual stream's L+1 copies, its gradient's
      * two, RMSNorm_final's output and rstd, the logits, inputs and targets,

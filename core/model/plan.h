@@ -9,6 +9,8 @@
 #include "core/model/kind.h"
 #include "core/model/spec.h"
 
+#include <stdbool.h>
+
 /* MODEL.md "FLOPs": a training step costs 3 x its forward (the backward
  * computes two products for each of the forward's). */
 #define MODE_TRAIN_FLOPS_PER_FORWARD 3.0
@@ -22,15 +24,18 @@ double stack_flops_per_seq(const model_dims *dims, int n, const layer_spec *spec
                            const layer_kind *const *kinds, double *per_layer);
 /* What a model of these dims (ranks and rank placing the experts) takes on
  * one rank, in bytes, counted from the kind table without allocating
- * anything (mode-exp plan). */
+ * anything (mode-exp plan).  shard_optim: [optim] shard, the shared
+ * tensors' moments spread over the ranks (model_shard_optim). */
 typedef struct model_memory {
     double shared;      /* the shared tensors' parameters, gradients and both moments */
+    double shared_optim; /* of which the moments: 1/P of them when sharded */
     double experts;     /* the same for this rank's experts */
     double activations; /* the residual stream, logits, the layers' caches and buffers */
     double work;        /* backward work space, and the comm buffers the kinds keep */
     double params_all;  /* parameters of the whole model, every expert (count) */
 } model_memory;
 int model_plan_memory(model_memory *out, const model_dims *dims, const layer_spec *specs,
-                      const layer_kind *const *table, int max_seq, char *err, int err_len);
+                      const layer_kind *const *table, int max_seq, bool shard_optim, char *err,
+                      int err_len);
 
 #endif

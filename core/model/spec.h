@@ -22,6 +22,9 @@ typedef struct model_dims {
      * A rank allocates, updates and saves only its experts (experts_first,
      * experts_local); everything else is whole on every rank. */
     int ranks, rank;
+    /* [optim] shard (docs/sharding.md): this rank keeps the Adam moments of
+     * its 1/ranks of the shared tensors only (build_model lays them out) */
+    bool shard_optim;
 } model_dims;
 
 /* One layer: its kind (a row of the layer-spec table) and the kind's own

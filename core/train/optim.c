@@ -19,6 +19,9 @@ static const kind_key optim_keys[] = {
     { "eps", KEY_REAL, O(eps), "1e-08", 0, KEY_NO_MAX, KEY_MIN_OPEN, NULL, "AdamW's epsilon", 0 },
     { "clip", KEY_REAL, O(clip), "1", 0, KEY_NO_MAX, 0, NULL,
       "global gradient-norm clip; 0 disables it", 0 },
+    { "shard", KEY_BOOL, O(shard), "false", 0, 0, 0, NULL,
+      "keep each rank's 1/P of the shared tensors' Adam moments (ZeRO stage 1): gradients "
+      "reduce-scattered, parameters all-gathered; losses within float rounding of unsharded", 0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
 };
 #undef O
@@ -43,8 +46,8 @@ double lr_at(const optim_cfg *c, long step)
 {
     if (step < c->warmup)
         return c->lr * (double)(step + 1) / (double)c->warmup;
-    long span = c->total_steps - c->warmup;
-    double t = span > 0 ? (double)(step - c->warmup) / (double)span : 1.0;
+    long left = c->total_steps - c->warmup;
+    double t = left > 0 ? (double)(step - c->warmup) / (double)left : 1.0;
     if (t > 1.0)
         t = 1.0;
     return c->lr * (LR_FLOOR + (1.0 - LR_FLOOR) * 0.5 * (1.0 + cos(3.14159265358979323846 * t)));
@@ -74,8 +77,10 @@ typedef struct adam_job {
     float b1, b2, eps, step, rs_bc2, decay;
 } adam_job;
 
-/* Elements [b, e) of the flat buffers, tensor by tensor (the decay is the
- * tensor's). */
+/* Elements [b, e) of the moment buffers, tensor by tensor (the decay is
+ * the tensor's); each moment's parameter and gradient at the tensor's
+ * offset + mlo on.  Unsharded, moff = offset and mlo = 0: the flat
+ * buffers' elements [b, e). */
 static void adam_range(void *arg, long b, long e)
 {
     const adam_job *j = arg;
@@ -83,11 +88,12 @@ static void adam_range(void *arg, long b, long e)
     float b1 = j->b1, b2 = j->b2, eps = j->eps, step = j->step, rs_bc2 = j->rs_bc2;
     for (int ti = 0; ti < m->n_tensors; ti++) {
         const model_tensor *mt = &m->tensors[ti];
-        long off = (long)mt->offset;
-        long lo = off > b ? off : b, hi = off + mt->numel < e ? off + mt->numel : e;
+        long off = (long)mt->moff;
+        long lo = off > b ? off : b, hi = off + mt->mcount < e ? off + mt->mcount : e;
         if (lo >= hi)
             continue;
-        float *p = m->params + lo, *g = m->grads + lo;
+        long at = (long)mt->offset + mt->mlo + (lo - off);
+        float *p = m->params + at, *g = m->grads + at;
         float *mm = m->adam_m + lo, *vv = m->adam_v + lo;
         float decay = mt->desc.decay ? j->decay : 0.0f;
         for (long i = 0; i < hi - lo; i++) {
@@ -101,20 +107,7 @@ static void adam_range(void *arg, long b, long e)
     }
 }
 
-typedef struct adam_span_job {
-    const adam_job *j;
-    long offset;
-} adam_span_job;
-
-static void adam_span_range(void *arg, long b, long e)
-{
-    const adam_span_job *s = arg;
-    adam_range((void *)s->j, s->offset + b, s->offset + e);
-}
-
-/* The same on elements [offset, offset + count) of the flat buffers only. */
-static void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg *c, long t,
-                               double lr, long offset, long count)
+void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr)
 {
     /* Fold the bias corrections into the step size and epsilon:
      * mhat / (sqrt(vhat) + eps) = (m / bc1) / (sqrt(v / bc2) + eps). */
@@ -123,11 +116,5 @@ static void adamw_update_range(struct thread_pool *p, model *m, const optim_cfg 
     adam_job j = { .m = m, .b1 = (float)c->beta1, .b2 = (float)c->beta2, .eps = (float)c->eps,
                    .step = (float)lr / bc1, .rs_bc2 = 1.0f / sqrtf(bc2),
                    .decay = (float)(lr * c->weight_decay) };
-    adam_span_job s = { &j, offset };
-    pool_for(p, count, 1L << 16, adam_span_range, &s);
-}
-
-void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr)
-{
-    adamw_update_range(p, m, c, t, lr, 0, (long)m->n_params);
+    pool_for(p, (long)m->n_moments, 1L << 16, adam_range, &j);
 }

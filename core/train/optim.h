@@ -8,6 +8,8 @@
 #include "core/model/keys.h"
 #include "core/model/model.h"
 
+#include <stdbool.h>
+
 #define LR_FLOOR 0.1 /* cosine decays to this share of the peak rate */
 
 typedef struct optim_cfg {
@@ -17,6 +19,7 @@ typedef struct optim_cfg {
     double weight_decay; /* decoupled, matrices only */
     double beta1, beta2, eps;
     double clip;         /* global-norm clip; <= 0 disables */
+    bool shard;          /* ZeRO stage 1 over the data-parallel ranks (docs/sharding.md) */
 } optim_cfg;
 
 /* The [optim] section's keys (optim.c declares them, with their defaults):
@@ -37,8 +40,9 @@ double grad_global_norm(const float *g, size_t n);
 /* Scale the gradients so their norm is at most clip; returns the factor used. */
 float clip_grad_norm(float *g, size_t n, double norm, double clip);
 
-/* One AdamW update with the model's gradients; t is the 1-based update count
- * (for the bias corrections).  p: a pool to split the parameters on (NULL:
+/* One AdamW update with the model's gradients, on the elements whose
+ * moments this rank keeps (all of them unless sharded: model_tensor moff,
+ * mlo, mcount); t is the 1-based update count (for the bias corrections).  p: a pool to split the parameters on (NULL:
  * one thread; element by element, so the result is the same). */
 struct thread_pool;
 void adamw_update(struct thread_pool *p, model *m, const optim_cfg *c, long t, double lr);

@@ -3,6 +3,7 @@
 #include "core/comm/comm.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -31,6 +32,7 @@ void free_shard_plan(shard_plan **pp)
     }
     free(p->sets);
     free(p->shared);
+    free(p->counts);
     free(p->own);
     free(p);
     *pp = NULL;
@@ -60,20 +62,33 @@ int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx)
     shard_plan *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    int most = m->n_tensors + 1;
-    p->shared = malloc((size_t)most * sizeof(span));
+    p->zero = m->optim_shards > 1 && m->optim_shards == P;
+    long cap = p->zero ? MODEL_SPAN_CAP : LONG_MAX;
+    int most = m->n_tensors + 1, n_spans = model_shared_spans(m, cap, NULL);
+    p->shared = malloc((size_t)(n_spans + 1) * sizeof(span));
     p->own = malloc((size_t)most * sizeof(span));
     p->sets = calloc((size_t)most, sizeof(replica_set));
     if (!p->shared || !p->own || !p->sets) {
         free_shard_plan(&p);
         return -ENOMEM;
     }
+    p->n_shared = model_shared_spans(m, cap, p->shared);
+    if (p->zero) {
+        p->counts = malloc((size_t)(n_spans + 1) * (size_t)P * sizeof(int));
+        if (!p->counts) {
+            free_shard_plan(&p);
+            return -ENOMEM;
+        }
+        for (int i = 0; i < p->n_shared; i++)
+            for (int r = 0; r < P; r++)
+                p->counts[(size_t)i * P + r] = (int)span_piece(p->shared[i], P, r).count;
+    }
     for (int i = 0; i < m->n_tensors && !rc; i++) {
         const model_tensor *t = &m->tensors[i];
         long off = (long)t->offset;
         int E = t->desc.shape[0];
         if (!t->desc.expert_dim || P == 1) {
-            push(p->shared, &p->n_shared, off, t->numel);
+            continue; /* shared: above */
         } else if (P <= E) { /* whole here: counted once, by this rank */
             push(p->own, &p->n_own, off, t->numel);
         } else { /* one of P/E replicas: summed among them, counted by group 0 */
@@ -95,9 +110,13 @@ int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx)
 int shard_reduce_grads(const shard_plan *p, mode_ctx *ctx, model *m)
 {
     comm *cm = ctx ? ctx->comm : NULL;
+    int P = ctx ? ctx->size : 1;
+    if (p->zero && comm_fault(cm, "grad-reduce-scatter"))
+        return -EIO;
     for (int i = 0; i < p->n_shared; i++) {
-        int rc = comm_allreduce_sum_float(cm, m->grads + p->shared[i].offset,
-                                          (size_t)p->shared[i].count);
+        float *g = m->grads + p->shared[i].offset;
+        int rc = p->zero ? comm_reduce_scatter_sum_float(cm, g, p->counts + (size_t)i * P)
+                         : comm_allreduce_sum_float(cm, g, (size_t)p->shared[i].count);
         if (rc)
             return rc;
     }
@@ -126,8 +145,13 @@ int shard_grad_norm(const shard_plan *p, mode_ctx *ctx, const model *m, double *
 {
     /* the shared part is the same everywhere; each expert counts once */
     double shared = 0.0, own = 0.0;
-    for (int i = 0; i < p->n_shared; i++)
+    int P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0;
+    for (int i = 0; i < p->n_shared && !p->zero; i++)
         shared += sum_squares(m->grads + p->shared[i].offset, p->shared[i].count);
+    for (int i = 0; i < p->n_shared && p->zero; i++) { /* sharded: each rank its pieces */
+        span pc = span_piece(p->shared[i], P, rank);
+        own += sum_squares(m->grads + pc.offset, pc.count);
+    }
     for (int i = 0; i < p->n_own; i++)
         own += sum_squares(m->grads + p->own[i].offset, p->own[i].count);
     int rc = p->n_own || (ctx && ctx->size > 1)
@@ -137,9 +161,22 @@ int shard_grad_norm(const shard_plan *p, mode_ctx *ctx, const model *m, double *
     return rc;
 }
 
-void shard_adamw(const shard_plan *p, mode_ctx *ctx, model *m, const optim_cfg *c, long t,
-                 double lr)
+int shard_adamw(const shard_plan *p, mode_ctx *ctx, model *m, const optim_cfg *c, long t,
+                double lr)
 {
-    (void)p; /* a rank holds only what it updates */
+    /* a rank updates what it keeps moments of (model_tensor mlo, mcount) */
     adamw_update(ctx ? ctx->pool : NULL, m, c, t, lr);
+    if (!p->zero)
+        return 0;
+    comm *cm = ctx ? ctx->comm : NULL;
+    int P = ctx ? ctx->size : 1;
+    if (comm_fault(cm, "param-allgather"))
+        return -EIO;
+    for (int i = 0; i < p->n_shared; i++) {
+        int rc = comm_allgather_float(cm, m->params + p->shared[i].offset,
+                                      p->counts + (size_t)i * P);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }

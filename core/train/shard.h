@@ -10,7 +10,11 @@
  *     gradients among themselves, over a communicator of their own;
  *   - the gradient norm counts the shared part once and each expert once;
  *   - AdamW updates everything a rank holds.
- * With one rank, or no expert layer, it is one all-reduce of everything. */
+ * With one rank, or no expert layer, it is one all-reduce of everything.
+ * Sharded ([optim] shard, docs/sharding.md): each shared run is
+ * reduce-scattered instead, the norm sums each rank's pieces, AdamW updates
+ * the pieces whose moments the rank keeps, and the parameters are
+ * all-gathered. */
 #ifndef MODE_CORE_TRAIN_SHARD_H
 #define MODE_CORE_TRAIN_SHARD_H
 
@@ -21,10 +25,6 @@
 #include <stdbool.h>
 
 struct comm;
-
-typedef struct span {
-    long offset, count; /* into the flat buffers */
-} span;
 
 /* The replicas of the experts of one expert count E (P > E), summed over
  * their own communicator. */
@@ -37,14 +37,17 @@ typedef struct replica_set {
 
 typedef struct shard_plan {
     int n_shared;
-    span *shared;      /* summed over all ranks (adjacent ones merged) */
+    span *shared;      /* summed over all ranks (model_shared_spans) */
+    bool zero;         /* sharded: this rank keeps piece rank of each shared run */
+    int *counts;       /* sharded: [n_shared][P] the pieces' lengths */
     int n_own;
     span *own;         /* expert slices whose norm this rank counts */
     int n_sets;
     replica_set *sets; /* P > E: expert slices summed among replicas */
 } shard_plan;
 
-/* Collective (sub-communicators for P > E). */
+/* Collective (sub-communicators for P > E).  Sharded when m was built so
+ * (m->optim_shards > 1). */
 int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx);
 void free_shard_plan(shard_plan **p);
 
@@ -52,8 +55,9 @@ void free_shard_plan(shard_plan **p);
 int shard_reduce_grads(const shard_plan *p, mode_ctx *ctx, model *m);
 /* The L2 norm of the whole (reduced) gradient; the same on every rank. */
 int shard_grad_norm(const shard_plan *p, mode_ctx *ctx, const model *m, double *norm);
-/* AdamW (adamw_update's rule) on everything this rank holds. */
-void shard_adamw(const shard_plan *p, mode_ctx *ctx, model *m, const optim_cfg *c, long t,
+/* AdamW (adamw_update's rule) on everything this rank keeps moments of;
+ * sharded, then the parameters all-gathered (collective). */
+int shard_adamw(const shard_plan *p, mode_ctx *ctx, model *m, const optim_cfg *c, long t,
                  double lr);
 
 #endif

@@ -35,7 +35,7 @@ int train_step(model *m, const shard_plan *sp, mode_ctx *ctx, const batch *b,
     o->comm_s = ctx->timers[PHASE_COMM] - comm0;
     o->compute_s = tc - t0 - comm_layers;
     if (rc) {
-        o->failed = "the gradient all-reduce";
+        o->failed = sp->zero ? "the gradient reduce-scatter" : "the gradient all-reduce";
         return rc;
     }
     o->ce_sum = sums[0];
@@ -56,7 +56,10 @@ int train_step(model *m, const shard_plan *sp, mode_ctx *ctx, const batch *b,
         return rc;
     if (update) {
         clip_grad_norm(m->grads, m->n_params, o->norm, oc->clip);
-        shard_adamw(sp, ctx, m, oc, step + 1, o->lr);
+        if ((rc = shard_adamw(sp, ctx, m, oc, step + 1, o->lr))) {
+            o->failed = "the parameters' all-gather";
+            return rc;
+        }
         o->updated = true;
     }
     model_step_end(m, update);

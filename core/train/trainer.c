@@ -651,6 +651,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     model_dims dims = config_dims(cfg);
     int P = ctx->size;
     dims.ranks = P; /* the experts spread over the ranks: each holds its own */
+    dims.shard_optim = optim_of_config(cfg).shard;
     dims.rank = ctx->rank;
     int rc = -ENOMEM;
     /* a stop signal from here on is honoured at the next agreement point */

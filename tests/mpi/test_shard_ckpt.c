@@ -10,6 +10,10 @@
  *   - read by every placement of 1, 2, 4 and 8 ranks (rank 0 playing each
  *     rank in turn, one process): each gets its experts bit for bit, so a
  *     file written at any rank count resumes at any other;
+ *   - all of it again with the optimizer sharded ([optim] shard,
+ *     docs/sharding.md: each rank keeps the moments of its 1/P of every
+ *     shared run): the file holds the whole moments, written by their
+ *     owners, and every placement, sharded or not, reads its part;
  *   - a byte flipped in the region of the last expert (written by the last
  *     rank) is found by the seal before HDF5 parses anything, by one reader
  *     and by all ranks together.
@@ -34,10 +38,11 @@ static int failures, rank;
 
 static const kind_ops *const *const kinds = mode_kind_ops;
 
-static model *make(int ranks, int r)
+static model *make_as(int ranks, int r, bool zero)
 {
     model_dims dims = { .vocab = 16, .d_model = 8, .n_heads = 2, .d_head = 4, .d_ff = 12,
-                        .n_layers = 3, .seq_len = 4, .ranks = ranks, .rank = r };
+                        .n_layers = 3, .seq_len = 4, .ranks = ranks, .rank = r,
+                        .shard_optim = zero };
     layer_spec specs[3];
     layer_spec_init(&specs[0], &dense_kind);
     layer_spec_init(&specs[1], &moe_kind);
@@ -58,14 +63,19 @@ static model *make(int ranks, int r)
     /* moments: a function of the element's place in the whole tensor */
     for (int t = 0; t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
-        long first = (long)mt->expert0 * mt->slice;
-        for (long i = 0; i < mt->numel; i++) {
+        long first = (long)mt->expert0 * mt->slice + mt->mlo;
+        for (long i = 0; i < mt->mcount; i++) {
             double g = (double)(first + i);
-            m->adam_m[mt->offset + (size_t)i] = (float)sin(0.37 * g + t);
-            m->adam_v[mt->offset + (size_t)i] = (float)(1.0 + cos(0.11 * g * (t + 1)));
+            m->adam_m[mt->moff + (size_t)i] = (float)sin(0.37 * g + t);
+            m->adam_v[mt->moff + (size_t)i] = (float)(1.0 + cos(0.11 * g * (t + 1)));
         }
     }
     return m;
+}
+
+static model *make(int ranks, int r)
+{
+    return make_as(ranks, r, false);
 }
 
 /* Every tensor of a (a placement's share) against the same rows of the
@@ -77,9 +87,10 @@ static void same_as_whole(const model *a, const model *w, const char *what)
     for (int t = 0; t < a->n_tensors; t++) {
         const model_tensor *at = &a->tensors[t], *wt = &w->tensors[t];
         size_t skip = (size_t)at->expert0 * (size_t)at->slice;
-        for (int b = 0; b < 3; b++)
-            CHECK(!memcmp(ab[b] + at->offset, wb[b] + wt->offset + skip,
-                          (size_t)at->numel * sizeof(float)),
+        for (int b = 0; b < 3; b++) /* the moments: the part the rank keeps */
+            CHECK(!memcmp(b ? ab[b] + at->moff : ab[b] + at->offset,
+                          wb[b] + wt->offset + skip + (b ? (size_t)at->mlo : 0),
+                          (size_t)(b ? at->mcount : at->numel) * sizeof(float)),
                   "%s: %s (buffer %d, experts %d..%d) differs from the whole model's", what,
                   at->path, b, at->expert0, at->expert0 + at->experts - 1);
     }
@@ -88,8 +99,45 @@ static void same_as_whole(const model *a, const model *w, const char *what)
 static void zero_state(model *m)
 {
     memset(m->params, 0xff, m->n_params * sizeof(float)); /* NaN: a row not read shows */
-    memset(m->adam_m, 0xff, m->n_params * sizeof(float));
-    memset(m->adam_v, 0xff, m->n_params * sizeof(float));
+    memset(m->adam_m, 0xff, m->n_moments * sizeof(float));
+    memset(m->adam_v, 0xff, m->n_moments * sizeof(float));
+}
+
+/* Steps 2 to 4 with the optimizer sharded: written at P sharded ranks
+ * into path, read back by them, and by every placement of 1, 2, 4 and 8
+ * ranks, sharded and not (rank 0 playing each rank). */
+static void sharded_round_trip(comm *c, int P, const char *path, const model *whole)
+{
+    char err[1024] = "";
+    model *z = make_as(P, rank, true);
+    CHECK(P == 1 || (z->optim_shards == P && z->n_moments < z->n_params),
+          "sharded at %d ranks: %zu moments of %zu parameters", P, z->n_moments, z->n_params);
+    same_as_whole(z, whole, "sharded: initialisation");
+    int rc = checkpoint_save(path, z, &(ckpt_header){ "[run]\n", 7, 11, NULL, 0.0 }, c, err,
+                             sizeof(err));
+    CHECK(rc == 0, "sharded save: %s", err);
+    model *b = make_as(P, rank, true);
+    zero_state(b);
+    rc = checkpoint_load(path, b, true, c, err, sizeof(err));
+    CHECK(rc == 0, "sharded load: %s", err);
+    same_as_whole(b, whole, "sharded: read back at the same rank count");
+    free_model(&b);
+    free_model(&z);
+    if (rank != 0)
+        return;
+    for (int zero = 0; zero < 2; zero++)
+        for (int Q = 1; Q <= 8; Q *= 2)
+            for (int q = 0; q < Q; q++) {
+                model *r = make_as(Q, q, zero);
+                zero_state(r);
+                rc = checkpoint_load(path, r, true, NULL, err, sizeof(err));
+                CHECK(rc == 0, "load as rank %d of %d: %s", q, Q, err);
+                char what[96];
+                snprintf(what, sizeof(what), "written sharded at %d ranks, read as rank %d of %d%s",
+                         P, q, Q, zero ? " (sharded)" : "");
+                same_as_whole(r, whole, what);
+                free_model(&r);
+            }
 }
 
 int main(int argc, char **argv)
@@ -150,6 +198,13 @@ int main(int argc, char **argv)
                 free_model(&r);
             }
         }
+    }
+    {
+        char zpath[160];
+        snprintf(zpath, sizeof(zpath), "%s/zero.h5", dir);
+        sharded_round_trip(c, P, zpath, whole);
+    }
+    if (rank == 0) {
         /* 5. a flipped byte in the last expert's rows, found by the seal */
         hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
         hid_t ds = H5Dopen2(f, "layers/1/experts_w2", H5P_DEFAULT);

@@ -275,8 +275,11 @@ fault)
 		# [mod] only where a layer reads it (staged): elsewhere it is refused
 		dial=
 		[ "$kind" = staged ] && dial=mod.capacity=0.5
+		# the sharded optimizer's collectives (docs/sharding.md) with it on
+		zero=
+		case $site in grad-reduce-scatter | param-allgather) zero=optim.shard=true ;; esac
 		MODE_FAULT=$site@$r:$step timeout 30 mpirun -n 4 "$exe" "$config" \
-			"model.layers=dense, $kind" moe.experts=4 ${dial:+"$dial"} run.steps=6 \
+			"model.layers=dense, $kind" moe.experts=4 ${dial:+"$dial"} ${zero:+"$zero"} run.steps=6 \
 			run.ckpt_every=2 run.eval_every=3 run.routing_every=3 run.out=f --quiet \
 			>out.txt 2>&1
 		code=$?
