@@ -65,8 +65,16 @@ int sweep_write_slurm(const char *script, const sweep_plan *p, const int *order,
         snprintf(abs_list, sizeof(abs_list), "%s", list);
     else
         snprintf(abs_list, sizeof(abs_list), "%s/%s", cwd, list);
+    /* neither file may be the sweep file or its base config (the script
+     * over the sweep file replaced the file it was written from) */
+    const char *inputs[] = { p->path, p->base };
+    int rc = out_check(list, inputs, 2, err, err_len);
+    if (!rc)
+        rc = out_check(script, inputs, 2, err, err_len);
+    if (rc)
+        return rc;
     out_file set[2] = { { .f = NULL }, { .f = NULL } };
-    int rc = out_open(&set[0], list, err, err_len);
+    rc = out_open(&set[0], list, err, err_len);
     if (!rc && (rc = out_open(&set[1], script, err, err_len)))
         out_abort(&set[0]);
     if (rc)

@@ -542,6 +542,13 @@ slurm)
 	mkdir jobs bin
 	"$exe" sweep small.ini --slurm-array jobs/small.sbatch 'optim.warmup=2' >w.txt 2>&1 || fail "write: $(cat w.txt)"
 	[ -e out ] && fail "--slurm-array trained"
+	# the script over the sweep file or its base config is refused, both whole
+	cp small.ini small.orig
+	cp tiny.ini tiny.orig
+	"$exe" sweep small.ini --slurm-array small.ini >w.txt 2>&1 && fail "the script over the sweep file"
+	grep -q "small.ini: refused as an output: it is small.ini" w.txt || fail "message: $(cat w.txt)"
+	"$exe" sweep small.ini --slurm-array tiny.ini >w.txt 2>&1 && fail "the script over the base"
+	cmp -s small.ini small.orig && cmp -s tiny.ini tiny.orig || fail "an input was replaced"
 	grep -q "^#SBATCH --array=1-4$" jobs/small.sbatch && grep -q "^#SBATCH --ntasks=1$" jobs/small.sbatch ||
 		fail "#SBATCH lines: $(cat jobs/small.sbatch)"
 	[ "$(head -n 2 jobs/small.sbatch.runs | tr '\n' ' ')" = "d_model-32_lr-3e-3 d_model-32_lr-1e-3 " ] ||
