@@ -36,7 +36,7 @@ static int layer_blocks(const run_info *ri, int l, const layer_record *rec)
     if (k && k->exit_point)
         return 0;
     if (rec->depth) {
-        double R = run_layer_value(ri, l, "recursions");
+        double R = run_layer_recursions(ri, l);
         return isfinite(R) && R >= 1 ? (int)R : 1;
     }
     return 1;

@@ -78,7 +78,7 @@ static void draw_cell(cairo_t *cr, const heatmap_fig *h, int l, int i, double x,
         return;
     }
     if (rec->depth) { /* a recursing layer: one band a recursion, filled where it ran */
-        double R = run_layer_value(h->ri, l, "recursions");
+        double R = run_layer_recursions(h->ri, l);
         int n = isfinite(R) && R >= 1 ? (int)R : 1;
         for (int r = 0; r < n; r++) {
             cairo_rectangle(cr, x, y + hh * r / n, w, hh / n);
@@ -209,7 +209,7 @@ static void build_legend(heatmap_fig *h)
                  !run_layer_has_key(h->ri, l, "experts");
         for (long i = at0; r->depth && i < at0 + S; i++)
             if (!gone_before(h, l, i)) {
-                double R = run_layer_value(h->ri, l, "recursions");
+                double R = run_layer_recursions(h->ri, l);
                 sel |= r->depth[i] > 0;
                 skip |= r->depth[i] < (isfinite(R) && R >= 1 ? (int)R : 1);
             }

@@ -388,7 +388,7 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
         rec->n_experts = isfinite(E) && E >= 1 && E <= 1e6 ? (int)E : 0;
     }
     long RS = (long)ri->R * ri->S;
-    double R = run_layer_value(ri, l, "recursions");
+    double R = run_layer_recursions(ri, l);
     long max_depth = isfinite(R) && R >= 1 && R <= 1e6 ? (long)R : 0;
     /* experts: -2 skipped (staged), -1 dropped, a column, E the no-op */
     if (!rc && (!part_in_range(ri, group, "selected", rec->selected, true, RS, 0, 1, err,
@@ -403,6 +403,11 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     if (rc)
         free_layer_record(rec);
     return rc;
+}
+
+double run_layer_recursions(const run_info *ri, int l)
+{
+    return run_layer_value(ri, l, "recursions");
 }
 
 double run_layer_experts(const run_info *ri, int l)

@@ -47,6 +47,9 @@ bool run_layer_has_key(const run_info *ri, int l, const char *key);
 /* Layer l's value of key as a number (a choice's index), NaN when its kind
  * has no such key. */
 double run_layer_value(const run_info *ri, int l, const char *key);
+/* How many times layer l may apply its block (a recursing kind); NaN for
+ * the others. */
+double run_layer_recursions(const run_info *ri, int l);
 /* The experts layer l's tensors hold: experts x granularity (each expert
  * split in granularity, docs/kinds/moe-routing.md); NaN without experts. */
 double run_layer_experts(const run_info *ri, int l);

@@ -2,6 +2,8 @@
 # settings a root CI needs, a private work folder removed at exit, fail(),
 # expect() and nothing_left().
 abspath() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+# a program's path made absolute, or "none" (not built: mode-analyze without cairo)
+abspath_or_none() { if [ "$1" = none ]; then echo none; else abspath "$1"; fi; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 export OPENBLAS_NUM_THREADS=1

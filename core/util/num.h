@@ -4,7 +4,7 @@
  * variable) and the sizes derived from them.  One parser with a stated
  * range, so no reader takes a number that wraps (atoi, a bare strtol, a
  * cast), and one narrowing that clamps in double before it converts, so a
- * size computed from a factor (a capacity from capacity_factor S / E) is
+ * size computed from a factor (a capacity from a factor times S / E) is
  * never the wrapped value of a product past 2^31. */
 
 #include <stdbool.h>

@@ -11,8 +11,7 @@
 set -u
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$1") config=$(abspath "$4")
-analyze=none
-[ "$2" != none ] && analyze=$(abspath "$2")
+analyze=$(abspath_or_none "$2")
 convert=$(abspath "$3")
 enter_workdir
 

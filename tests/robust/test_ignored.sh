@@ -10,8 +10,7 @@ set -u
 test_name=ignored
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$1") config=$(abspath "$3")
-an=none
-[ "$2" != none ] && an=$(abspath "$2")
+an=$(abspath_or_none "$2")
 enter_workdir
 cp "$config" tiny.ini
 

@@ -8,8 +8,7 @@ set -u
 test_name=$1
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$2") config=$(abspath "$4")
-an=none
-[ "$3" != none ] && an=$(abspath "$3")
+an=$(abspath_or_none "$3")
 enter_workdir
 cp "$config" tiny.ini
 

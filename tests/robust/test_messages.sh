@@ -6,8 +6,7 @@
 #   test_messages.sh MODE_EXP MODE_ANALYZE|none CONFIG
 set -u
 . "$(dirname "$0")/../common.sh"
-exe=$(abspath "$1") config=$(abspath "$3") an=none
-[ "$2" = none ] || an=$(abspath "$2")
+exe=$(abspath "$1") config=$(abspath "$3") an=$(abspath_or_none "$2")
 enter_workdir
 
 # not_said PATTERN WHAT: the last command's output does not claim PATTERN

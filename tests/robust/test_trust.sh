@@ -20,8 +20,7 @@
 set -u
 . "$(dirname "$0")/../common.sh"
 exe=$(abspath "$1") poke=$(abspath "$2") config=$(abspath "$4")
-an=$3
-[ "$an" = none ] || an=$(abspath "$an")
+an=$(abspath_or_none "$3")
 src=$(dirname "$config")/../..
 src=$(cd "$src" && pwd)
 shift 4
