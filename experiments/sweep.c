@@ -758,14 +758,19 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
         mode_format_duration(t, sizeof(t), mode_now() - t_all);
         printf("# %d runs: %d trained, %d resumed, %d skipped, %d failed in %s\n", p.n_runs,
                done_as[0], done_as[1], done_as[2], done_as[3], t);
-        if (done_as[3] || done_as[4]) {
-            fprintf(stderr, "mode-exp sweep: %d run(s) failed:", done_as[3] + done_as[4]);
-            for (int i = 0; i < p.n_runs; i++)
-                if (!(outcomes[i] >= 1.0 && outcomes[i] <= 3.0))
-                    fprintf(stderr, " %s", p.runs[i].name);
-            fprintf(stderr, "; run the sweep again to resume them\n");
-        }
         fflush(stdout);
+        if (done_as[3] || done_as[4]) {
+            /* one write: unbuffered stderr written in pieces was cut by
+             * another line in mpirun's merged output */
+            char names[4096] = "";
+            size_t at = 0;
+            for (int i = 0; i < p.n_runs && at < sizeof(names); i++)
+                if (!(outcomes[i] >= 1.0 && outcomes[i] <= 3.0))
+                    at += (size_t)snprintf(names + at, sizeof(names) - at, " %s",
+                                           p.runs[i].name);
+            fprintf(stderr, "mode-exp sweep: %d run(s) failed:%s; run the sweep again to resume "
+                    "them\n", done_as[3] + done_as[4], names);
+        }
     }
     code = done_as[3] || done_as[4] ? 1 : 0;
     if (ctx->rank == 0 && !o.no_report && !o.only && sweep_run_report(p.out))
