@@ -89,6 +89,10 @@ typedef struct tl_fixture {
     mode_ctx ctx;     /* one rank (comm NULL), ctx.seed = seed */
 } tl_fixture;
 
+/* n tokens uniform over [0, V) from stream (seed, 7): the fixtures' batch
+ * (tl_make's, and tests/test_kinds.c's). */
+void tl_draw_tokens(token_t *t, int n, uint64_t seed, int V);
+
 /* Build from kinds (NULL-terminated) and one spec per layer (NULL: the
  * defaults for every layer), model_init(seed), tokens from stream (seed, 7). */
 void tl_make(tl_fixture *f, const kind_ops *const *kinds, model_dims dims,
