@@ -1,5 +1,7 @@
 /* Helpers shared by the model-level cmocka tests (test_model.c, test_mod.c,
- * test_moe.c, test_staged.c): building a small model with a batch of random
+ * test_moe.c, test_staged.c) and, those that never fail a cmocka test
+ * (dimensions, tokens, weights, tl_rows_shift, the tolerances), the MPI
+ * contract test_kinds.c: building a small model with a batch of random
  * tokens, scaling its weights up, the loss, routing records through a kind's
  * record hook, an independent reference of the experts' gate, and the
  * 4th-order finite-difference check of the gradient with the routing held
