@@ -1,5 +1,5 @@
 #!/bin/sh
-# The decode benchmark over trained checkpoints (README "Decoding speed"):
+# The decode benchmark over trained checkpoints (docs/speed.md, "Decoding speed"):
 # for every kind, `mode-exp sample CKPT --bench R` from one prompt to the
 # context's end, batch 1, one thread, in ROUNDS rounds that visit the kinds
 # in turn (so that each kind's and dense's numbers share the machine's

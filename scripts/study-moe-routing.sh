@@ -1,5 +1,5 @@
 #!/bin/sh
-# The MoE routing study (README "MoE routing as practised now"): the
+# The MoE routing study (docs/studies/moe-routing.md): the
 # sweep experiments/moe-routing.ini (switch, bias, shared, gran4, gran8;
 # three seeds at 6e12 training FLOPs), then the upcycling arm at the same
 # total: a dense model of moe.ini's shape trained for 3e12 FLOPs, and moe

@@ -26,6 +26,7 @@
 #include "core/train/shard.h"
 #include "moe/kinds.h"
 #include "mpi/check.h"
+#include "testlib.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -45,13 +46,6 @@ static const char *variant_key, *variant_value;
 #define S_LEN 16
 #define NSEQ 4
 
-static model_dims small_dims(int layers)
-{
-    model_dims d = { .vocab = 23, .d_model = 16, .n_heads = 2, .d_head = 8, .d_ff = 24,
-                     .n_layers = layers, .seq_len = S_LEN, .ranks = 1, .rank = 0 };
-    return d;
-}
-
 /* ---- a model of one row ------------------------------------------------------ */
 
 typedef struct fixture {
@@ -62,40 +56,13 @@ typedef struct fixture {
     const layer_kind *kind;
 } fixture;
 
-static void draw_tokens(token_t *t, int n, uint64_t seed, int V)
-{
-    pcg32 r;
-    pcg32_seed(&r, seed, 7);
-    for (int i = 0; i < n; i++)
-        t[i] = (token_t)pcg32_bounded(&r, (uint32_t)V);
-}
-
-/* Normal-init tensors x mult, gains 1 + 0.3 N(0,1), biases 0.3 N(0,1): every
- * gradient well above float noise, routing that depends on content. */
-static void scale_weights(model *m, float mult, uint64_t seed)
-{
-    for (int t = 0; t < m->n_tensors; t++) {
-        const model_tensor *mt = &m->tensors[t];
-        float *p = m->params + mt->offset;
-        pcg32 r;
-        pcg32_seed(&r, seed, (uint64_t)t);
-        for (long i = 0; i < mt->numel; i++) {
-            switch (mt->desc.init) {
-            case INIT_NORMAL: p[i] *= mult; break;
-            case INIT_ONES: p[i] = 1.0f + 0.3f * pcg32_normal(&r); break;
-            case INIT_ZEROS: p[i] = 0.3f * pcg32_normal(&r); break;
-            }
-        }
-    }
-}
-
 /* dense, KIND, dense over P ranks (this one rank r of them). */
 static int make(fixture *f, const kind_ops *ops, int P, int r, int nseq, uint64_t seed,
                 comm *cm)
 {
     memset(f, 0, sizeof(*f));
     f->kind = ops->kind;
-    model_dims dims = small_dims(3);
+    model_dims dims = tl_small_dims(3, S_LEN);
     dims.ranks = P;
     dims.rank = r;
     layer_spec specs[3];
@@ -113,8 +80,9 @@ static int make(fixture *f, const kind_ops *ops, int P, int r, int nseq, uint64_
         return -1;
     }
     model_init(f->m, seed);
-    scale_weights(f->m, 10.0f, seed);
-    draw_tokens(f->tokens, NSEQ * (S_LEN + 1), seed, dims.vocab);
+    /* every gradient well above float noise, routing that depends on content */
+    tl_scale_weights(f->m, 10.0f, seed);
+    tl_draw_tokens(f->tokens, NSEQ * (S_LEN + 1), seed, dims.vocab);
     f->b = (batch){ .tokens = f->tokens + (size_t)r * nseq * (S_LEN + 1), .nseq = nseq,
                     .seq0 = (long)r * nseq, .global_seqs = NSEQ };
     f->ctx = (mode_ctx){ .rank = comm_rank(cm), .size = comm_size(cm), .comm = cm,
@@ -218,7 +186,7 @@ enum { FD_ELEMS = 16, FD_CANDIDATES = 128 };
 static double fd_direction(fixture *f, size_t off, size_t n, const float *grad, bool with_side,
                            const capture *base, pcg32 *r, double *an_out)
 {
-    const double h = 2e-3;
+    const double h = TL_FD_STEP;
     model *m = f->m;
     float *p = m->params + off, *p0 = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
     memcpy(p0, p, n * sizeof(float));
@@ -320,8 +288,9 @@ static bool check_gradients(fixture *f, pcg32 *r)
         worst = fmax(worst, err[t]);
         /* TL_FD_TOL (tests/testlib.h): 4th-order differences of steps
          * 2e-3 along directions of |<g,u>| well above the loss's rounding */
-        CHECK(err[t] < 5e-3 && fabs(an[t]) > 1e-6, "%s: gradient of %s: 4th-order difference off "
-              "by %.2e relative (<g,u> = %.3e)", name, m->tensors[t].path, err[t], an[t]);
+        CHECK(err[t] < TL_FD_TOL && fabs(an[t]) > 1e-6, "%s: gradient of %s: 4th-order "
+              "difference off by %.2e relative (<g,u> = %.3e)", name, m->tensors[t].path, err[t],
+              an[t]);
     }
     if (held)
         printf("[%s] gradients of %d tensors against finite differences: worst %.2e\n", name,
@@ -365,7 +334,7 @@ static void check_input_gradient(fixture *f, pcg32 *r)
         an += (double)dx[i] * (double)u[i];
         dx2 += (double)dx[i] * (double)dx[i];
     }
-    const double h = 2e-3, steps[4] = { h, -h, 2 * h, -2 * h };
+    const double h = TL_FD_STEP, steps[4] = { h, -h, 2 * h, -2 * h };
     double J[4];
     bool same = true;
     for (int s = 0; s < 4; s++) {
@@ -413,21 +382,6 @@ static float *causal_logits(fixture *f)
     return l;
 }
 
-/* max over rows of max |a - b| / max |b| of the row */
-static double rows_shift(const float *a, const float *b, int rows, int V)
-{
-    double worst = 0.0;
-    for (int i = 0; i < rows; i++) {
-        double mx = 1e-30, d = 0.0;
-        for (int v = 0; v < V; v++) {
-            mx = fmax(mx, fabs((double)b[(size_t)i * V + v]));
-            d = fmax(d, fabs((double)a[(size_t)i * V + v] - (double)b[(size_t)i * V + v]));
-        }
-        worst = fmax(worst, d / mx);
-    }
-    return worst;
-}
-
 static void check_decode(fixture *f)
 {
     model *m = f->m;
@@ -439,16 +393,16 @@ static void check_decode(fixture *f)
     unsigned char taken[3];
     for (int pos = 0; pos < S_LEN; pos++) {
         CHECK(model_decode_step(m, &f->ctx, f->b.tokens[pos], pos, logits, taken) == 0, "decode");
-        worst = fmax(worst, rows_shift(logits, ref + (size_t)pos * V, 1, V));
+        worst = fmax(worst, tl_rows_shift(logits, ref + (size_t)pos * V, 1, V));
         left += f->kind->exit_point && taken[1];
     }
     if (f->kind->exit_point) /* the later layers took those tokens' keys and values only */
         printf("[%s] %d of %d decoded tokens left the stack at the exit point\n", row_name, left,
                S_LEN);
-    /* TL_CAUSAL_TOL's reasoning (tests/testlib.h): a row count changes sums
-     * by a few ulp carried through the layers; 1e-4 leaves a hundred times
+    /* TL_CAUSAL_TOL (tests/testlib.h): a row count changes sums by a few
+     * ulp carried through the layers; the tolerance leaves a hundred times
      * the largest seen */
-    CHECK(worst < 1e-4, "%s: decoding differs from the causal forward by %.2e", row_name,
+    CHECK(worst < TL_CAUSAL_TOL, "%s: decoding differs from the causal forward by %.2e", row_name,
           worst);
     printf("[%s] decoding with the KV cache against the causal forward: %.2e\n", row_name,
            worst);
@@ -473,7 +427,7 @@ static void check_causal(fixture *f, uint64_t seed)
         float *now = causal_logits(f);
         for (int i = 0; i < rows; i++) {
             int sq = i / S_LEN, pos = i % S_LEN;
-            double sh = rows_shift(now + (size_t)i * V, ref + (size_t)i * V, 1, V);
+            double sh = tl_rows_shift(now + (size_t)i * V, ref + (size_t)i * V, 1, V);
             if (sq != 1 || pos <= t)
                 worst = fmax(worst, sh);
             else
@@ -482,7 +436,7 @@ static void check_causal(fixture *f, uint64_t seed)
         free(now);
         memcpy(f->tokens, keep, sizeof(keep));
     }
-    CHECK(worst < 1e-4, "%s: later tokens moved earlier logits by %.2e (causal mode)",
+    CHECK(worst < TL_CAUSAL_TOL, "%s: later tokens moved earlier logits by %.2e (causal mode)",
           row_name, worst);
     CHECK(moved > 1e-3, "%s: later tokens never moved their own logits (%.2e): the check "
           "would not tell", row_name, moved);

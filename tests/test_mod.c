@@ -1,6 +1,8 @@
 /* Tests of the `mod` layer kind (MODEL.md "Layer kinds", Mixture-of-Depths):
- *   1. finite-difference gradients of a `dense, mod` model, selection held
- *      fixed, for learned/random routers, raw/sigmoid gates, aux/predictor/none;
+ *   1. the predictor's stop-gradient, beside finite-difference gradients of
+ *      a `dense, mod` model with the predictor, selection held fixed (the
+ *      other routers, gates and causal rules: tests/test_kinds.c, the
+ *      contract, over every choice of every key);
  *   2. mod_topk and mod_k (tie rule, bounds, an O(n^2) reference);
  *   3. causal mode is causal, top-k mode is not;
  *   4. sampling with the KV cache gives the causal-mode logits;
@@ -148,28 +150,10 @@ static void fd_case(const char *label, const modcfg *mc, uint64_t seed)
     tl_unmake(&f);
 }
 
-static void test_gradients_sigmoid_aux(void **state)
-{
-    modcfg c = { 0.5, "learned", "sigmoid", "aux", 0.3 };
-    fd_case("learned sigmoid aux", &c, 211);
-}
-
-static void test_gradients_raw_none(void **state)
-{
-    modcfg c = { 0.5, "learned", "raw", "none", 0.3 };
-    fd_case("learned raw none", &c, 512);
-}
-
 static void test_gradients_sigmoid_predictor(void **state)
 {
     modcfg c = { 0.25, "learned", "sigmoid", "predictor", 0.3 };
     fd_case("learned sigmoid predictor", &c, 113);
-}
-
-static void test_gradients_random(void **state)
-{
-    modcfg c = { 0.5, "random", "sigmoid", "aux", 0.3 };
-    fd_case("random", &c, 14);
 }
 
 /* ------------------------------------------------------------------ */
@@ -772,10 +756,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topk_and_k),
-        cmocka_unit_test(test_gradients_sigmoid_aux),
-        cmocka_unit_test(test_gradients_raw_none),
         cmocka_unit_test(test_gradients_sigmoid_predictor),
-        cmocka_unit_test(test_gradients_random),
         cmocka_unit_test(test_causal_mode),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_flops),

@@ -147,6 +147,14 @@ int tl_capacity(double capacity_factor, int top_k, int rows, int E)
 /* ------------------------------------------------------------------ */
 /* Fixtures                                                             */
 
+void tl_draw_tokens(token_t *t, int n, uint64_t seed, int V)
+{
+    pcg32 r;
+    pcg32_seed(&r, seed, 7);
+    for (int i = 0; i < n; i++)
+        t[i] = (token_t)pcg32_bounded(&r, (uint32_t)V);
+}
+
 void tl_make(tl_fixture *f, const kind_ops *const *kinds, model_dims dims,
              const layer_spec *specs, int nseq, uint64_t seed)
 {
@@ -166,10 +174,7 @@ void tl_make(tl_fixture *f, const kind_ops *const *kinds, model_dims dims,
     model_init(f->m, seed);
     f->tokens = malloc((size_t)nseq * (dims.seq_len + 1) * sizeof(token_t));
     assert_non_null(f->tokens);
-    pcg32 r;
-    pcg32_seed(&r, seed, 7);
-    for (int i = 0; i < nseq * (dims.seq_len + 1); i++)
-        f->tokens[i] = (token_t)pcg32_bounded(&r, (uint32_t)dims.vocab);
+    tl_draw_tokens(f->tokens, nseq * (dims.seq_len + 1), seed, dims.vocab);
     f->b = (batch){ .tokens = f->tokens, .nseq = nseq, .step = 0, .seq0 = 0, .global_seqs = nseq };
     f->ctx.size = 1; /* comm NULL: one rank */
     f->ctx.seed = seed;

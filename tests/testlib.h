@@ -1,5 +1,7 @@
 /* Helpers shared by the model-level cmocka tests (test_model.c, test_mod.c,
- * test_moe.c, test_staged.c): building a small model with a batch of random
+ * test_moe.c, test_staged.c) and, those that never fail a cmocka test
+ * (dimensions, tokens, weights, tl_rows_shift, the tolerances), the MPI
+ * contract test_kinds.c: building a small model with a batch of random
  * tokens, scaling its weights up, the loss, routing records through a kind's
  * record hook, an independent reference of the experts' gate, and the
  * 4th-order finite-difference check of the gradient with the routing held
@@ -88,6 +90,10 @@ typedef struct tl_fixture {
     batch b;          /* all of them, step 0, seq0 0 */
     mode_ctx ctx;     /* one rank (comm NULL), ctx.seed = seed */
 } tl_fixture;
+
+/* n tokens uniform over [0, V) from stream (seed, 7): the fixtures' batch
+ * (tl_make's, and tests/test_kinds.c's). */
+void tl_draw_tokens(token_t *t, int n, uint64_t seed, int V);
 
 /* Build from kinds (NULL-terminated) and one spec per layer (NULL: the
  * defaults for every layer), model_init(seed), tokens from stream (seed, 7). */
