@@ -189,7 +189,7 @@ int cmd_bench(mode_ctx *ctx, int argc, char **argv)
     br.optim_mb = 2.0 * (double)m->n_moments * sizeof(float) / (1024.0 * 1024.0);
     br.param_mb = 2.0 * (double)m->n_params * sizeof(float) / (1024.0 * 1024.0) + br.optim_mb;
     shard_plan *sp = NULL;
-    rc = build_shard_plan(&sp, m, ctx);
+    rc = build_shard_plan(&sp, m, ctx, optim_of_config(&cfg).bucket_kb * 256);
     if (!rc)
         rc = time_steps(m, sp, ctx, &cfg, steps, &br);
     free_shard_plan(&sp);

@@ -592,6 +592,37 @@ static void check_checkpoint(fixture *f, const char *dir)
 
 /* ---- ranks ----------------------------------------------------------------------- */
 
+static int layer_done(void *user, int l)
+{
+    return shard_layer_done(user, l);
+}
+
+/* The summed gradients of the backward again, overlapped: every layer its
+ * own bucket, started as the backward leaves it (what [optim] overlap does
+ * with small buckets): the bits of the blocking sum in *want, or a layer's
+ * backward writes into a layer's gradients already on their way. */
+static void check_overlap(fixture *f, int P, const float *want)
+{
+    shard_plan *sp = NULL;
+    fwd_result res;
+    if (build_shard_plan(&sp, f->m, &f->ctx, 1)) {
+        CHECK(0, "build_shard_plan");
+        return;
+    }
+    backward_hook h = { layer_done, sp };
+    model_zero_grad(f->m);
+    CHECK(model_forward(f->m, &f->ctx, &f->b, FWD_TRAIN, &res) == 0, "forward");
+    CHECK(model_backward_hooked(f->m, &f->ctx, &f->b, &h) == 0, "backward, overlapped");
+    CHECK(shard_reduce_grads(sp, &f->ctx, f->m) == 0, "reduce, overlapped");
+    long first = -1;
+    for (size_t i = 0; i < f->m->n_params && first < 0; i++)
+        if (memcmp(&want[i], &f->m->grads[i], sizeof(float)))
+            first = (long)i;
+    CHECK(first < 0, "%s: %d ranks, overlapped: the gradient differs from the blocking sum's "
+          "at element %ld", row_name, P, first);
+    free_shard_plan(&sp);
+}
+
 /* A training forward and backward of the global batch over P ranks of
  * world (those of rank < P; the others wait): the losses summed over the
  * ranks and the gradient's global norm.  Collective over world. */
@@ -608,7 +639,8 @@ static void over_ranks(const kind_ops *ops, comm *world, int P, double out[3])
         fixture f;
         shard_plan *sp = NULL;
         int sr = comm_rank(sub);
-        if (!make(&f, ops, P, sr, NSEQ / P, 5, sub) && !build_shard_plan(&sp, f.m, &f.ctx)) {
+        if (!make(&f, ops, P, sr, NSEQ / P, 5, sub) &&
+            !build_shard_plan(&sp, f.m, &f.ctx, 1L << 40)) {
             fwd_result res;
             model_zero_grad(f.m);
             CHECK(model_forward(f.m, &f.ctx, &f.b, FWD_TRAIN, &res) == 0, "forward");
@@ -621,6 +653,12 @@ static void over_ranks(const kind_ops *ops, comm *world, int P, double out[3])
             out[0] = sums[0] / (NSEQ * S_LEN);
             out[1] = sums[1];
             out[2] = norm;
+            float *want = malloc(f.m->n_params * sizeof(float));
+            if (want && P > 1) {
+                memcpy(want, f.m->grads, f.m->n_params * sizeof(float));
+                check_overlap(&f, P, want);
+            }
+            free(want);
         }
         free_shard_plan(&sp);
         free_model(&f.m);

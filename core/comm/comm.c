@@ -1,4 +1,5 @@
 #include "core/comm/comm.h"
+#include "core/comm/comm_impl.h"
 
 #include "core/util/fault.h"
 #include "core/util/hash.h"
@@ -9,22 +10,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-
-struct comm {
-    MPI_Comm world;
-    int rank, size, local_size;
-    uint64_t bytes_sent;
-    int *displs_send, *displs_recv, *counts_tmp, *bytes_send, *bytes_recv; /* [size] each */
-    /* the item type of the last all-to-all: counts go in items, not bytes,
-     * so that a rank pair is not limited to 2 GiB */
-    MPI_Datatype item_type;
-    size_t item_bytes;
-    comm *parent; /* a sub-communicator (comm_split) shares the parent's byte count */
-    /* fault injection (comm_fault): the site, world rank and step it fires at */
-    long step, fault_step;
-    int fault_rank;
-    char fault_site[32];
-};
 
 int comm_init(comm **out, int *argc, char ***argv)
 {
@@ -147,7 +132,7 @@ void comm_free(comm **pc)
 }
 
 /* Bytes sent count towards the world's total, whatever communicator. */
-static void count_sent(comm *c, uint64_t bytes)
+void comm_count_sent(comm *c, uint64_t bytes)
 {
     while (c->parent)
         c = c->parent;
@@ -178,7 +163,7 @@ int comm_allreduce_sum_float(comm *c, float *buf, size_t n)
         int chunk = n - off > (size_t)INT_MAX ? INT_MAX : (int)(n - off);
         if (MPI_Allreduce(MPI_IN_PLACE, buf + off, chunk, MPI_FLOAT, MPI_SUM, c->world))
             return -EIO;
-        count_sent(c, (uint64_t)chunk * sizeof(float));
+        comm_count_sent(c, (uint64_t)chunk * sizeof(float));
         off += (size_t)chunk;
     }
     return 0;
@@ -188,7 +173,7 @@ int comm_allreduce_sum_double(comm *c, double *buf, int n)
 {
     if (!c || c->size == 1)
         return 0;
-    count_sent(c, (uint64_t)n * sizeof(double));
+    comm_count_sent(c, (uint64_t)n * sizeof(double));
     return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, c->world) ? -EIO : 0;
 }
 
@@ -222,7 +207,7 @@ int comm_reduce_scatter_sum_float(comm *c, float *buf, const int *counts)
         memmove(buf + at, buf, k * sizeof(float));
         memset(buf, 0, (at < k ? at : k) * sizeof(float));
     }
-    count_sent(c, (uint64_t)(n - counts[c->rank]) * sizeof(float));
+    comm_count_sent(c, (uint64_t)(n - counts[c->rank]) * sizeof(float));
     return 0;
 }
 
@@ -235,7 +220,7 @@ int comm_allgather_float(comm *c, float *buf, const int *counts)
     if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, c->displs_send,
                        MPI_FLOAT, c->world))
         return -EIO;
-    count_sent(c, (uint64_t)counts[c->rank] * (uint64_t)(c->size - 1) * sizeof(float));
+    comm_count_sent(c, (uint64_t)counts[c->rank] * (uint64_t)(c->size - 1) * sizeof(float));
     return 0;
 }
 
@@ -264,7 +249,7 @@ int comm_bcast(comm *c, void *buf, size_t bytes, int root)
         if (MPI_Bcast((char *)buf + off, chunk, MPI_BYTE, root, c->world))
             return -EIO;
         if (c->rank == root)
-            count_sent(c, (uint64_t)chunk * (uint64_t)(c->size - 1));
+            comm_count_sent(c, (uint64_t)chunk * (uint64_t)(c->size - 1));
         off += (size_t)chunk;
     }
     return 0;
@@ -300,7 +285,7 @@ int comm_gather_bytes(comm *c, const void *send, int bytes, void **recv, int *co
     if (MPI_Gatherv(send, bytes, MPI_BYTE, rc ? NULL : *recv, counts, displs, MPI_BYTE, 0,
                     c->world) && !rc)
         rc = -EIO;
-    count_sent(c, (uint64_t)bytes);
+    comm_count_sent(c, (uint64_t)bytes);
     free(displs);
     if (rc) {
         free(*recv);
@@ -322,7 +307,7 @@ int comm_exchange_counts(comm *c, const int *send_counts, int *recv_counts)
         recv_counts[0] = send_counts[0];
         return 0;
     }
-    count_sent(c, (uint64_t)(c->size - 1) * sizeof(int));
+    comm_count_sent(c, (uint64_t)(c->size - 1) * sizeof(int));
     return MPI_Alltoall(send_counts, 1, MPI_INT, recv_counts, 1, MPI_INT, c->world) ? -EIO : 0;
 }
 
@@ -366,7 +351,7 @@ int comm_alltoallv(comm *c, const void *send, const int *send_counts, void *recv
         c->displs_send[p] = (int)sd;
         c->displs_recv[p] = (int)rd;
         if (p != c->rank)
-            count_sent(c, (uint64_t)send_counts[p] * item_bytes);
+            comm_count_sent(c, (uint64_t)send_counts[p] * item_bytes);
         sd += send_counts[p];
         rd += recv_counts[p];
     }

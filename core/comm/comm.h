@@ -1,4 +1,4 @@
-/* Every MPI call of the project lives in comm.c, behind this interface, so
+/* Every MPI call of the project lives in core/comm/, behind this interface, so
  * the rest reads as serial code and unit tests run without mpirun.  A NULL
  * comm means one rank without MPI: every collective is then the identity. */
 #ifndef MODE_CORE_COMM_COMM_H
@@ -115,5 +115,34 @@ void comm_reset_bytes(comm *c);
 
 /* Name and version of the MPI library (for provenance). */
 void comm_library_version(char *buf, int len);
+
+/* A sum over the ranks in a fixed order (comm_sum.c): element i of the
+ * result is ((x0 + x1) + x2) + ... + x(P-1), xr rank r's value, in float,
+ * whatever the timing of the messages and whatever algorithm MPI would
+ * choose for an all-reduce of that size; so a sum started run by run while
+ * other work goes on (overlapped) gives the bits of the same sum made all at
+ * once.  The sum covers n runs of one float buffer (offset[i], count[i]),
+ * fixed when it is made; each step, runs are started in their order
+ * (comm_sum_start: every rank the same runs in the same order), moved on
+ * between other work (comm_sum_progress: no rank waits) and finished
+ * (comm_sum_finish: starts what is left, waits for all).  Each run is cut
+ * into P pieces (piece r: elements [count r/P, count (r+1)/P)); rank r sums
+ * piece r of every rank, in rank order, and sends the sum back to all: the
+ * bytes of an all-reduce (2 (P-1)/P of the run sent per rank), in two
+ * rounds whatever P.  Memory: (P-1)/P of the runs' floats, for the pieces
+ * received.  Make and free are collective over c (a communicator of its
+ * own, so that no other message matches these); with one rank, or a NULL c,
+ * every call does nothing. */
+typedef struct comm_sum comm_sum;
+int comm_sum_make(comm *c, float *buf, const long *offset, const long *count, int n,
+                  comm_sum **out);
+void comm_sum_free(comm_sum **s);
+/* Start runs [started, upto) (upto clamped to n). */
+int comm_sum_start(comm_sum *s, int upto);
+int comm_sum_progress(comm_sum *s);
+/* Start every run not started, wait for all; ready for the next step. */
+int comm_sum_finish(comm_sum *s);
+/* Runs started this step (0 after finish). */
+int comm_sum_started(const comm_sum *s);
 
 #endif

@@ -461,6 +461,11 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
 
 int model_backward(model *m, mode_ctx *ctx, const batch *b)
 {
+    return model_backward_hooked(m, ctx, b, NULL);
+}
+
+int model_backward_hooked(model *m, mode_ctx *ctx, const batch *b, const backward_hook *h)
+{
     const model_dims *dm = &m->dims;
     int S = dm->seq_len, d = dm->d_model, V = dm->vocab, L = dm->n_layers;
     int n = b->nseq * S;
@@ -482,6 +487,8 @@ int model_backward(model *m, mode_ctx *ctx, const batch *b)
         float *dxl = m->dresid[(L - l) & 1];
         memset(dxl, 0, rd * sizeof(float));
         int rc = ly->ops->backward(ly, &a, dxl, dy, m->resid + (size_t)l * rd);
+        if (!rc && h && h->layer_done)
+            rc = h->layer_done(h->user, l);
         if (rc)
             return rc;
     }

@@ -135,6 +135,16 @@ void model_step_end(model *m, bool updated);
 int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_result *r);
 /* Gradients of the last FWD_TRAIN forward, added into m->grads. */
 int model_backward(model *m, mode_ctx *ctx, const batch *b);
+/* Told as the backward goes: layer_done(user, l) after layer l's backward
+ * (l = L - 1 down to 0), when no later part of the backward adds to the
+ * gradients of layer l's tensors (model_tensor layer); then the embedding's
+ * backward ends it (tok_emb and final_norm, layer -1, are final only at the
+ * end).  A non-zero return ends the backward with it. */
+typedef struct backward_hook {
+    int (*layer_done)(void *user, int layer);
+    void *user;
+} backward_hook;
+int model_backward_hooked(model *m, mode_ctx *ctx, const batch *b, const backward_hook *h);
 
 /* Sampling with a KV cache per layer: decode_begin() empties the caches for
  * up to max_len positions; decode_step() runs the token at position pos

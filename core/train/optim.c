@@ -22,6 +22,13 @@ static const kind_key optim_keys[] = {
     { "shard", KEY_BOOL, O(shard), "false", 0, 0, 0, NULL,
       "keep each rank's 1/P of the shared tensors' Adam moments (ZeRO stage 1): gradients "
       "reduce-scattered, parameters all-gathered; losses within float rounding of unsharded", 0 },
+    { "overlap", KEY_BOOL, O(overlap), "true", 0, 0, 0, NULL,
+      "sum the shared gradients in buckets started as the backward finishes each layer, "
+      "overlapping the layers below; the same bits as false (both sum in rank order); with "
+      "shard = true the reduce-scatter waits for the backward", 0 },
+    { "bucket_kb", KEY_LONG, O(bucket_kb), "1024", 1, 1L << 40, 0, NULL,
+      "a gradient bucket closes at the first layer's end past this many KiB of shared "
+      "gradients (the buckets, like the sums, do not change the bits)", 0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
 };
 #undef O

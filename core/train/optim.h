@@ -20,6 +20,8 @@ typedef struct optim_cfg {
     double beta1, beta2, eps;
     double clip;         /* global-norm clip; <= 0 disables */
     bool shard;          /* ZeRO stage 1 over the data-parallel ranks (docs/sharding.md) */
+    bool overlap;        /* the gradient sums started during the backward (docs/sharding.md) */
+    long bucket_kb;      /* a gradient bucket's least size */
 } optim_cfg;
 
 /* The [optim] section's keys (optim.c declares them, with their defaults):

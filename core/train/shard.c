@@ -31,6 +31,8 @@ void free_shard_plan(shard_plan **pp)
         free(p->sets[i].spans);
     }
     free(p->sets);
+    comm_sum_free(&p->sum);
+    free(p->ready);
     free(p->shared);
     free(p->counts);
     free(p->own);
@@ -56,7 +58,65 @@ static replica_set *replicas_of(shard_plan *p, mode_ctx *ctx, int E, int most, i
     return rs;
 }
 
-int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx)
+/* Append [offset, offset + count) to the open bucket's runs (from first),
+ * merged with a run it touches on either side. */
+static void bucket_push(long *off, long *cnt, int *n, int first, long offset, long count)
+{
+    for (int i = first; i < *n; i++) {
+        if (off[i] + cnt[i] == offset && cnt[i] + count <= (1L << 30)) {
+            cnt[i] += count;
+            return;
+        }
+        if (offset + count == off[i] && cnt[i] + count <= (1L << 30)) {
+            off[i] = offset;
+            cnt[i] += count;
+            return;
+        }
+    }
+    off[*n] = offset;
+    cnt[(*n)++] = count;
+}
+
+/* The unsharded plan's buckets (shard_plan sum, ready): the shared tensors
+ * of layer L - 1 down to 0, then the rest; fixed by the shapes alone. */
+static int plan_buckets(shard_plan *p, const model *m, mode_ctx *ctx, long bucket)
+{
+    int L = m->dims.n_layers, most = 0, n = 0, first = 0, rc = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        most += (int)(m->tensors[i].numel >> 30) + 1;
+    long *off = malloc((size_t)most * sizeof(long)), *cnt = malloc((size_t)most * sizeof(long));
+    p->ready = malloc((size_t)(L > 0 ? L : 1) * sizeof(int));
+    if (!off || !cnt || !p->ready) {
+        free(off);
+        free(cnt);
+        return -ENOMEM;
+    }
+    long open = 0;
+    for (int l = L - 1; l >= -1; l--) {
+        for (int i = 0; i < m->n_tensors; i++) {
+            const model_tensor *t = &m->tensors[i];
+            if (t->layer != l || (t->desc.expert_dim && m->dims.ranks > 1) || t->numel == 0)
+                continue;
+            for (long at = 0; at < t->numel; at += 1L << 30) {
+                long k = t->numel - at < (1L << 30) ? t->numel - at : 1L << 30;
+                bucket_push(off, cnt, &n, first, (long)t->offset + at, k);
+                open += k;
+            }
+        }
+        if (l >= 0 && (open >= bucket || l == 0)) { /* the bucket closes */
+            first = n;
+            open = 0;
+        }
+        if (l >= 0)
+            p->ready[l] = first;
+    }
+    rc = comm_sum_make(ctx ? ctx->comm : NULL, m->grads, off, cnt, n, &p->sum);
+    free(off);
+    free(cnt);
+    return rc;
+}
+
+int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx, long bucket)
 {
     int P = ctx ? ctx->size : 1, rank = ctx ? ctx->rank : 0, rc = 0;
     shard_plan *p = calloc(1, sizeof(*p));
@@ -99,6 +159,8 @@ int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx)
                 push(p->own, &p->n_own, off, t->numel);
         }
     }
+    if (!rc && !p->zero && P > 1)
+        rc = plan_buckets(p, m, ctx, bucket);
     if (rc) {
         free_shard_plan(&p);
         return rc;
@@ -107,24 +169,34 @@ int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx)
     return 0;
 }
 
+int shard_layer_done(const shard_plan *p, int l)
+{
+    if (!p->sum)
+        return 0;
+    int rc = comm_sum_start(p->sum, p->ready[l]);
+    return rc ? rc : comm_sum_progress(p->sum);
+}
+
 int shard_reduce_grads(const shard_plan *p, mode_ctx *ctx, model *m)
 {
     comm *cm = ctx ? ctx->comm : NULL;
     int P = ctx ? ctx->size : 1;
     if (p->zero && comm_fault(cm, "grad-reduce-scatter"))
         return -EIO;
-    for (int i = 0; i < p->n_shared; i++) {
+    for (int i = 0; i < p->n_shared && p->zero; i++) {
         float *g = m->grads + p->shared[i].offset;
-        int rc = p->zero ? comm_reduce_scatter_sum_float(cm, g, p->counts + (size_t)i * P)
-                         : comm_allreduce_sum_float(cm, g, (size_t)p->shared[i].count);
+        int rc = comm_reduce_scatter_sum_float(cm, g, p->counts + (size_t)i * P);
         if (rc)
             return rc;
     }
+    int rc = comm_sum_finish(p->sum); /* unsharded: in rank order */
+    if (rc)
+        return rc;
     for (int s = 0; s < p->n_sets; s++) {
         const replica_set *rs = &p->sets[s];
         for (int i = 0; i < rs->n; i++) {
-            int rc = comm_allreduce_sum_float(rs->comm, m->grads + rs->spans[i].offset,
-                                              (size_t)rs->spans[i].count);
+            rc = comm_allreduce_sum_float(rs->comm, m->grads + rs->spans[i].offset,
+                                          (size_t)rs->spans[i].count);
             if (rc)
                 return rc;
         }

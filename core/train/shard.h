@@ -25,6 +25,8 @@
 #include <stdbool.h>
 
 struct comm;
+struct comm_sum;
+
 
 /* The replicas of the experts of one expert count E (P > E), summed over
  * their own communicator. */
@@ -36,6 +38,14 @@ typedef struct replica_set {
 } replica_set;
 
 typedef struct shard_plan {
+    /* unsharded, P > 1: the shared gradients summed in rank order
+     * (comm_sum), in runs by layer from the top, gathered in buckets of
+     * about SHARD_BUCKET_FLOATS; ready[l] the runs whose gradients are final
+     * once layer l's backward is done (the bucket it closes and those
+     * above); tok_emb and final_norm last.  A bucket closes at the first
+     * layer boundary past bucket floats ([optim] bucket_kb) */
+    struct comm_sum *sum;
+    int *ready; /* [n_layers] */
     int n_shared;
     span *shared;      /* summed over all ranks (model_shared_spans) */
     bool zero;         /* sharded: this rank keeps piece rank of each shared run */
@@ -47,12 +57,18 @@ typedef struct shard_plan {
 } shard_plan;
 
 /* Collective (sub-communicators for P > E).  Sharded when m was built so
- * (m->optim_shards > 1). */
-int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx);
+ * (m->optim_shards > 1).  bucket: floats a gradient bucket holds at least
+ * before it closes (at a layer's end). */
+int build_shard_plan(shard_plan **out, const model *m, mode_ctx *ctx, long bucket);
 void free_shard_plan(shard_plan **p);
 
-/* Sum the gradients over the ranks that share them. */
+/* Sum the gradients over the ranks that share them (what shard_layer_done
+ * started, finished). */
 int shard_reduce_grads(const shard_plan *p, mode_ctx *ctx, model *m);
+/* During the backward, after layer l's (backward_hook): the buckets that are
+ * final start their sums, and the sums in flight are moved on.  Unsharded
+ * only (the reduce-scatter of a sharded optimizer waits for the end). */
+int shard_layer_done(const shard_plan *p, int l);
 /* The L2 norm of the whole (reduced) gradient; the same on every rank. */
 int shard_grad_norm(const shard_plan *p, mode_ctx *ctx, const model *m, double *norm);
 /* AdamW (adamw_update's rule) on everything this rank keeps moments of;

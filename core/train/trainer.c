@@ -688,7 +688,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     if (!rc)
         t.m->bf16 = bf16;
     if (!rc)
-        rc = build_shard_plan(&t.shard, t.m, ctx);
+        rc = build_shard_plan(&t.shard, t.m, ctx, optim_of_config(cfg).bucket_kb * 256);
     if (!rc)
         rc = plan_steps(&t, err, err_len);
     /* the folder: refused before anything is created when it cannot take the

@@ -22,6 +22,18 @@ ranks)
 	for n in 1 2 4; do run "r$n" "$n"; done
 	"$compare" r1/tiny/run.h5 r2/tiny/run.h5 1e-4 || fail "-n 1 and -n 2 differ"
 	"$compare" r1/tiny/run.h5 r4/tiny/run.h5 1e-4 || fail "-n 1 and -n 4 differ"
+	# The shared gradients are summed in rank order (comm_sum), started
+	# bucket by bucket during the backward ([optim] overlap, the default) or
+	# all after it: the same bits, at 2 and 4 ranks, with a bucket a layer
+	# (bucket_kb = 1) and with the experts' all-to-alls in the backward too.
+	mixed='model.layers=dense, staged, moe, mod'
+	for n in 2 4; do
+		run "o$n" "$n" optim.bucket_kb=1 "$mixed"
+		run "b$n" "$n" optim.overlap=false "$mixed"
+		"$compare" "o$n/tiny/run.h5" "b$n/tiny/run.h5" 0 || fail "-n $n: overlapped differs"
+		"$compare" --tensors "o$n/tiny/ckpt.h5" "b$n/tiny/ckpt.h5" 0 ||
+			fail "-n $n: overlapped checkpoint differs"
+	done
 	;;
 threads)
 	# One rank with 1, 2 and 3 threads: products are cut into bands whose
