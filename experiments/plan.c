@@ -80,7 +80,7 @@ int cmd_plan(int argc, char **argv)
                mm.experts / MiB);
         printf("  activations, caches, routing and expert buffers       %10.1f MiB\n",
                mm.activations / MiB);
-        printf("  backward work space                                   %10.1f MiB\n",
+        printf("  backward work space, the gradient sums' buffers       %10.1f MiB\n",
                mm.work / MiB);
         printf("  total                                                 %10.1f MiB "
                "(and about %.0f MiB for the program and its libraries)\n", total,

@@ -79,5 +79,9 @@ int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_
     if (exits)
         out->activations += rows * (4.0 * d + 1.0);
     out->work = 4.0 * ws;
+    /* unsharded over P > 1 ranks: the pieces the gradient sums receive
+     * (docs/gradient-sums.md), (P - 1) / P of the shared gradients */
+    if (!shard_optim && dims.ranks > 1)
+        out->work += 4.0 * shared * (dims.ranks - 1.0) / dims.ranks;
     return 0;
 }

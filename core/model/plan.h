@@ -31,7 +31,8 @@ typedef struct model_memory {
     double shared_optim; /* of which the moments: 1/P of them when sharded */
     double experts;     /* the same for this rank's experts */
     double activations; /* the residual stream, logits, the layers' caches and buffers */
-    double work;        /* backward work space, and the comm buffers the kinds keep */
+    double work;        /* backward work space, the comm buffers the kinds keep, the
+                         * gradient sums' (unsharded, P > 1) */
     double params_all;  /* parameters of the whole model, every expert (count) */
 } model_memory;
 int model_plan_memory(model_memory *out, const model_dims *dims, const layer_spec *specs,
