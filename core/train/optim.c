@@ -26,7 +26,7 @@ static const kind_key optim_keys[] = {
       "sum the shared gradients in buckets started as the backward finishes each layer, "
       "overlapping the layers below; the same bits as false (both sum in rank order); with "
       "shard = true the reduce-scatter waits for the backward", 0 },
-    { "bucket_kb", KEY_LONG, O(bucket_kb), "1024", 1, 1L << 40, 0, NULL,
+    { "bucket_kb", KEY_LONG, O(bucket_kb), "1024", 1, 1L << 30, 0, NULL,
       "a gradient bucket closes at the first layer's end past this many KiB of shared "
       "gradients (the buckets, like the sums, do not change the bits)", 0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
