@@ -373,7 +373,7 @@ static bool part_in_range(const run_info *ri, const char *group, const char *wha
 static void **record_part(layer_record *rec, int i)
 {
     static const size_t at[DECISION_PART_COUNT] = {
-#define LAYER_RECORD_AT(name, type, code, slots) [DECISION_PART_##name] = offsetof(layer_record, name),
+#define LAYER_RECORD_AT(name, type, code, slots, bit) [DECISION_PART_##name] = offsetof(layer_record, name),
         ROUTE_DECISION_PARTS(LAYER_RECORD_AT)
 #undef LAYER_RECORD_AT
     };

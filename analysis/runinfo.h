@@ -100,7 +100,7 @@ typedef struct layer_record {
     /* the parts of a routing decision (decision.h, route_decision), owned:
      * selected, scores, causal, pred_prob [R][S]; experts, weights
      * [R][S][top_k]; depth, exited, confidence [R][S] */
-#define LAYER_RECORD_PART(name, type, code, slots) type *name;
+#define LAYER_RECORD_PART(name, type, code, slots, bit) type *name;
     ROUTE_DECISION_PARTS(LAYER_RECORD_PART)
 #undef LAYER_RECORD_PART
     int top_k;

@@ -3,8 +3,8 @@
 #include "core/model/kind.h"
 
 const decision_part decision_parts[DECISION_PART_COUNT] = {
-#define DECISION_PART_ROW(name, type, code, per_slot)                                              \
-    [DECISION_PART_##name] = { #name, code, per_slot, offsetof(route_decision, name) },
+#define DECISION_PART_ROW(name, type, code, per_slot, bit)                                         \
+    [DECISION_PART_##name] = { #name, code, per_slot, bit, offsetof(route_decision, name) },
     ROUTE_DECISION_PARTS(DECISION_PART_ROW)
 #undef DECISION_PART_ROW
 };

@@ -40,21 +40,22 @@ typedef struct decision_decl {
 } decision_decl;
 
 /* The parts of a decision, as the routing records name them (docs/hdf5.md
- * "routing"): X(name, element type, RECORD_*, per slot).  Every part is
+ * "routing"): X(name, element type, RECORD_*, per slot, the DECIDES_* bit
+ * it belongs to).  Every part is
  * [nseq][S], or [nseq][S][top_k] per slot. */
 #define ROUTE_DECISION_PARTS(X)                                                                    \
-    X(selected, uint8_t, RECORD_UINT8, false)  /* took the block (top-k membership) */            \
-    X(scores, float, RECORD_FLOAT, false)      /* router logits */                                \
-    X(causal, uint8_t, RECORD_UINT8, false)    /* the causal rule's decision */                   \
-    X(pred_prob, float, RECORD_FLOAT, false)   /* the causal predictor's probability */           \
-    X(experts, int32_t, RECORD_INT32, true)    /* expert, -1 dropped, -2 skipped, E no-op */      \
-    X(weights, float, RECORD_FLOAT, true)      /* the slots' gate values */                       \
-    X(depth, int32_t, RECORD_INT32, false)     /* blocks a recursing layer ran on the row */      \
-    X(exited, uint8_t, RECORD_UINT8, false)    /* the row left the stack at this exit point */    \
-    X(confidence, float, RECORD_FLOAT, false)  /* the exit head's confidence */
+    X(selected, uint8_t, RECORD_UINT8, false, DECIDES_TAKE) /* took the block (top-k) */        \
+    X(scores, float, RECORD_FLOAT, false, DECIDES_TAKE)     /* router logits */                  \
+    X(causal, uint8_t, RECORD_UINT8, false, DECIDES_TAKE)   /* the causal rule's decision */     \
+    X(pred_prob, float, RECORD_FLOAT, false, DECIDES_TAKE)  /* the causal predictor's p */       \
+    X(experts, int32_t, RECORD_INT32, true, DECIDES_EXPERTS) /* -1 dropped, -2 skipped, E no-op */\
+    X(weights, float, RECORD_FLOAT, true, DECIDES_EXPERTS)  /* the slots' gate values */         \
+    X(depth, int32_t, RECORD_INT32, false, DECIDES_DEPTH)   /* blocks a recursion ran */         \
+    X(exited, uint8_t, RECORD_UINT8, false, DECIDES_EXIT)   /* left the stack at this exit */    \
+    X(confidence, float, RECORD_FLOAT, false, DECIDES_EXIT) /* the exit head's confidence */
 
 typedef enum decision_part_id {
-#define DECISION_PART_ID(name, type, code, slots) DECISION_PART_##name,
+#define DECISION_PART_ID(name, type, code, slots, bit) DECISION_PART_##name,
     ROUTE_DECISION_PARTS(DECISION_PART_ID)
 #undef DECISION_PART_ID
     DECISION_PART_COUNT
@@ -65,7 +66,7 @@ typedef enum decision_part_id {
 typedef struct route_decision {
     int nseq, seq_len; /* rows: nseq x seq_len */
     int top_k;         /* slots per row of the per-slot parts */
-#define DECISION_PART_FIELD(name, type, code, slots) const type *name;
+#define DECISION_PART_FIELD(name, type, code, slots, bit) const type *name;
     ROUTE_DECISION_PARTS(DECISION_PART_FIELD)
 #undef DECISION_PART_FIELD
 } route_decision;
@@ -74,6 +75,7 @@ typedef struct decision_part {
     const char *name; /* the dataset's name in a layer's routing record */
     int type;         /* RECORD_* */
     bool slots;       /* [nseq][S][top_k] rather than [nseq][S] */
+    unsigned decides; /* the decision it records (DECIDES_*) */
     size_t offset;    /* of its pointer in route_decision */
 } decision_part;
 extern const decision_part decision_parts[DECISION_PART_COUNT];
