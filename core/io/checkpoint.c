@@ -19,6 +19,31 @@
 #include <time.h>
 #include <unistd.h>
 
+int checkpoint_layer_attrs(const layer *ly, ckpt_attr_fn fn, void *user)
+{
+    int rc = 0;
+    /* every key of the kind, named like the config key: a choice as its
+     * name, a boolean as true or false, numbers as doubles */
+    for (const kind_group *kg = ly->kind->groups; !rc && kg && kg->group; kg++) {
+        const void *values = layer_group_cvalues(&ly->spec, kg);
+        for (const kind_key *k = kg->group->keys; !rc && k->name; k++) {
+            char text[64], an[96];
+            key_format(k, values, text, sizeof(text));
+            layer_key_name(ly->kind, kg, k, an, sizeof(an));
+            bool is_text = k->type == KEY_CHOICE || k->type == KEY_BOOL;
+            rc = fn(user, an, text, is_text ? 0.0 : key_number(k, values), is_text);
+        }
+    }
+    return rc;
+}
+
+static int h5_layer_attr(void *user, const char *name, const char *text, double number,
+                         bool is_text)
+{
+    hid_t g = *(hid_t *)user;
+    return is_text ? h5_attr_string(g, name, text) : h5_attr_double(g, name, number);
+}
+
 static int write_layer_attrs(hid_t f, const model *m)
 {
     for (int l = 0; l < m->dims.n_layers; l++) {
@@ -29,19 +54,8 @@ static int write_layer_attrs(hid_t f, const model *m)
         if (g < 0)
             return -EIO;
         int rc = h5_attr_string(g, "kind", ly->kind->name);
-        /* every key of the kind, named like the config key: a choice as its
-         * name, a boolean as true or false, numbers as doubles */
-        for (const kind_group *kg = ly->kind->groups; !rc && kg && kg->group; kg++) {
-            const void *values = layer_group_cvalues(&ly->spec, kg);
-            for (const kind_key *k = kg->group->keys; !rc && k->name; k++) {
-                char text[64], an[96];
-                key_format(k, values, text, sizeof(text));
-                layer_key_name(ly->kind, kg, k, an, sizeof(an));
-                rc = k->type == KEY_CHOICE || k->type == KEY_BOOL
-                         ? h5_attr_string(g, an, text)
-                         : h5_attr_double(g, an, key_number(k, values));
-            }
-        }
+        if (!rc)
+            rc = checkpoint_layer_attrs(ly, h5_layer_attr, &g);
         H5Gclose(g);
         if (rc)
             return rc;
@@ -585,6 +599,11 @@ static int read_tensors(const ckpt_file *f, model *m, const char *prefix, float 
             memcpy(buf + mt->moff, to + mt->mlo, (size_t)mt->mcount * sizeof(float));
     }
     return 0;
+}
+
+bool checkpoint_has_moments(const ckpt_file *f)
+{
+    return f->st ? ckpt_st_has_optim(f->st) : true;
 }
 
 int checkpoint_read(ckpt_file *f, model *m, bool with_optim, comm *cm, char *err, int err_len)

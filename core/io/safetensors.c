@@ -596,7 +596,7 @@ int st_read_f32(const st_file *f, const char *name, float *out, int ndim, const 
 
 /* ---- writing ------------------------------------------------------------ */
 
-static void put_json_string(FILE *o, const char *s)
+void st_json_string(FILE *o, const char *s)
 {
     fputc('"', o);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -643,7 +643,7 @@ int st_write(const char *path, const st_out *t, int n, const char *const *meta_k
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
         uint64_t bytes = 4;
-        put_json_string(o, t[i].name);
+        st_json_string(o, t[i].name);
         fputs(":{\"dtype\":\"F32\",\"shape\":[", o);
         for (int k = 0; k < t[i].ndim; k++) {
             fprintf(o, "%s%lld", k ? "," : "", (long long)t[i].shape[k]);
@@ -657,9 +657,9 @@ int st_write(const char *path, const st_out *t, int n, const char *const *meta_k
     for (int i = 0; i < n_meta; i++) {
         if (i)
             fputc(',', o);
-        put_json_string(o, meta_key[i]);
+        st_json_string(o, meta_key[i]);
         fputc(':', o);
-        put_json_string(o, meta_val[i]);
+        st_json_string(o, meta_val[i]);
     }
     fputs("}}", o);
     /* the data 8-aligned, as the format's own writer pads it */

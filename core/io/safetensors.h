@@ -15,6 +15,7 @@
 #define MODE_CORE_IO_SAFETENSORS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define ST_MAX_DIMS 8
 /* The longest header accepted (the format's own readers take 100 MB). */
@@ -69,5 +70,8 @@ typedef struct st_out {
 } st_out;
 int st_write(const char *path, const st_out *t, int n, const char *const *meta_key,
              const char *const *meta_val, int n_meta, char *err, int err_len);
+/* s as a JSON string (quoted, escaped) on o: what the header's writer uses,
+ * for the files written beside it. */
+void st_json_string(FILE *o, const char *s);
 
 #endif
