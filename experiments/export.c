@@ -162,7 +162,7 @@ static int export_one(const cli *c, char *err, int err_len)
         model_dims dims = config_dims(cfg); /* one rank: every expert */
         rc = build_model(&m, &dims, cfg->layers, mode_kind_ops, 1, err, err_len);
     }
-    bool moments = to_st ? c->with_optim : checkpoint_has_moments(f);
+    bool moments = to_st ? c->with_optim : !rc && checkpoint_has_moments(f);
     if (!rc && !to_st && c->with_optim && !moments) {
         snprintf(err, (size_t)err_len, "%s: --with-optim: the file has no Adam moments "
                  "(optim/m/...): it was exported without --with-optim", in);

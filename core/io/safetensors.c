@@ -530,7 +530,13 @@ int st_open(st_file **out, const char *path, char *err, int err_len)
     if ((rc = read_at(f->fd, text, n, 8))) {
         snprintf(err, (size_t)err_len, "%s: cannot be read: %s", path, strerror(-rc));
     } else if (!parse_header(&c, f)) {
-        snprintf(err, (size_t)err_len, "%s: a bad safetensors header: %s", path, c.why);
+        /* where it went wrong: after the last tensor read whole */
+        int last = f->n - 1;
+        if (last >= 0 && strncmp(c.why, "tensor '", 8))
+            snprintf(err, (size_t)err_len, "%s: a bad safetensors header: %s (after tensor "
+                     "'%.200s')", path, c.why, f->t[last].name);
+        else
+            snprintf(err, (size_t)err_len, "%s: a bad safetensors header: %s", path, c.why);
         rc = -EINVAL;
     } else {
         char why[512];
