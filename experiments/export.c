@@ -11,6 +11,7 @@
 #include "core/io/checkpoint_st.h"
 #include "core/io/safetensors.h"
 #include "core/util/file.h"
+#include "core/util/outfile.h"
 #include "moe/kinds.h"
 
 #include <errno.h>
@@ -57,17 +58,9 @@ static int json_attr(void *user, const char *name, const char *text, double numb
 }
 
 /* OUT.json: what a reader outside this program needs beside the tensors. */
-static int write_json(const char *path, const char *st_name, const model *m,
-                      const ckpt_header *h, const char *tokenizer, bool with_optim, char *err,
-                      int err_len)
+static void write_json(FILE *o, const char *st_name, const model *m, const ckpt_header *h,
+                       const char *tokenizer, bool with_optim)
 {
-    char tmp[MODE_PATH_MAX + 64];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *o = fopen(tmp, "w");
-    if (!o) {
-        snprintf(err, (size_t)err_len, "%.900s: cannot be written: %s", tmp, strerror(errno));
-        return -errno;
-    }
     const model_dims *d = &m->dims;
     fprintf(o, "{\n  \"format\": \"mode\",\n  \"safetensors\": ");
     st_json_string(o, st_name);
@@ -110,35 +103,52 @@ static int write_json(const char *path, const char *st_name, const model *m,
     fprintf(o, ",\n  \"config\": ");
     st_json_string(o, h->config);
     fprintf(o, "\n}\n");
-    int rc = ferror(o) ? -EIO : 0;
-    if (fclose(o) && !rc)
-        rc = -EIO;
-    if (!rc && rename(tmp, path))
-        rc = -errno;
-    if (rc) {
-        snprintf(err, (size_t)err_len, "%.900s: cannot be written: %s", path, strerror(-rc));
-        remove(tmp);
-    }
-    return rc;
 }
 
-/* The run's tokenizer (checkpoint_tokenizer finds and checks it) copied to
- * OUT.tokenizer.model, where eval and sample of OUT.safetensors look. */
-static int copy_tokenizer(const char *from, const char *to, char *err, int err_len)
+static const char *base_name(const char *path)
 {
-    char *bytes = NULL;
-    size_t n = 0;
-    int rc = file_read_all(from, &bytes, &n, err, err_len);
-    FILE *o = rc ? NULL : fopen(to, "wb");
-    if (!rc && !o)
-        rc = -errno;
-    if (o && fwrite(bytes, 1, n, o) != n)
-        rc = -EIO;
-    if (o && fclose(o) && !rc)
-        rc = -EIO;
-    if (rc && !err[0])
-        snprintf(err, (size_t)err_len, "%.900s: cannot be written: %s", to, strerror(-rc));
-    free(bytes);
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* OUT.safetensors, OUT.json and, when the run has a tokenizer (found and
+ * checked by checkpoint_tokenizer), its copy OUT.tokenizer.model, where
+ * eval and sample of OUT.safetensors look: committed as one set. */
+static int write_export(const char *in, const char *stem, const model *m, const ckpt_header *h,
+                        const run_config *cfg, bool moments, char *err, int err_len)
+{
+    char path[3][MODE_PATH_MAX], tok[MODE_PATH_MAX];
+    static const char *const suffix[3] = { ".safetensors", ".json", ".tokenizer.model" };
+    for (int i = 0; i < 3; i++)
+        snprintf(path[i], sizeof(path[i]), "%.*s%s", MODE_PATH_MAX - 20, stem, suffix[i]);
+    int rc = checkpoint_tokenizer(in, cfg, h->data, tok, sizeof(tok), err, err_len);
+    int n = tok[0] ? 3 : 2;
+    out_file set[3] = { 0 };
+    for (int i = 0; !rc && i < n; i++) {
+        const char *inputs[2] = { in, tok[0] ? tok : NULL };
+        rc = out_check(path[i], inputs, 2, err, err_len);
+        if (!rc)
+            rc = out_open(&set[i], path[i], err, err_len);
+    }
+    if (!rc)
+        rc = ckpt_st_write(set[0].f, path[0], m, h, moments, err, err_len);
+    if (!rc)
+        write_json(set[1].f, base_name(path[0]), m, h, n == 3 ? base_name(path[2]) : NULL,
+                   moments);
+    if (!rc && n == 3) {
+        char *bytes = NULL;
+        size_t len = 0;
+        rc = file_read_all(tok, &bytes, &len, err, err_len);
+        if (!rc && fwrite(bytes, 1, len, set[2].f) != len) {
+            snprintf(err, (size_t)err_len, "%.900s: cannot be written", path[2]);
+            rc = -EIO;
+        }
+        free(bytes);
+    }
+    if (!rc)
+        return out_commit_set(set, n, err, err_len);
+    for (int i = 0; i < n; i++)
+        out_abort(&set[i]);
     return rc;
 }
 
@@ -173,32 +183,14 @@ static int export_one(const cli *c, char *err, int err_len)
     checkpoint_close(&f);
     ckpt_header h = { .config = meta.config, .step = meta.step, .seed = meta.seed,
                       .data = meta.data, .train_flops_executed = meta.train_flops_executed };
-    char stem[MODE_PATH_MAX], path[MODE_PATH_MAX + 32], tok[MODE_PATH_MAX + 32];
+    char stem[MODE_PATH_MAX];
     snprintf(stem, sizeof(stem), "%.*s", (int)strlen(out) - (has_suffix(out, ".safetensors") ? 12 : 0),
              out);
-    if (!rc && to_st) {
-        snprintf(path, sizeof(path), "%s.safetensors", stem);
-        rc = ckpt_st_write(path, m, &h, moments, err, err_len);
-    } else if (!rc) {
+    const char *inputs[1] = { in };
+    if (!rc && to_st)
+        rc = write_export(in, stem, m, &h, cfg, moments, err, err_len);
+    else if (!rc && !(rc = out_check(out, inputs, 1, err, err_len)))
         rc = checkpoint_save(out, m, &h, NULL, err, err_len);
-    }
-    if (!rc && to_st && checkpoint_tokenizer(in, cfg, meta.data, tok, sizeof(tok), err,
-                                             err_len) == 0 && tok[0]) {
-        char to[MODE_PATH_MAX + 32];
-        snprintf(to, sizeof(to), "%s.tokenizer.model", stem);
-        rc = copy_tokenizer(tok, to, err, err_len);
-        const char *slash = strrchr(to, '/');
-        snprintf(tok, sizeof(tok), "%s", slash ? slash + 1 : to);
-    } else if (!rc && to_st && err[0]) {
-        rc = -EINVAL; /* the tokenizer is not the run's */
-    }
-    if (!rc && to_st) {
-        char json[MODE_PATH_MAX + 32];
-        const char *slash = strrchr(path, '/');
-        snprintf(json, sizeof(json), "%s.json", stem);
-        rc = write_json(json, slash ? slash + 1 : path, m, &h, tok[0] ? tok : NULL, moments, err,
-                        err_len);
-    }
     free_model(&m);
     ckpt_meta_clear(&meta);
     free(cfg);

@@ -94,8 +94,8 @@ bool ckpt_st_has_optim(const st_file *f)
  * before them as in the HDF5 file. */
 static const char *const st_prefix[3] = { "", "optim/m/", "optim/v/" };
 
-int ckpt_st_write(const char *path, const model *m, const ckpt_header *h, bool with_optim,
-                  char *err, int err_len)
+int ckpt_st_write(FILE *o, const char *path, const model *m, const ckpt_header *h,
+                  bool with_optim, char *err, int err_len)
 {
     int nb = with_optim ? 3 : 1, n = m->n_tensors, rc = 0;
     const float *bufs[3] = { m->params, m->adam_m, m->adam_v };
@@ -120,13 +120,13 @@ int ckpt_st_write(const char *path, const model *m, const ckpt_header *h, bool w
                 rc = -EINVAL;
                 goto done;
             }
-            st_out *o = &t[b * n + i];
+            st_out *so = &t[b * n + i];
             snprintf(names[b * n + i], sizeof(names[0]), "%s%s", st_prefix[b], mt->path);
-            o->name = names[b * n + i];
-            o->ndim = mt->desc.ndim;
-            for (int k = 0; k < o->ndim; k++)
-                o->shape[k] = mt->desc.shape[k];
-            o->data = bufs[b] + (b ? mt->moff : mt->offset);
+            so->name = names[b * n + i];
+            so->ndim = mt->desc.ndim;
+            for (int k = 0; k < so->ndim; k++)
+                so->shape[k] = mt->desc.shape[k];
+            so->data = bufs[b] + (b ? mt->moff : mt->offset);
         }
     const model_dims *d = &m->dims;
     int nm = 0;
@@ -152,7 +152,8 @@ int ckpt_st_write(const char *path, const model *m, const ckpt_header *h, bool w
     }
     if (h->data)
         key[nm] = "data", val[nm++] = h->data;
-    rc = st_write(path, t, nb * n, key, val, nm, err, err_len);
+    if ((rc = st_write(o, t, nb * n, key, val, nm)))
+        snprintf(err, (size_t)err_len, "%s: cannot be written: %s", path, strerror(-rc));
 done:
     free(t);
     free(names);

@@ -12,6 +12,7 @@
 #include "core/io/safetensors.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 struct comm;
 
@@ -26,9 +27,9 @@ int ckpt_st_shape(const st_file *f, const char *name, int *nd, long dims[3]);
 /* Whether the file holds the Adam moments (optim/m/ and optim/v/). */
 bool ckpt_st_has_optim(const st_file *f);
 /* m's tensors (a model holding every expert: one rank's build) and, with
- * with_optim, its Adam moments, with h's metadata, to path (atomically).
- * One process. */
-int ckpt_st_write(const char *path, const model *m, const ckpt_header *h, bool with_optim,
-                  char *err, int err_len);
+ * with_optim, its Adam moments, with h's metadata, onto o (an out_file's
+ * stream; path names it in err).  One process. */
+int ckpt_st_write(FILE *o, const char *path, const model *m, const ckpt_header *h,
+                  bool with_optim, char *err, int err_len);
 
 #endif

@@ -620,31 +620,14 @@ void st_json_string(FILE *o, const char *s)
     fputc('"', o);
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int st_write(const char *path, const st_out *t, int n, const char *const *meta_key,
-             const char *const *meta_val, int n_meta, char *err, int err_len)
+int st_write(FILE *out, const st_out *t, int n, const char *const *meta_key,
+             const char *const *meta_val, int n_meta)
 {
     char *json = NULL;
     size_t len = 0;
     FILE *o = open_memstream(&json, &len);
-    if (!o) {
-        snprintf(err, (size_t)err_len, "%s: out of memory", path);
+    if (!o)
         return -ENOMEM;
-    }
     fputc('{', o);
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -673,33 +656,15 @@ int st_write(const char *path, const st_out *t, int n, const char *const *meta_k
         fputc(' ', o);
     if (fclose(o)) {
         free(json);
-        snprintf(err, (size_t)err_len, "%s: out of memory", path);
         return -ENOMEM;
     }
-    char tmp[MODE_PATH_MAX + 8];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int rc = fd < 0 ? -errno : 0;
     uint64_t n_head = len;
-    if (!rc)
-        rc = write_all(fd, &n_head, 8);
-    if (!rc)
-        rc = write_all(fd, json, len);
+    int rc = fwrite(&n_head, 8, 1, out) == 1 && fwrite(json, 1, len, out) == len ? 0 : -EIO;
     for (int i = 0; !rc && i < n; i++) {
-        uint64_t bytes = 4;
+        size_t count = 1;
         for (int k = 0; k < t[i].ndim; k++)
-            bytes *= (uint64_t)t[i].shape[k];
-        rc = write_all(fd, t[i].data, bytes);
-    }
-    if (!rc && fsync(fd))
-        rc = -errno;
-    if (fd >= 0 && close(fd) && !rc)
-        rc = -EIO;
-    if (!rc && rename(tmp, path))
-        rc = -errno;
-    if (rc) {
-        snprintf(err, (size_t)err_len, "%s: cannot be written: %s", path, strerror(-rc));
-        unlink(tmp);
+            count *= (size_t)t[i].shape[k];
+        rc = fwrite(t[i].data, sizeof(float), count, out) == count ? 0 : -EIO;
     }
     free(json);
     return rc;

@@ -60,16 +60,18 @@ int st_read_f32(const st_file *f, const char *name, float *out, int ndim, const 
                 int64_t row0, int64_t rows, char *err, int err_len);
 
 /* Writing: tensors in the order given, laid out one after the other, all
- * F32; the metadata's keys and values (n_meta pairs).  Written to
- * path.tmp, fsync'd and renamed: a crash leaves no half file at path. */
+ * F32; the metadata's keys and values (n_meta pairs); onto o (an
+ * out_file's stream: the caller commits it whole or not at all).  0, or
+ * -EIO / -ENOMEM. */
 typedef struct st_out {
     const char *name;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     const float *data;
 } st_out;
-int st_write(const char *path, const st_out *t, int n, const char *const *meta_key,
-             const char *const *meta_val, int n_meta, char *err, int err_len);
+int st_write(FILE *o, const st_out *t, int n, const char *const *meta_key,
+             const char *const *meta_val, int n_meta);
+
 /* s as a JSON string (quoted, escaped) on o: what the header's writer uses,
  * for the files written beside it. */
 void st_json_string(FILE *o, const char *s);
