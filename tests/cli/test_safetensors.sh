@@ -6,7 +6,8 @@
 #   bit (parameters and Adam moments), and eval of the safetensors file gives
 #   the HDF5 checkpoint's loss, to the printed digit, in both modes.
 # ranks: a 2-rank expert-sharded checkpoint exports whole, evaluates at 1
-#   rank as the HDF5 checkpoint does, at 2 ranks too, and --init-from takes it.
+#   rank as the HDF5 checkpoint does, at 2 ranks too, samples the same greedy
+#   tokens, and --init-from takes it as it takes the HDF5 file.
 # lies: each lying header is refused naming the tensor, exit non-zero.
 set -u
 test_name=$1
@@ -55,6 +56,10 @@ ranks)
 	same_eval "$ck" x.safetensors 1 causal
 	same_eval "$ck" x.safetensors 2 topk
 	same_eval x.safetensors y.safetensors 2 causal
+	# greedy sampling (every expert on each rank) gives the same tokens
+	"$exe" sample "$ck" --prompt ab --tokens 16 --temperature 0 | head -1 > s1.txt
+	"$exe" sample x.safetensors --prompt ab --tokens 16 --temperature 0 | head -1 > s2.txt
+	[ -s s1.txt ] && cmp -s s1.txt s2.txt || fail "sample: $(cat s1.txt) against $(cat s2.txt)"
 	mpirun -n 2 "$exe" "$tiny" run.out=i2 "$layers" run.steps=2 --init-from x.safetensors \
 		--quiet || fail "--init-from a safetensors checkpoint"
 	mpirun -n 2 "$exe" "$tiny" run.out=h2 "$layers" run.steps=2 --init-from "$ck" --quiet ||
@@ -83,7 +88,6 @@ lies)
 	expect nz "bad safetensors header" "$exe" eval json.safetensors
 	head -c 100 good.safetensors > short.safetensors
 	expect nz "not safetensors" "$exe" eval short.safetensors
-	# ranks that read different files are refused naming the rank
 	;;
 *)
 	fail "unknown test $test_name"
