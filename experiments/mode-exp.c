@@ -3,6 +3,7 @@
  *   mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]
  *   mode-exp flops CONFIG.ini [section.key=value ...]
  *   mode-exp sample CKPT --prompt TEXT --tokens N [--temperature T] [--top-k K] [--seed S]
+ *   mode-exp export CKPT OUT [--with-optim]
  * Every subcommand takes --help. */
 #include "core/comm/comm.h"
 #include "core/config/config.h"
@@ -38,6 +39,7 @@ static const char usage_main[] =
     "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
     "       mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P]  memory per rank\n"
     "       mode-exp tokenize TEXT OUT --vocab V [options]            a SentencePiece tokenizer\n"
+    "       mode-exp export CKPT OUT [--with-optim]                   to safetensors and back\n"
     "       mode-exp --version                                        build, libraries, kernels\n"
     "       mode-exp --help-keys [--markdown]                         the declared keys\n"
     "\n"
@@ -272,7 +274,7 @@ static int cmd_version(void)
 static int finish_output(int rc, int argc, char **argv)
 {
     static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep", "tokenize",
-                                               "plan", "--version", "version", "--help", "-h",
+                                               "plan", "export", "--version", "version", "--help", "-h",
                                                "help", "--help-keys", NULL };
     const char *sub = NULL;
     for (int i = 0; argc >= 2 && subcommands[i]; i++)
@@ -392,6 +394,7 @@ static int run_command(int argc, char **argv)
              : !strcmp(argv[1], "sample") ? cmd_sample(&ctx, argc, argv)
              : !strcmp(argv[1], "bench")  ? cmd_bench(&ctx, argc, argv)
              : !strcmp(argv[1], "sweep")  ? cmd_sweep(&ctx, argc, argv)
+             : !strcmp(argv[1], "export") ? cmd_export(&ctx, argc, argv)
                                           : cmd_train(&ctx, argc, argv);
     free_thread_pool(&ctx.pool);
     comm_finalize(&ctx.comm);
