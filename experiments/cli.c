@@ -61,6 +61,7 @@ static const opt options[] = {
     { "--record", OPT_STRING, OFF(record), 0, CLI_RECORD },
     { "--csv", OPT_STRING, OFF(csv), 0, CLI_CSV },
     { "--dial", OPT_STRING, OFF(dial), 0, CLI_DIAL },
+    { "--no-tensorboard", OPT_FLAG, OFF(no_tensorboard), 0, CLI_NO_TENSORBOARD },
 };
 
 static int set_option(cli *c, const opt *o, const char *v, FILE *err)

@@ -275,7 +275,7 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
         return 0;
     double row[] = { (double)done, topk.loss, causal.loss, topk.se, causal.se,
                      (double)topk.windows, topk.bpb, causal.bpb };
-    return run_table_append(&t->rec->eval, row);
+    return record_row(t, &t->rec->eval, row);
 }
 
 /* What the run has to go on from, checked when it is said (one process
@@ -353,7 +353,9 @@ static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int er
             prefix_step(err, err_len, done);
         return rc;
     }
-    if (t->ctx->rank == 0) {
+    if (t->ctx->rank == 0 && t->tb)
+        rc = tfevents_write(t->tb, done, err, err_len);
+    if (t->ctx->rank == 0 && !rc) {
         rc = run_record_flush_late(t->rec, t->run_h5, done, err, err_len);
         if (!rc && last)
             rc = run_record_finish(t->run_h5, err, err_len);
@@ -502,7 +504,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                              lg.tokens_per_s, train_flops_step * (double)done,
                              MODE_TRAIN_FLOPS_PER_FORWARD * sums[3], wall,
                              (double)comm_bytes_sent(ctx->comm), comm_s, compute, t->skipped };
-            local_rc = run_table_append(&t->rec->metrics, row);
+            local_rc = record_row(t, &t->rec->metrics, row);
         }
         int sig = stop_signal_pending();
         comm_allreduce_max_int(ctx->comm, &sig); /* a signal on any rank stops all */
@@ -538,10 +540,20 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                 break;
             }
         }
+        /* the step's scalars, one event: a reader of the file sees it now */
+        char why[1024] = "";
+        if (!local_rc && !rc && t->tb && (local_rc = comm_fault(ctx->comm, "tfevents")))
+            snprintf(why, sizeof(why), "%s: writing the event of step %ld failed (injected)",
+                     tfevents_path(t->tb), done);
+        else if (!local_rc && !rc && t->tb)
+            local_rc = tfevents_write(t->tb, done, why, sizeof(why));
         if (local_rc) {
             rc = local_rc;
-            snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)", done,
-                     strerror(-rc));
+            if (why[0])
+                snprintf(err, (size_t)err_len, "step %ld: %s", done, why);
+            else
+                snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)",
+                         done, strerror(-rc));
         }
         if ((rc = agree_msg(ctx, rc, err, err_len)))
             break;
@@ -757,6 +769,14 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     }
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
+    /* the TensorBoard events beside run.h5: on resume the old files keep
+     * the steps the checkpoint covers, a new file takes the rest */
+    if (ctx->rank == 0 && o->resume)
+        rc = tfevents_rewind(t.dir, t.start, err, err_len);
+    if (!rc && ctx->rank == 0 && !o->no_tensorboard && (t.start < t.total || t.eval_pending))
+        rc = tfevents_open(&t.tb, t.dir, err, err_len);
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
+        goto fail;
     t.reached = t.start;
     rc = train_steps(&t, o, err, err_len);
     /* a run that was finished already (resumed at its last step): its
@@ -767,6 +787,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         goto fail;
     rc = check_outcome(&t, err, err_len);
 fail:
+    tfevents_close(&t.tb);
     folder_lock_release(&t.lock);
     free_routing_windows(&t.rw);
     free_layer_stats(&t.st);
