@@ -261,41 +261,41 @@ static uint64_t get_le(const uint8_t *b, int bytes)
     return v;
 }
 
+/* A varint at p[*at] (which moves past it); false when it runs past n. */
+static bool get_varint(const uint8_t *p, size_t n, size_t *at, uint64_t *v)
+{
+    *v = 0;
+    for (int s = 0; s < 64; s += 7) {
+        if (*at >= n)
+            return false;
+        uint8_t b = p[(*at)++];
+        *v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
 /* The step of an Event payload (0 when absent); false when it does not
  * parse as one. */
 static bool event_step(const uint8_t *p, size_t n, long *step)
 {
     *step = 0;
     for (size_t at = 0; at < n;) {
-        uint64_t key = 0, v = 0;
-        for (int s = 0; at < n && s < 64; s += 7) {
-            key |= (uint64_t)(p[at] & 0x7f) << s;
-            if (!(p[at++] & 0x80))
-                break;
-        }
+        uint64_t key, v;
+        if (!get_varint(p, n, &at, &key))
+            return false;
         switch (key & 7) {
         case WIRE_VARINT:
-            for (int s = 0; s < 64; s += 7) {
-                if (at >= n)
-                    return false;
-                v |= (uint64_t)(p[at] & 0x7f) << s;
-                if (!(p[at++] & 0x80))
-                    break;
-            }
+            if (!get_varint(p, n, &at, &v))
+                return false;
             if (key >> 3 == EVENT_STEP)
                 *step = (long)v;
             break;
         case WIRE_FIXED64: at += 8; break;
         case WIRE_FIXED32: at += 4; break;
         case WIRE_BYTES:
-            for (int s = 0; s < 64; s += 7) {
-                if (at >= n)
-                    return false;
-                v |= (uint64_t)(p[at] & 0x7f) << s;
-                if (!(p[at++] & 0x80))
-                    break;
-            }
-            if (v > n - at)
+            if (!get_varint(p, n, &at, &v) || v > n - at)
                 return false;
             at += v;
             break;
