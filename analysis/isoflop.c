@@ -90,9 +90,7 @@ static int collect_runs(const an_args *a, iso_data *d)
         iso_run *ir = &d->runs[d->n_runs++];
         ir->run = i;
         run_kind(r, ir->kind, (int)sizeof(ir->kind));
-        ir->dense = true;
-        for (int l = 0; l < r->cfg->n_layers; l++)
-            ir->dense &= !strcmp(r->cfg->layers[l].kind, "dense");
+        ir->dense = run_config_dense(r->cfg);
         ir->why = !r->complete                   ? "incomplete"
                   : !isfinite(r->loss_topk)      ? "no held-out evaluation"
                   : r->eval_step != r->done      ? "no evaluation at the last step"

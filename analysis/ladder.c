@@ -98,10 +98,7 @@ static int budget_index(double *budgets, int *n, double v)
 
 static bool all_dense(const an_run *r)
 {
-    bool dense = r->cfg->n_layers > 0;
-    for (int l = 0; l < r->cfg->n_layers; l++)
-        dense &= !strcmp(r->cfg->layers[l].kind, "dense");
-    return dense && r->complete && isfinite(r->loss_topk) && r->train_flops > 0.0;
+    return r->cfg->n_layers > 0 && run_config_dense(r->cfg) && r->complete && isfinite(r->loss_topk) && r->train_flops > 0.0;
 }
 
 int ladder_from_runs(const an_runset *rs, const an_runset *more, ladder_fit *f, char *err,

@@ -133,7 +133,10 @@ void mod_router_scatter_backward(const mod_router *rt, float *dys, float *dgate,
 void mod_router_gather_backward(const mod_router *rt, float *dx, const float *dxs,
                                 const float *dys, int d);
 
-int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink);
+/* The router's decisions (selected, scores, causal, pred_prob) into d, and
+ * d with whatever else the caller put in it through the sink. */
+int mod_router_record(const mod_router *rt, const fwd_args *a, route_decision *d,
+                      record_sink *sink);
 int mod_router_stat_count(int *n_sums);
 void mod_router_stat_name(int col, char *buf, int len);
 void mod_router_stat_columns(const double *sums, double *cols);

@@ -273,8 +273,16 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
     lg->eval_windows = topk.windows;
     if (!t->rec)
         return 0;
-    double row[] = { (double)done, topk.loss, causal.loss, topk.se, causal.se,
-                     (double)topk.windows, topk.bpb, causal.bpb };
+    double row[RUN_EVAL_COUNT] = {
+        [RUN_EVAL_STEP] = (double)done,
+        [RUN_EVAL_LOSS_TOPK] = topk.loss,
+        [RUN_EVAL_LOSS_CAUSAL] = causal.loss,
+        [RUN_EVAL_SE_TOPK] = topk.se,
+        [RUN_EVAL_SE_CAUSAL] = causal.se,
+        [RUN_EVAL_WINDOWS] = (double)topk.windows,
+        [RUN_EVAL_BPB_TOPK] = topk.bpb,
+        [RUN_EVAL_BPB_CAUSAL] = causal.bpb,
+    };
     return record_row(t, &t->rec->eval, row);
 }
 
@@ -500,10 +508,23 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
          * end, so no rank waits in a collective that another skipped. */
         int local_rc = 0;
         if (t->rec) {
-            double row[] = { (double)done, loss, ce, sums[1], sums[2], lr, norm,
-                             lg.tokens_per_s, train_flops_step * (double)done,
-                             MODE_TRAIN_FLOPS_PER_FORWARD * sums[3], wall,
-                             (double)comm_bytes_sent(ctx->comm), comm_s, compute, t->skipped };
+            double row[RUN_METRIC_COUNT] = {
+                [RUN_METRIC_STEP] = (double)done,
+                [RUN_METRIC_LOSS] = loss,
+                [RUN_METRIC_CE] = ce,
+                [RUN_METRIC_AUX_LOSS] = sums[1],
+                [RUN_METRIC_SIDE_LOSS] = sums[2],
+                [RUN_METRIC_LR] = lr,
+                [RUN_METRIC_GRAD_NORM] = norm,
+                [RUN_METRIC_TOKENS_PER_S] = lg.tokens_per_s,
+                [RUN_METRIC_TRAIN_FLOPS] = train_flops_step * (double)done,
+                [RUN_METRIC_TRAIN_FLOPS_EXECUTED] = MODE_TRAIN_FLOPS_PER_FORWARD * sums[3],
+                [RUN_METRIC_WALL_S] = wall,
+                [RUN_METRIC_COMM_BYTES] = (double)comm_bytes_sent(ctx->comm),
+                [RUN_METRIC_COMM_S] = comm_s,
+                [RUN_METRIC_COMPUTE_S] = compute,
+                [RUN_METRIC_SKIPPED] = t->skipped,
+            };
             local_rc = record_row(t, &t->rec->metrics, row);
         }
         int sig = stop_signal_pending();
