@@ -62,6 +62,7 @@ static const opt options[] = {
     { "--csv", OPT_STRING, OFF(csv), 0, CLI_CSV },
     { "--dial", OPT_STRING, OFF(dial), 0, CLI_DIAL },
     { "--with-optim", OPT_FLAG, OFF(with_optim), 0, CLI_WITH_OPTIM },
+    { "--no-tensorboard", OPT_FLAG, OFF(no_tensorboard), 0, CLI_NO_TENSORBOARD },
 };
 
 static int set_option(cli *c, const opt *o, const char *v, FILE *err)

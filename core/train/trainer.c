@@ -283,7 +283,7 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
         [RUN_EVAL_BPB_TOPK] = topk.bpb,
         [RUN_EVAL_BPB_CAUSAL] = causal.bpb,
     };
-    return run_table_append(&t->rec->eval, row);
+    return record_row(t, &t->rec->eval, row);
 }
 
 /* What the run has to go on from, checked when it is said (one process
@@ -361,7 +361,9 @@ static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int er
             prefix_step(err, err_len, done);
         return rc;
     }
-    if (t->ctx->rank == 0) {
+    if (t->ctx->rank == 0 && t->tb)
+        rc = tfevents_write(t->tb, done, err, err_len);
+    if (t->ctx->rank == 0 && !rc) {
         rc = run_record_flush_late(t->rec, t->run_h5, done, err, err_len);
         if (!rc && last)
             rc = run_record_finish(t->run_h5, err, err_len);
@@ -523,7 +525,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                 [RUN_METRIC_COMPUTE_S] = compute,
                 [RUN_METRIC_SKIPPED] = t->skipped,
             };
-            local_rc = run_table_append(&t->rec->metrics, row);
+            local_rc = record_row(t, &t->rec->metrics, row);
         }
         int sig = stop_signal_pending();
         comm_allreduce_max_int(ctx->comm, &sig); /* a signal on any rank stops all */
@@ -559,10 +561,20 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                 break;
             }
         }
+        /* the step's scalars, one event: a reader of the file sees it now */
+        char why[1024] = "";
+        if (!local_rc && !rc && t->tb && (local_rc = comm_fault(ctx->comm, "tfevents")))
+            snprintf(why, sizeof(why), "%s: writing the event of step %ld failed (injected)",
+                     tfevents_path(t->tb), done);
+        else if (!local_rc && !rc && t->tb)
+            local_rc = tfevents_write(t->tb, done, why, sizeof(why));
         if (local_rc) {
             rc = local_rc;
-            snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)", done,
-                     strerror(-rc));
+            if (why[0])
+                snprintf(err, (size_t)err_len, "step %ld: %s", done, why);
+            else
+                snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)",
+                         done, strerror(-rc));
         }
         if ((rc = agree_msg(ctx, rc, err, err_len)))
             break;
@@ -778,6 +790,14 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     }
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
+    /* the TensorBoard events beside run.h5: on resume the old files keep
+     * the steps the checkpoint covers, a new file takes the rest */
+    if (ctx->rank == 0 && o->resume)
+        rc = tfevents_rewind(t.dir, t.start, err, err_len);
+    if (!rc && ctx->rank == 0 && !o->no_tensorboard && (t.start < t.total || t.eval_pending))
+        rc = tfevents_open(&t.tb, t.dir, err, err_len);
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
+        goto fail;
     t.reached = t.start;
     rc = train_steps(&t, o, err, err_len);
     /* a run that was finished already (resumed at its last step): its
@@ -788,6 +808,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         goto fail;
     rc = check_outcome(&t, err, err_len);
 fail:
+    tfevents_close(&t.tb);
     folder_lock_release(&t.lock);
     free_routing_windows(&t.rw);
     free_layer_stats(&t.st);
