@@ -1,6 +1,9 @@
 #include "analysis/scaling.h"
 
 #include <errno.h>
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_min.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,28 +243,30 @@ int scaling_refit(const double *n, const double *d, const double *l, int count,
 int flops_per_token_fit(const double *n, const double *d, const double *c, int count,
                         double *kappa, double *gamma)
 {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, x0 = (double)NAN;
+    *kappa = *gamma = (double)NAN;
+    double *x = malloc((size_t)(count > 0 ? count : 1) * 2 * sizeof(double)), *y = x + count;
+    if (!x)
+        return -ENOMEM;
     int m = 0;
     bool two = false;
     for (int i = 0; i < count; i++) {
         if (!(n[i] > 0 && d[i] > 0 && c[i] > 0) || !isfinite(n[i] * d[i] * c[i]))
             continue;
-        double x = log(n[i]), y = log(c[i] / d[i]);
-        if (m == 0)
-            x0 = x;
-        two |= fabs(x - x0) > 1e-12;
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        sxy += x * y;
+        x[m] = log(n[i]);
+        y[m] = log(c[i] / d[i]);
+        two |= fabs(x[m] - x[0]) > 1e-12;
         m++;
     }
-    *kappa = *gamma = (double)NAN;
-    if (!two)
-        return -EINVAL;
-    double mx = sx / m, my = sy / m;
-    *gamma = (sxy / m - mx * my) / (sxx / m - mx * mx);
-    *kappa = exp(my - *gamma * mx);
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    int rc = two && !gsl_fit_linear(x, 1, y, 1, (size_t)m, &c0, &c1, &cov00, &cov01, &cov11,
+                                    &sumsq)
+                 ? 0
+                 : -EINVAL;
+    free(x);
+    if (rc)
+        return rc;
+    *gamma = c1;
+    *kappa = exp(c0);
     return 0;
 }
 
@@ -271,29 +276,76 @@ static double loss_at(const scaling_law *f, double kappa, double gamma, double c
     return scaling_loss(f, n, c / (kappa * pow(n, gamma)));
 }
 
+typedef struct opt_arg {
+    double kappa, gamma, c;
+    scaling_law law;
+} opt_arg;
+
+static double loss_gsl(double ln_n, void *arg)
+{
+    const opt_arg *p = arg;
+    double l = loss_at(&p->law, p->kappa, p->gamma, p->c, ln_n);
+    return isnan(l) ? HUGE_VAL : l;
+}
+
+/* The loss is unimodal in log N on [lo, hi] (scaling.h), so the best of
+ * OPT_GRID + 1 points brackets its minimum: GSL's Brent minimiser then
+ * needs a point lower than both ends (gsl_min_fminimizer_set refuses a
+ * bracket without one), and a minimum in the first or last cell is looked
+ * for within EDGE of that end first.  (GSL's one-dimensional minimisers
+ * do not search an interval whose end may be the minimum, as golden
+ * section by itself does.) */
+enum { OPT_GRID = 64 };
+#define EDGE 1e-7
+
 void scaling_optimum(const scaling_law *f, double kappa, double gamma, double c, double n_lo,
                      double n_hi, double *n_opt, double *l_opt, bool *at_edge)
 {
-    const double phi = 0.5 * (sqrt(5.0) - 1.0);
-    double lo = log(n_lo), hi = log(n_hi);
-    double x1 = hi - phi * (hi - lo), x2 = lo + phi * (hi - lo);
-    double f1 = loss_at(f, kappa, gamma, c, x1), f2 = loss_at(f, kappa, gamma, c, x2);
-    for (int it = 0; it < 200 && hi - lo > 1e-10; it++) {
-        if (f1 <= f2) {
-            hi = x2;
-            x2 = x1;
-            f2 = f1;
-            x1 = hi - phi * (hi - lo);
-            f1 = loss_at(f, kappa, gamma, c, x1);
-        } else {
-            lo = x1;
-            x1 = x2;
-            f1 = f2;
-            x2 = lo + phi * (hi - lo);
-            f2 = loss_at(f, kappa, gamma, c, x2);
+    opt_arg arg = { kappa, gamma, c, *f };
+    gsl_function fn = { loss_gsl, &arg };
+    double lo = log(n_lo), hi = log(n_hi), g[OPT_GRID + 1];
+    int best = 0;
+    for (int i = 0; i <= OPT_GRID; i++) {
+        g[i] = loss_gsl(lo + (hi - lo) * i / OPT_GRID, &arg);
+        if (g[i] < g[best])
+            best = i;
+    }
+    double a = lo + (hi - lo) * (best > 0 ? best - 1 : 0) / OPT_GRID;
+    double b = lo + (hi - lo) * (best < OPT_GRID ? best + 1 : OPT_GRID) / OPT_GRID;
+    double x = lo + (hi - lo) * best / OPT_GRID, fx = g[best], fa, fb;
+    fa = best > 0 ? g[best - 1] : fx;
+    fb = best < OPT_GRID ? g[best + 1] : fx;
+    /* a minimum in an end cell: within EDGE of the end, or a point
+     * inside lower than the end */
+    if (best == 0 || best == OPT_GRID) {
+        double in = best == 0 ? x + EDGE : x - EDGE, fin = loss_gsl(in, &arg);
+        if (fin < fx) {
+            if (best == 0) {
+                a = x;
+                fa = fx;
+            } else {
+                b = x;
+                fb = fx;
+            }
+            x = in;
+            fx = fin;
         }
     }
-    double x = 0.5 * (lo + hi);
+    if (fx < fa && fx < fb) {
+        gsl_min_fminimizer *m = gsl_min_fminimizer_alloc(gsl_min_fminimizer_brent);
+        if (m && !gsl_min_fminimizer_set_with_values(m, &fn, x, fx, a, fa, b, fb)) {
+            for (int it = 0; it < 200; it++) {
+                if (gsl_min_fminimizer_iterate(m))
+                    break;
+                if (gsl_min_test_interval(gsl_min_fminimizer_x_lower(m),
+                                          gsl_min_fminimizer_x_upper(m), 1e-10, 0.0) != GSL_CONTINUE)
+                    break;
+            }
+            x = gsl_min_fminimizer_x_minimum(m);
+        }
+        gsl_min_fminimizer_free(m);
+    }
+    /* else: at an end, or flat to rounding around x: x stands */
     *n_opt = exp(x);
     *l_opt = loss_at(f, kappa, gamma, c, x);
     *at_edge = x - log(n_lo) < 1e-6 || log(n_hi) - x < 1e-6;
