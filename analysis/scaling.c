@@ -4,11 +4,17 @@
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_min.h>
+#include <gsl/gsl_multimin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { NP = 5, REFINE = 16, NM_EVALS = 6000 };
+enum { NP = 5, REFINE = 16, NM_ITERS = 6000 };
+/* The simplex's size (GSL's mean distance of its vertices from their
+ * centre) at which a descent stops. */
+#define SIMPLEX_SIZE 1e-10
+/* The objective where it is not finite: GSL's simplex takes no infinity. */
+#define BAD 1e300
 
 typedef struct pts {
     const double *ln_n, *ln_d, *ln_l;
@@ -34,86 +40,51 @@ static double objective(const pts *q, const double *p)
     double s = 0.0;
     for (int i = 0; i < q->n; i++)
         s += huber(lse3(p[0] - p[3] * q->ln_n[i], p[1] - p[4] * q->ln_d[i], p[2]) - q->ln_l[i]);
-    return isfinite(s) ? s : HUGE_VAL;
+    return isfinite(s) ? s : BAD;
 }
 
-/* Nelder-Mead (the standard coefficients: reflection 1, expansion 2,
- * contraction 1/2, shrink 1/2), restarted once from its result. */
-static double nelder_mead(const pts *q, double *x)
+static double objective_gsl(const gsl_vector *v, void *q)
+{
+    return objective(q, v->data);
+}
+
+/* One Nelder-Mead descent from x with GSL's simplex (nmsimplex2: the
+ * standard coefficients, O(n) updates of the simplex) until its size is
+ * below SIMPLEX_SIZE or NM_ITERS iterations; x takes its best vertex, and
+ * the objective there is returned.  BAD when GSL refused (out of memory). */
+static double simplex_descent(const pts *q, double *x)
 {
     static const double step[NP] = { 1.0, 1.0, 0.5, 0.1, 0.1 };
+    gsl_multimin_function fn = { objective_gsl, NP, (void *)q };
+    gsl_vector_view xv = gsl_vector_view_array(x, NP);
+    gsl_vector_const_view sv = gsl_vector_const_view_array(step, NP);
+    gsl_multimin_fminimizer *m = gsl_multimin_fminimizer_alloc(gsl_multimin_fminimizer_nmsimplex2, NP);
+    if (!m || gsl_multimin_fminimizer_set(m, &fn, &xv.vector, &sv.vector)) {
+        gsl_multimin_fminimizer_free(m);
+        return BAD;
+    }
+    for (int it = 0; it < NM_ITERS; it++)
+        if (gsl_multimin_fminimizer_iterate(m) ||
+            gsl_multimin_test_size(gsl_multimin_fminimizer_size(m), SIMPLEX_SIZE) != GSL_CONTINUE)
+            break;
+    double f = gsl_multimin_fminimizer_minimum(m);
+    memcpy(x, gsl_multimin_fminimizer_x(m)->data, NP * sizeof(double));
+    gsl_multimin_fminimizer_free(m);
+    return f;
+}
+
+/* Nelder-Mead from x, restarted once from its result (a simplex that
+ * collapsed in the objective's valley can stop short); x takes the best. */
+static double nelder_mead(const pts *q, double *x)
+{
     double best = objective(q, x);
     for (int restart = 0; restart < 2; restart++) {
-        double s[NP + 1][NP], f[NP + 1];
-        for (int i = 0; i <= NP; i++) {
-            memcpy(s[i], x, sizeof(s[i]));
-            if (i)
-                s[i][i - 1] += step[i - 1];
-            f[i] = objective(q, s[i]);
-        }
-        int evals = NP + 1;
-        while (evals < NM_EVALS) {
-            /* order: s[0] best, s[NP] worst */
-            for (int i = 1; i <= NP; i++)
-                for (int j = i; j > 0 && f[j] < f[j - 1]; j--) {
-                    double t = f[j];
-                    f[j] = f[j - 1];
-                    f[j - 1] = t;
-                    for (int k = 0; k < NP; k++) {
-                        t = s[j][k];
-                        s[j][k] = s[j - 1][k];
-                        s[j - 1][k] = t;
-                    }
-                }
-            if (f[NP] - f[0] <= 1e-15 * fabs(f[0]) + 1e-300)
-                break;
-            double c[NP] = { 0 }, r[NP], e[NP], k[NP];
-            for (int i = 0; i < NP; i++)
-                for (int j = 0; j < NP; j++)
-                    c[j] += s[i][j] / NP;
-            for (int j = 0; j < NP; j++)
-                r[j] = c[j] + (c[j] - s[NP][j]);
-            double fr = objective(q, r);
-            evals++;
-            if (fr < f[0]) {
-                for (int j = 0; j < NP; j++)
-                    e[j] = c[j] + 2.0 * (c[j] - s[NP][j]);
-                double fe = objective(q, e);
-                evals++;
-                memcpy(s[NP], fe < fr ? e : r, sizeof(s[NP]));
-                f[NP] = fe < fr ? fe : fr;
-                continue;
-            }
-            if (fr < f[NP - 1]) {
-                memcpy(s[NP], r, sizeof(s[NP]));
-                f[NP] = fr;
-                continue;
-            }
-            /* contraction, outside or inside */
-            bool outside = fr < f[NP];
-            for (int j = 0; j < NP; j++)
-                k[j] = outside ? c[j] + 0.5 * (r[j] - c[j]) : c[j] + 0.5 * (s[NP][j] - c[j]);
-            double fk = objective(q, k);
-            evals++;
-            if (fk < (outside ? fr : f[NP])) {
-                memcpy(s[NP], k, sizeof(s[NP]));
-                f[NP] = fk;
-                continue;
-            }
-            for (int i = 1; i <= NP; i++) {
-                for (int j = 0; j < NP; j++)
-                    s[i][j] = s[0][j] + 0.5 * (s[i][j] - s[0][j]);
-                f[i] = objective(q, s[i]);
-                evals++;
-            }
-        }
-        int b = 0;
-        for (int i = 1; i <= NP; i++)
-            if (f[i] < f[b])
-                b = i;
-        if (f[b] <= best) {
-            best = f[b];
-            memcpy(x, s[b], sizeof(s[b]));
+        double y[NP];
+        memcpy(y, x, sizeof(y));
+        double f = simplex_descent(q, y);
+        if (f <= best) {
+            best = f;
+            memcpy(x, y, sizeof(y));
         }
     }
     return best;
