@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <gsl/gsl_multifit.h>
+#include <gsl/gsl_sort.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -150,12 +151,6 @@ void isoflop_optimum(const double *x, const double *y, int n, isofit *f)
     f->y_opt = C - B * B / (4.0 * A);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 void isoflop_optimum_near(const double *x, const double *y, int n, int window, isofit *f)
 {
     isoflop_optimum(x, y, n, f);
@@ -169,7 +164,7 @@ void isoflop_optimum_near(const double *x, const double *y, int n, int window, i
     for (int i = 0; i < n; i++)
         if (usable(x, y, i))
             xs[nd++] = x[i];
-    qsort(xs, (size_t)nd, sizeof(double), cmp_double);
+    gsl_sort(xs, 1, (size_t)nd);
     int m = 0;
     for (int i = 0; i < nd; i++)
         if (m == 0 || !same_x(xs[i], xs[m - 1]))

@@ -5,6 +5,8 @@
 #include "core/rng/pcg32.h"
 #include "core/rng/streams.h"
 
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,12 +191,6 @@ bool ladder_from_points(const double *c, const double *l, const int *budget, int
     return ok;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 multiplier multiplier_none(void)
 {
     return (multiplier){ (double)NAN, (double)NAN, (double)NAN, false, 0, (double)NAN };
@@ -236,9 +232,9 @@ multiplier ladder_multiplier(const ladder_fit *f, const double *loss, int n, dou
         m /= n;
         ms[s] = exp((log(m) - f->boot_a[s]) / f->boot_b[s]) / c;
     }
-    qsort(ms, LADDER_BOOT, sizeof(double), cmp_double);
-    r.lo = ms[(int)(0.025 * LADDER_BOOT)];
-    r.hi = ms[(int)(0.975 * LADDER_BOOT) - 1];
+    gsl_sort(ms, 1, LADDER_BOOT);
+    r.lo = gsl_stats_quantile_from_sorted_data(ms, 1, LADDER_BOOT, 0.025);
+    r.hi = gsl_stats_quantile_from_sorted_data(ms, 1, LADDER_BOOT, 0.975);
     free(ms);
     return r;
 }
