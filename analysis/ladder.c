@@ -5,6 +5,7 @@
 #include "core/rng/pcg32.h"
 #include "core/rng/streams.h"
 
+#include <gsl/gsl_fit.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 #include <math.h>
@@ -22,22 +23,23 @@ void free_ladder_fit(ladder_fit *f)
     memset(f, 0, sizeof(*f));
 }
 
-/* Least squares of y = a + b x over the points idx[0..n). */
-static bool line(const double *x, const double *y, const int *idx, int n, double *a, double *b)
+/* Least squares of y = a + b x over the points idx[0..n) (GSL's
+ * gsl_fit_linear), gathered into gx[n], gy[n]; false with fewer than two
+ * points or one x. */
+static bool line(const double *x, const double *y, const int *idx, int n, double *gx, double *gy,
+                 double *a, double *b)
 {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int i = 0; i < n; i++) {
-        double xi = x[idx[i]], yi = y[idx[i]];
-        sx += xi;
-        sy += yi;
-        sxx += xi * xi;
-        sxy += xi * yi;
+        gx[i] = x[idx[i]];
+        gy[i] = y[idx[i]];
     }
-    double den = n * sxx - sx * sx;
-    if (n < 2 || !(fabs(den) > 1e-300))
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    if (n < 2 ||
+        gsl_fit_linear(gx, 1, gy, 1, (size_t)n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq) ||
+        !isfinite(c0) || !isfinite(c1))
         return false;
-    *b = (n * sxy - sx * sy) / den;
-    *a = (sy - *b * sx) / n;
+    *a = c0;
+    *b = c1;
     return true;
 }
 
@@ -45,11 +47,12 @@ static bool line(const double *x, const double *y, const int *idx, int n, double
 static bool fit(ladder_fit *f)
 {
     int n = f->n_points;
-    double *x = malloc((size_t)n * sizeof(double)), *y = malloc((size_t)n * sizeof(double));
+    double *x = malloc((size_t)n * 4 * sizeof(double)), *y = x ? x + n : NULL;
+    double *gx = x ? y + n : NULL, *gy = x ? gx + n : NULL;
     int *idx = malloc((size_t)n * sizeof(int));
     f->boot_a = malloc(LADDER_BOOT * sizeof(double));
     f->boot_b = malloc(LADDER_BOOT * sizeof(double));
-    bool ok = x && y && idx && f->boot_a && f->boot_b;
+    bool ok = x && idx && f->boot_a && f->boot_b;
     f->c_lo = f->l_lo = HUGE_VAL;
     f->c_hi = f->l_hi = -HUGE_VAL;
     for (int i = 0; ok && i < n; i++) {
@@ -61,7 +64,7 @@ static bool fit(ladder_fit *f)
         f->l_lo = fmin(f->l_lo, f->l[i]);
         f->l_hi = fmax(f->l_hi, f->l[i]);
     }
-    ok = ok && line(x, y, idx, n, &f->a, &f->b) && f->b < 0.0;
+    ok = ok && line(x, y, idx, n, gx, gy, &f->a, &f->b) && f->b < 0.0;
     /* the bootstrap: each budget's runs drawn with replacement from its own */
     pcg32 g;
     pcg32_keyed(&g, 1, PCG_KEY_BOOT, 0, 0);
@@ -77,14 +80,13 @@ static bool fit(ladder_fit *f)
             for (int k = 0; k < cnt; k++)
                 idx[m++] = in_budget[pcg32_bounded(&g, (uint32_t)cnt)];
         }
-        if (!line(x, y, idx, m, &f->boot_a[s], &f->boot_b[s])) {
+        if (!line(x, y, idx, m, gx, gy, &f->boot_a[s], &f->boot_b[s])) {
             f->boot_a[s] = f->a;
             f->boot_b[s] = f->b;
         }
     }
     free(in_budget);
     free(x);
-    free(y);
     free(idx);
     return ok;
 }
