@@ -256,7 +256,7 @@ static double loss_gsl(double ln_n, void *arg)
 {
     const opt_arg *p = arg;
     double l = loss_at(&p->law, p->kappa, p->gamma, p->c, ln_n);
-    return isnan(l) ? HUGE_VAL : l;
+    return isfinite(l) ? l : BAD; /* GSL's Brent takes no infinity either */
 }
 
 /* The loss is unimodal in log N on [lo, hi] (scaling.h), so the best of
@@ -286,9 +286,9 @@ void scaling_optimum(const scaling_law *f, double kappa, double gamma, double c,
     double x = lo + (hi - lo) * best / OPT_GRID, fx = g[best], fa, fb;
     fa = best > 0 ? g[best - 1] : fx;
     fb = best < OPT_GRID ? g[best + 1] : fx;
-    /* a minimum in an end cell: within EDGE of the end, or a point
-     * inside lower than the end */
-    if (best == 0 || best == OPT_GRID) {
+    /* a minimum in an end cell (wider than EDGE): within EDGE of the end,
+     * or a point inside lower than the end */
+    if ((best == 0 || best == OPT_GRID) && (hi - lo) / OPT_GRID > 2.0 * EDGE) {
         double in = best == 0 ? x + EDGE : x - EDGE, fin = loss_gsl(in, &arg);
         if (fin < fx) {
             if (best == 0) {
@@ -302,7 +302,7 @@ void scaling_optimum(const scaling_law *f, double kappa, double gamma, double c,
             fx = fin;
         }
     }
-    if (fx < fa && fx < fb) {
+    if (a < x && x < b && fx < fa && fx < fb) { /* what GSL's bracket needs */
         gsl_min_fminimizer *m = gsl_min_fminimizer_alloc(gsl_min_fminimizer_brent);
         if (m && !gsl_min_fminimizer_set_with_values(m, &fn, x, fx, a, fa, b, fb)) {
             for (int it = 0; it < 200; it++) {
