@@ -162,3 +162,23 @@ def load(path):
     if path.endswith(".safetensors"):
         return load_safetensors(path)
     return load_h5(path)
+
+
+def write_safetensors(ckpt, out):
+    """Write a Checkpoint as OUT.safetensors (float32, MODEL.md's names) and
+    OUT.json ({"attrs": root attributes with "config", "layers": [...]}):
+    the layout load_safetensors reads. The float64 tensors came from float32,
+    so the round trip is exact."""
+    header, chunks, off = {}, [], 0
+    for name in sorted(ckpt.tensors):
+        a = ckpt.tensors[name].numpy().astype("<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        chunks.append(a.tobytes())
+        off += a.nbytes
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)  # the data 8-byte aligned, as the format's writers do
+    with open(out + ".safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(h)) + h + b"".join(chunks))
+    attrs = dict(ckpt.attrs, config=ckpt.config)
+    with open(out + ".json", "w") as fh:
+        json.dump({"attrs": attrs, "layers": [ckpt.layers[l] for l in sorted(ckpt.layers)]}, fh, indent=1)

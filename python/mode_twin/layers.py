@@ -133,8 +133,10 @@ def expert_mlp(h, P, cfg, mode, rows_for_capacity, noop):
     rows_for_capacity: the S of the capacity formula (the window's S for moe
     and integrated, MoD's nominal k for staged). noop: integrated's extra column.
     """
-    if P.s("router", "learned") != "learned":
-        raise NotImplementedError(f"layer {P.l}: router = {P.s('router')} (the twin covers learned)")
+    # staged names its [moe] router `moe.router` (its `router` is [mod]'s)
+    router = P.s("moe.router", P.s("router", "learned"))
+    if router != "learned":
+        raise NotImplementedError(f"layer {P.l}: experts' router = {router} (the twin covers learned)")
     m = rmsnorm(h, P.t("mlp_norm"))
     w1, w3, w2 = P.t("experts_w1"), P.t("experts_w3"), P.t("experts_w2")
     E = w1.shape[0]                        # E' = granularity * experts

@@ -12,7 +12,9 @@ import sys
 import h5py
 import numpy as np
 
-from mode_twin import Model, evaluate, read_tokens
+import struct
+
+from mode_twin import CheckpointError, Model, evaluate, load_h5, load_safetensors, read_tokens, write_safetensors
 
 
 def recorded(path):
@@ -44,11 +46,50 @@ def check(name, ckpt, d):
     with open(os.path.join(d, "sample.txt")) as fh:
         c = [int(t) for t in fh.readline().split()]
     t = model.greedy(prompt, len(c) - len(prompt))
+    ok &= safetensors_round_trip(name, ckpt, d, model, recorded(os.path.join(d, "rec-topk.h5"))[0])
     if c != t:
         print(f"FAIL: {name}: greedy tokens differ: mode-exp {c}, twin {t}")
         return False
     print(f"ok: {name} greedy: {' '.join(map(str, t))}")
     return ok
+
+
+def safetensors_round_trip(name, ckpt, d, model, window):
+    """The same model read back from safetensors gives the same loss, to the
+    bit; headers that lie are refused naming the tensor."""
+    out = os.path.join(d, "export")
+    write_safetensors(load_h5(ckpt), out)
+    a = model.window_loss(window, "topk")
+    b = Model(load_safetensors(out + ".safetensors")).window_loss(window, "topk")
+    if a != b:
+        print(f"FAIL: {name}: loss from HDF5 {a!r}, from safetensors {b!r}")
+        return False
+    blob = open(out + ".safetensors", "rb").read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    first, second = sorted(header, key=lambda k: header[k]["data_offsets"][0])[:2]
+    lies = {"past the end": (first, lambda h: h.update(data_offsets=[0, len(blob)])),
+            "overlap": (second, lambda h: h.update(data_offsets=[0, header[second]["data_offsets"][1]
+                                                               - header[second]["data_offsets"][0]])),
+            "size": (first, lambda h: h.update(shape=h["shape"] + [2]))}
+    for what, (victim, lie) in lies.items():
+        bad = json.loads(json.dumps(header))
+        lie(bad[victim])
+        hb = json.dumps(bad).encode()
+        path = os.path.join(d, "lie.safetensors")
+        with open(path, "wb") as fh:
+            fh.write(struct.pack("<Q", len(hb)) + hb + blob[8 + n:])
+        try:
+            load_safetensors(path, out + ".json")
+        except CheckpointError as e:
+            if victim not in str(e):
+                print(f"FAIL: {name}: header lie ({what}) refused without naming {victim}: {e}")
+                return False
+            continue
+        print(f"FAIL: {name}: a safetensors header that lies ({what}, {victim}) was read")
+        return False
+    print(f"ok: {name}: safetensors round trip, the same loss {a!r}; 3 lying headers refused")
+    return True
 
 
 def main():
