@@ -64,5 +64,7 @@ static_assert(sizeof(mode_kinds) / sizeof(mode_kinds[0]) == KIND_COUNT + 1,
               "mode_kinds: one row per kind, then NULL");
 static_assert(sizeof(mode_kind_ops) / sizeof(mode_kind_ops[0]) == KIND_COUNT + 1,
               "mode_kind_ops: one row per kind, then NULL");
+static_assert(sizeof(mode_kind_names) / sizeof(mode_kind_names[0]) == KIND_COUNT + 1,
+              "mode_kind_names: one name per kind, then NULL");
 
 #endif
