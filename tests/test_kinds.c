@@ -322,8 +322,7 @@ static void check_input_gradient(fixture *f, pcg32 *r)
     fwd_args a = { .ctx = &f->ctx, .dims = dm, .rope = m->rope, .mode = FWD_TRAIN,
                    .nseq = f->b.nseq, .seq_len = S_LEN, .seq_scale = 1.0f / (float)f->b.nseq,
                    .ws = m->ws, .aux_loss = &aux, .side_loss = &side, .flops_executed = &fl,
-                   .tokens = m->inputs, .targets = m->targets, .tok_emb = m->tok_emb,
-                   .dtok_emb = m->dtok_emb, .stack = m->layers };
+                   .tokens = m->inputs };
     capture base = { 0 }, now = { 0 };
     CHECK(ly->ops->forward(ly, &a, y, x) == 0, "forward");
     capture_layer(m, 1, f->b.nseq, &base);
