@@ -199,14 +199,15 @@ static int exit_decode(layer *l, const fwd_args *a, float *y, const float *x, in
     int d = dm->d_model, V = dm->vocab;
     float *u = s->dec, *logits = u + d, *logp = logits + V, rstd, conf;
     memcpy(y, x, (size_t)d * sizeof(float));
+    /* a token that left at an earlier exit point is not judged again: the
+     * forward skips it, and its head input stays the one it left with */
+    if (!s->active[0])
+        return 0;
     rmsnorm_forward(u, &rstd, x, l->w[0], 1, d);
     matmul(logits, V, u, d, false, s->tok_emb, d, true, 1, V, d, 0.0f);
     /* logits' storage is then this row's log-probabilities' (the next exit reads them) */
     log_softmax(logp, logits, V);
     memcpy(logits, logp, (size_t)V * sizeof(float));
-    /* (a token that left at an earlier exit point is judged here too, and
-     * a confident one's head input overwritten: unlike the forward, which
-     * skips it) */
     if (!confident(p, logp, previous(s, dm, true, 0), V, &conf))
         return 0;
     s->active[0] = 0;

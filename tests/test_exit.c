@@ -143,11 +143,10 @@ static void check_exit_case(tl_fixture *f, int at, const unsigned char *want_tak
 static void test_first_exit_takes_all(void **state)
 {
     tl_fixture f;
-    /* (the second exit never confident: in decoding a confident one would
-     * judge the token that left again and give the head its own input,
-     * where the forward skips it; a known bug, kept until it is fixed
-     * with the bits it moves) */
-    make(&f, "max", "0", "max", "1");
+    /* the second exit confident too: a token that left at the first is
+     * not judged again, in decoding as in the forward (decoding once gave
+     * the head the second exit's input) */
+    make(&f, "max", "0", "max", "0");
     /* the first exit takes it; the later layers run none of it (taken 0) */
     const unsigned char want[L] = { 1, 1, 0, 0, 0 };
     check_exit_case(&f, FIRST, want);
