@@ -98,14 +98,7 @@ static int mod_decode_begin(layer *l, const model_dims *dims, int max_len)
 static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     mod_state *s = l->state;
-    float g;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0) {
-        memcpy(y, x, (size_t)a->dims->d_model * sizeof(float));
-        return take;
-    }
-    int rc = routed_decode(&s->blk, l->w + s->t_block, a, y, x, pos, g);
-    return rc ? rc : 1;
+    return mod_router_decode(&s->rt, &s->blk, l->w, s->t_block, l->index, a, y, x, pos);
 }
 
 /* A frozen token (it left at an exit point): its keys and values where the
@@ -113,12 +106,7 @@ static int mod_decode(layer *l, const fwd_args *a, float *y, const float *x, int
 static int mod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
 {
     mod_state *s = l->state;
-    float g;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0)
-        return take;
-    int rc = routed_decode_kv(&s->blk, l->w + s->t_block, a, x, pos);
-    return rc ? rc : 1;
+    return mod_router_decode_kv(&s->rt, &s->blk, l->w, s->t_block, l->index, a, x, pos);
 }
 
 const kind_ops mod_ops = {

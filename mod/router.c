@@ -357,6 +357,30 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
     return score > causal_threshold(c);
 }
 
+int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                      int layer_index, const fwd_args *a, float *y, const float *x, int32_t pos)
+{
+    float g;
+    int take = mod_router_decide(rt, w, layer_index, a, x, pos, &g);
+    if (take <= 0) {
+        memcpy(y, x, (size_t)a->dims->d_model * sizeof(float));
+        return take;
+    }
+    int rc = routed_decode(b, w + t_block, a, y, x, pos, g);
+    return rc ? rc : 1;
+}
+
+int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                         int layer_index, const fwd_args *a, const float *x, int32_t pos)
+{
+    float g;
+    int take = mod_router_decide(rt, w, layer_index, a, x, pos, &g);
+    if (take <= 0)
+        return take;
+    int rc = routed_decode_kv(b, w + t_block, a, x, pos);
+    return rc ? rc : 1;
+}
+
 int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink)
 {
     unsigned long long dims[2] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len };

@@ -116,6 +116,17 @@ void mod_router_backward_extra(mod_router *rt, const routed_set *set, float *con
  * token takes it with probability capacity (keyed by window and position). */
 int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
                       const float *x, int32_t pos, float *gate);
+/* Decoding a routed block behind the router (mod, tcmod, staged): y = x
+ * and 0 where mod_router_decide skips the row, else y = routed_decode's
+ * and 1; negative on error.  w: the layer's tensors, the router's first,
+ * the block's from t_block. */
+int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                      int layer_index, const fwd_args *a, float *y, const float *x, int32_t pos);
+/* A token frozen at an exit point (kind.h decode_kv): where the router
+ * takes it, only its keys and values into the block's cache (1), else 0;
+ * negative on error. */
+int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                         int layer_index, const fwd_args *a, const float *x, int32_t pos);
 int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink);
 int mod_router_stat_count(int *n_sums);
 void mod_router_stat_name(int col, char *buf, int len);

@@ -151,25 +151,13 @@ static int tcmod_decode_begin(layer *l, const model_dims *dims, int max_len)
 static int tcmod_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     tcmod_state *s = l->state;
-    float g;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0) {
-        memcpy(y, x, (size_t)a->dims->d_model * sizeof(float));
-        return take;
-    }
-    int rc = routed_decode(&s->blk, l->w + s->t_block, a, y, x, pos, g);
-    return rc ? rc : 1;
+    return mod_router_decode(&s->rt, &s->blk, l->w, s->t_block, l->index, a, y, x, pos);
 }
 
 static int tcmod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
 {
     tcmod_state *s = l->state;
-    float g;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0)
-        return take;
-    int rc = routed_decode_kv(&s->blk, l->w + s->t_block, a, x, pos);
-    return rc ? rc : 1;
+    return mod_router_decode_kv(&s->rt, &s->blk, l->w, s->t_block, l->index, a, x, pos);
 }
 
 const kind_ops tcmod_ops = {

@@ -206,14 +206,7 @@ static int staged_decode_begin(layer *l, const model_dims *dims, int max_len)
 static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     staged_state *s = l->state;
-    float g;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0) {
-        memcpy(y, x, (size_t)a->dims->d_model * sizeof(float));
-        return take;
-    }
-    int rc = routed_decode(&s->blk, l->w + s->t_attn, a, y, x, pos, g);
-    return rc ? rc : 1;
+    return mod_router_decode(&s->rt, &s->blk, l->w, s->t_attn, l->index, a, y, x, pos);
 }
 
 static void staged_step_end(layer *l, bool updated)
