@@ -21,17 +21,6 @@ static double bce(float s, int z)
     return fmax(x, 0.0) + log1p(exp(-fabs(x))) - (z ? x : 0.0);
 }
 
-void select_steps_layout(buf_plan *p, select_steps *st, int max_seq, int S)
-{
-    size_t rows = (size_t)max_seq * S;
-    st->s = BUF_FLOATS(p, rows);
-    st->ds = BUF_FLOATS(p, rows);
-    st->elig = BUF_BYTES(p, rows);
-    st->take = BUF_BYTES(p, rows);
-    st->tmp = BUF_FLOATS(p, S);
-    st->heap = BUF_INTS(p, S);
-}
-
 int build_select_steps(select_steps *st, int max_seq, int S)
 {
     memset(st, 0, sizeof(*st));
@@ -47,14 +36,6 @@ void free_select_steps(select_steps *st)
 {
     free(st->block);
     memset(st, 0, sizeof(*st));
-}
-
-double select_steps_bytes(int max_seq, int S)
-{
-    select_steps st;
-    buf_plan p = buf_counting(BUF_ALIGN);
-    select_steps_layout(&p, &st, max_seq, S);
-    return (double)p.used;
 }
 
 float select_steps_score_row(const float *x, const float *w, int d)

@@ -23,6 +23,8 @@ typedef struct select_steps {
     int *heap;            /* [S] top-k's heap */
 } select_steps;
 
+/* The buffers for max_seq sequences of S (layout and bytes:
+ * select_steps_kind.c). */
 void select_steps_layout(buf_plan *p, select_steps *st, int max_seq, int S);
 int build_select_steps(select_steps *st, int max_seq, int S);
 void free_select_steps(select_steps *st);
