@@ -8,6 +8,8 @@
 #include "moe/kinds.h"
 #include "core/util/num.h"
 
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +24,6 @@ typedef struct cl_run {
     double compute_s, comm_s, comm_bytes, flops_step;
 } cl_run;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* the median of column name over the steps after the first (a warm-up),
  * or over the one step there is */
 static int median_col(const run_info *ri, const char *name, double *out)
@@ -39,9 +35,8 @@ static int median_col(const run_info *ri, const char *name, double *out)
         return -1;
     }
     long skip = n > 1 ? 1 : 0;
-    qsort(v + skip, (size_t)(n - skip), sizeof(double), cmp_double);
-    long m = n - skip;
-    *out = m % 2 ? v[skip + m / 2] : 0.5 * (v[skip + m / 2 - 1] + v[skip + m / 2]);
+    gsl_sort(v + skip, 1, (size_t)(n - skip));
+    *out = gsl_stats_median_from_sorted_data(v + skip, 1, (size_t)(n - skip));
     bool ok = isfinite(*out);
     free(v);
     return ok ? 0 : -1;

@@ -32,8 +32,7 @@ typedef struct depth_report {
 /* The most blocks layer l can run on a token. */
 static int layer_blocks(const run_info *ri, int l, const layer_record *rec)
 {
-    const layer_kind *k = run_layer_kind(ri, l);
-    if (k && k->exit_point)
+    if (run_layer_decides(ri, l) & DECIDES_EXIT)
         return 0;
     if (rec->depth) {
         double R = run_layer_recursions(ri, l);

@@ -295,8 +295,7 @@ static void cf_row(const cf_key *q, sample_summary *s, double *p, double *se)
     summarize(q->diff, q->n, s);
     *p = (double)NAN;
     if (s->n >= 2 && s->sd > 0.0) {
-        double tt = fabs(s->mean) / (s->sd / sqrt(s->n));
-        *p = 2.0 * (1.0 - student_t_cdf(tt, s->n - 1));
+        *p = student_t_p_two_sided(s->mean / (s->sd / sqrt(s->n)), s->n - 1);
     }
     double sum = 0.0;
     int m = 0;

@@ -132,7 +132,7 @@ static void draw_heatmap(cairo_t *cr, void *user)
     for (int l = 0; l < L; l++) {
         double y = HM_TOP + l * HM_ROW;
         const layer_record *rec = &h->recs[l];
-        bool routed = run_layer_has_key(ri, l, "capacity") || run_layer_has_key(ri, l, "experts");
+        bool routed = (run_layer_decides(ri, l) & (DECIDES_TAKE | DECIDES_EXPERTS)) != 0;
         plot_font(cr, 12, false, false);
         plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
         snprintf(buf, sizeof(buf), "%d  %s", l, ri->cfg.layers[l].kind);
@@ -205,8 +205,8 @@ static void build_legend(heatmap_fig *h)
                 gone |= l + 1 < L; /* the later rows show it gone */
             }
         dense |= r->exited != NULL;
-        dense |= !layer_record_any(r) && !run_layer_has_key(h->ri, l, "capacity") &&
-                 !run_layer_has_key(h->ri, l, "experts");
+        dense |= !layer_record_any(r) &&
+                 !(run_layer_decides(h->ri, l) & (DECIDES_TAKE | DECIDES_EXPERTS));
         for (long i = at0; r->depth && i < at0 + S; i++)
             if (!gone_before(h, l, i)) {
                 double R = run_layer_recursions(h->ri, l);
@@ -260,9 +260,9 @@ static void capacities(const run_info *ri, char *buf, int len)
     double seen[MODE_MAX_LAYERS];
     int n = 0;
     for (int l = 0; l < ri->cfg.n_layers && w < len; l++) {
-        if (!run_layer_has_key(ri, l, "capacity"))
+        if (!(run_layer_decides(ri, l) & DECIDES_TAKE))
             continue;
-        double c = run_layer_value(ri, l, "capacity");
+        double c = run_layer_capacity(ri, l);
         bool dup = false;
         for (int j = 0; j < n; j++)
             dup |= seen[j] == c;

@@ -1,6 +1,8 @@
 #include "analysis/isofit.h"
 
 #include <errno.h>
+#include <gsl/gsl_multifit.h>
+#include <gsl/gsl_sort.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -33,61 +35,45 @@ static int distinct_x(const double *x, const double *y, int n)
     return k;
 }
 
-/* Solve the 3 x 3 system m v = r by elimination with partial pivoting;
- * false when singular. */
-static bool solve3(double m[3][3], double r[3], double v[3])
-{
-    for (int col = 0; col < 3; col++) {
-        int piv = col;
-        for (int i = col + 1; i < 3; i++)
-            if (fabs(m[i][col]) > fabs(m[piv][col]))
-                piv = i;
-        if (!(fabs(m[piv][col]) > 1e-13))
-            return false;
-        for (int j = 0; j < 3; j++) {
-            double t = m[col][j];
-            m[col][j] = m[piv][j];
-            m[piv][j] = t;
-        }
-        double t = r[col];
-        r[col] = r[piv];
-        r[piv] = t;
-        for (int i = col + 1; i < 3; i++) {
-            double f = m[i][col] / m[col][col];
-            for (int j = col; j < 3; j++)
-                m[i][j] -= f * m[col][j];
-            r[i] -= f * r[col];
-        }
-    }
-    for (int i = 2; i >= 0; i--) {
-        double s = r[i];
-        for (int j = i + 1; j < 3; j++)
-            s -= m[i][j] * v[j];
-        v[i] = s / m[i][i];
-    }
-    return true;
-}
-
-/* The fit in u = (x - mid) / half, u in [-1, 1]: y = A u^2 + B u + C. */
+/* The fit in u = (x - mid) / half, u in [-1, 1]: y = A u^2 + B u + C, by
+ * GSL's least squares (an SVD of the design matrix, not the normal
+ * equations).  -EINVAL when singular (GSL's effective rank below 3),
+ * -ENOMEM. */
 static int fit_scaled(const double *x, const double *y, int n, double mid, double half,
                       double coef[3])
 {
-    double m[3][3] = { { 0 } }, r[3] = { 0 }, pw[5];
-    for (int i = 0; i < n; i++) {
-        if (!usable(x, y, i))
-            continue;
-        double u = (x[i] - mid) / half;
-        pw[0] = 1.0;
-        for (int k = 1; k < 5; k++)
-            pw[k] = pw[k - 1] * u;
-        /* rows and columns ordered A, B, C: powers 2, 1, 0 */
-        for (int a = 0; a < 3; a++) {
-            for (int b = 0; b < 3; b++)
-                m[a][b] += pw[4 - a - b];
-            r[a] += y[i] * pw[2 - a];
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        m += usable(x, y, i);
+    gsl_matrix *X = gsl_matrix_alloc((size_t)m, 3), *cov = gsl_matrix_alloc(3, 3);
+    gsl_vector *Y = gsl_vector_alloc((size_t)m), *c = gsl_vector_alloc(3);
+    gsl_multifit_linear_workspace *w = gsl_multifit_linear_alloc((size_t)m, 3);
+    int rc = -ENOMEM;
+    if (X && cov && Y && c && w) {
+        size_t row = 0, rank = 0;
+        for (int i = 0; i < n; i++) {
+            if (!usable(x, y, i))
+                continue;
+            double u = (x[i] - mid) / half;
+            /* columns A, B, C: powers 2, 1, 0 */
+            gsl_matrix_set(X, row, 0, u * u);
+            gsl_matrix_set(X, row, 1, u);
+            gsl_matrix_set(X, row, 2, 1.0);
+            gsl_vector_set(Y, row++, y[i]);
         }
+        double chisq;
+        rc = gsl_multifit_linear_tsvd(X, Y, 1e-13, c, cov, &chisq, &rank, w) || rank < 3
+                 ? -EINVAL
+                 : 0;
+        for (int k = 0; k < 3; k++)
+            coef[k] = gsl_vector_get(c, (size_t)k);
     }
-    return solve3(m, r, coef) ? 0 : -EINVAL;
+    gsl_multifit_linear_free(w);
+    gsl_vector_free(c);
+    gsl_vector_free(Y);
+    gsl_matrix_free(cov);
+    gsl_matrix_free(X);
+    return rc;
 }
 
 /* The fit in the scaled coordinate over the usable points' range [lo, hi]:
@@ -165,12 +151,6 @@ void isoflop_optimum(const double *x, const double *y, int n, isofit *f)
     f->y_opt = C - B * B / (4.0 * A);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 void isoflop_optimum_near(const double *x, const double *y, int n, int window, isofit *f)
 {
     isoflop_optimum(x, y, n, f);
@@ -184,7 +164,7 @@ void isoflop_optimum_near(const double *x, const double *y, int n, int window, i
     for (int i = 0; i < n; i++)
         if (usable(x, y, i))
             xs[nd++] = x[i];
-    qsort(xs, (size_t)nd, sizeof(double), cmp_double);
+    gsl_sort(xs, 1, (size_t)nd);
     int m = 0;
     for (int i = 0; i < nd; i++)
         if (m == 0 || !same_x(xs[i], xs[m - 1]))

@@ -25,6 +25,7 @@
 
 #include "analysis/rundir.h"
 
+#include <gsl/gsl_sort.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,12 +70,6 @@ static int budget_index(const iso_data *d, double b)
     return -1;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 /* The runs with a budget, their kinds and whether they count. */
 static int collect_runs(const an_args *a, iso_data *d)
 {
@@ -90,9 +85,7 @@ static int collect_runs(const an_args *a, iso_data *d)
         iso_run *ir = &d->runs[d->n_runs++];
         ir->run = i;
         run_kind(r, ir->kind, (int)sizeof(ir->kind));
-        ir->dense = true;
-        for (int l = 0; l < r->cfg->n_layers; l++)
-            ir->dense &= !strcmp(r->cfg->layers[l].kind, "dense");
+        ir->dense = run_config_dense(r->cfg);
         ir->why = !r->complete                   ? "incomplete"
                   : !isfinite(r->loss_topk)      ? "no held-out evaluation"
                   : r->eval_step != r->done      ? "no evaluation at the last step"
@@ -117,7 +110,7 @@ static int index_runs(const an_args *a, iso_data *d)
             d->budgets[d->n_b++] = b;
         }
     }
-    qsort(d->budgets, (size_t)d->n_b, sizeof(double), cmp_double);
+    gsl_sort(d->budgets, 1, (size_t)d->n_b);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < d->n_runs; i++) {
             const iso_run *r = &d->runs[i];

@@ -281,7 +281,7 @@ static void draw_isoflop(cairo_t *cr, void *user)
         marker(cr, x + 12, y + 7, k, rgb_hex(COLOR_AXIS), 4.5, false);
         plot_color(cr, rgb_hex(COLOR_TEXT), 1.0);
         snprintf(buf, sizeof(buf), "%s%s", d->kinds[k],
-                 d->kind_dense[k] && strcmp(d->kinds[k], "dense") ? " (dense)" : "");
+                 d->kind_dense[k] && strcmp(d->kinds[k], dense_kind.name) ? " (dense)" : "");
         plot_text(cr, x + 30, y + 7, 0.0, 0.5, buf);
     }
 }

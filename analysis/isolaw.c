@@ -8,6 +8,7 @@
 
 #include "core/rng/pcg32.h"
 
+#include <gsl/gsl_sort.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,20 +27,19 @@ double iso_n_opt(const iso_data *d, const iso_group *g)
     return g->best >= 0 ? d->points[g->best].params : (double)NAN;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* The 2.5% and 97.5% points of v[n] (sorted here), by the nearest rank. */
+/* The 2.5% and 97.5% points of v[n] (sorted here), by the nearest rank.
+ * Not GSL's quantile, which interpolates between the order statistics:
+ * over ISO_LAW_BOOT = 100 refits that moves each bound by up to half the
+ * gap between two refits' values, and the 4th decimal of L*'s interval
+ * with it (3.7743 to 3.7746 on a noisy law); GSL has no nearest-rank
+ * quantile. */
 static void percentiles(double *v, int n, double ci[2])
 {
     if (n < 2) {
         ci[0] = ci[1] = (double)NAN;
         return;
     }
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    gsl_sort(v, 1, (size_t)n);
     ci[0] = v[(int)floor(0.025 * (n - 1) + 0.5)];
     ci[1] = v[(int)floor(0.975 * (n - 1) + 0.5)];
 }

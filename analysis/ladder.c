@@ -5,6 +5,9 @@
 #include "core/rng/pcg32.h"
 #include "core/rng/streams.h"
 
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,22 +23,23 @@ void free_ladder_fit(ladder_fit *f)
     memset(f, 0, sizeof(*f));
 }
 
-/* Least squares of y = a + b x over the points idx[0..n). */
-static bool line(const double *x, const double *y, const int *idx, int n, double *a, double *b)
+/* Least squares of y = a + b x over the points idx[0..n) (GSL's
+ * gsl_fit_linear), gathered into gx[n], gy[n]; false with fewer than two
+ * points or one x. */
+static bool line(const double *x, const double *y, const int *idx, int n, double *gx, double *gy,
+                 double *a, double *b)
 {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int i = 0; i < n; i++) {
-        double xi = x[idx[i]], yi = y[idx[i]];
-        sx += xi;
-        sy += yi;
-        sxx += xi * xi;
-        sxy += xi * yi;
+        gx[i] = x[idx[i]];
+        gy[i] = y[idx[i]];
     }
-    double den = n * sxx - sx * sx;
-    if (n < 2 || !(fabs(den) > 1e-300))
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    if (n < 2 ||
+        gsl_fit_linear(gx, 1, gy, 1, (size_t)n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq) ||
+        !isfinite(c0) || !isfinite(c1))
         return false;
-    *b = (n * sxy - sx * sy) / den;
-    *a = (sy - *b * sx) / n;
+    *a = c0;
+    *b = c1;
     return true;
 }
 
@@ -43,11 +47,12 @@ static bool line(const double *x, const double *y, const int *idx, int n, double
 static bool fit(ladder_fit *f)
 {
     int n = f->n_points;
-    double *x = malloc((size_t)n * sizeof(double)), *y = malloc((size_t)n * sizeof(double));
+    double *x = malloc((size_t)n * 4 * sizeof(double)), *y = x ? x + n : NULL;
+    double *gx = x ? y + n : NULL, *gy = x ? gx + n : NULL;
     int *idx = malloc((size_t)n * sizeof(int));
     f->boot_a = malloc(LADDER_BOOT * sizeof(double));
     f->boot_b = malloc(LADDER_BOOT * sizeof(double));
-    bool ok = x && y && idx && f->boot_a && f->boot_b;
+    bool ok = x && idx && f->boot_a && f->boot_b;
     f->c_lo = f->l_lo = HUGE_VAL;
     f->c_hi = f->l_hi = -HUGE_VAL;
     for (int i = 0; ok && i < n; i++) {
@@ -59,7 +64,7 @@ static bool fit(ladder_fit *f)
         f->l_lo = fmin(f->l_lo, f->l[i]);
         f->l_hi = fmax(f->l_hi, f->l[i]);
     }
-    ok = ok && line(x, y, idx, n, &f->a, &f->b) && f->b < 0.0;
+    ok = ok && line(x, y, idx, n, gx, gy, &f->a, &f->b) && f->b < 0.0;
     /* the bootstrap: each budget's runs drawn with replacement from its own */
     pcg32 g;
     pcg32_keyed(&g, 1, PCG_KEY_BOOT, 0, 0);
@@ -75,14 +80,13 @@ static bool fit(ladder_fit *f)
             for (int k = 0; k < cnt; k++)
                 idx[m++] = in_budget[pcg32_bounded(&g, (uint32_t)cnt)];
         }
-        if (!line(x, y, idx, m, &f->boot_a[s], &f->boot_b[s])) {
+        if (!line(x, y, idx, m, gx, gy, &f->boot_a[s], &f->boot_b[s])) {
             f->boot_a[s] = f->a;
             f->boot_b[s] = f->b;
         }
     }
     free(in_budget);
     free(x);
-    free(y);
     free(idx);
     return ok;
 }
@@ -98,10 +102,7 @@ static int budget_index(double *budgets, int *n, double v)
 
 static bool all_dense(const an_run *r)
 {
-    bool dense = r->cfg->n_layers > 0;
-    for (int l = 0; l < r->cfg->n_layers; l++)
-        dense &= !strcmp(r->cfg->layers[l].kind, "dense");
-    return dense && r->complete && isfinite(r->loss_topk) && r->train_flops > 0.0;
+    return r->cfg->n_layers > 0 && run_config_dense(r->cfg) && r->complete && isfinite(r->loss_topk) && r->train_flops > 0.0;
 }
 
 int ladder_from_runs(const an_runset *rs, const an_runset *more, ladder_fit *f, char *err,
@@ -192,12 +193,6 @@ bool ladder_from_points(const double *c, const double *l, const int *budget, int
     return ok;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 multiplier multiplier_none(void)
 {
     return (multiplier){ (double)NAN, (double)NAN, (double)NAN, false, 0, (double)NAN };
@@ -239,9 +234,9 @@ multiplier ladder_multiplier(const ladder_fit *f, const double *loss, int n, dou
         m /= n;
         ms[s] = exp((log(m) - f->boot_a[s]) / f->boot_b[s]) / c;
     }
-    qsort(ms, LADDER_BOOT, sizeof(double), cmp_double);
-    r.lo = ms[(int)(0.025 * LADDER_BOOT)];
-    r.hi = ms[(int)(0.975 * LADDER_BOOT) - 1];
+    gsl_sort(ms, 1, LADDER_BOOT);
+    r.lo = gsl_stats_quantile_from_sorted_data(ms, 1, LADDER_BOOT, 0.025);
+    r.hi = gsl_stats_quantile_from_sorted_data(ms, 1, LADDER_BOOT, 0.975);
     free(ms);
     return r;
 }

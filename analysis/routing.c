@@ -11,6 +11,7 @@
 #include "analysis/analyze.h"
 #include "analysis/stats.h"
 
+#include <gsl/gsl_sort.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,12 +187,6 @@ static void add_classes(const run_info *ri, const layer_record *rec, class_layer
     free(col);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void add_margins(const run_info *ri, const layer_record *rec, margin_layer *ml)
 {
     int S = ri->S;
@@ -234,7 +229,7 @@ static void add_margins(const run_info *ri, const layer_record *rec, margin_laye
         ml->near += fabs(m[i]) < RT_NEAR ? 1.0 / cnt : 0.0;
         m[i] = fabs(m[i]);
     }
-    qsort(m, (size_t)cnt, sizeof(double), cmp_double);
+    gsl_sort(m, 1, (size_t)cnt);
     ml->median_abs = cnt ? m[cnt / 2] : (double)NAN;
     free(m);
     free(sorted);

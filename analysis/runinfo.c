@@ -247,24 +247,38 @@ const layer_kind *run_layer_kind(const run_info *ri, int l)
     return layer_kind_lookup(mode_kinds, ri->cfg.layers[l].kind);
 }
 
-bool run_layer_has_key(const run_info *ri, int l, const char *key)
+unsigned run_layer_decides(const run_info *ri, int l)
 {
-    return layer_key(run_layer_kind(ri, l), key, NULL) != NULL;
+    const layer_kind *k = run_layer_kind(ri, l);
+    return k ? k->decides.decides : 0;
 }
 
 double run_layer_value(const run_info *ri, int l, const char *key)
 {
     double v;
-    if (layer_spec_number(&ri->cfg.layers[l], run_layer_kind(ri, l), key, &v))
+    if (!key || layer_spec_number(&ri->cfg.layers[l], run_layer_kind(ri, l), key, &v))
         return (double)NAN;
     return v;
+}
+
+/* Layer l's declaration when it makes the decisions of bit, else NULL. */
+static const decision_decl *declaration(const run_info *ri, int l, unsigned bit)
+{
+    const layer_kind *k = run_layer_kind(ri, l);
+    return k && (k->decides.decides & bit) ? &k->decides : NULL;
+}
+
+double run_layer_capacity(const run_info *ri, int l)
+{
+    const decision_decl *d = declaration(ri, l, DECIDES_TAKE);
+    return d ? run_layer_value(ri, l, d->share_key) : (double)NAN;
 }
 
 void run_no_routing_reason(const run_info *ri, char *buf, int len)
 {
     bool routed = false;
     for (int l = 0; l < ri->cfg.n_layers; l++)
-        routed |= run_layer_has_key(ri, l, "capacity") || run_layer_has_key(ri, l, "experts");
+        routed |= (run_layer_decides(ri, l) & (DECIDES_TAKE | DECIDES_EXPERTS)) != 0;
     if (!routed)
         snprintf(buf, (size_t)len, "the model has no routed layer (layers = %s)",
                  ri->cfg.layers_text);
@@ -354,6 +368,18 @@ static bool part_in_range(const run_info *ri, const char *group, const char *wha
     return true;
 }
 
+/* Where part i of a decision lies in a layer_record (the same fields,
+ * ROUTE_DECISION_PARTS). */
+static void **record_part(layer_record *rec, int i)
+{
+    static const size_t at[DECISION_PART_COUNT] = {
+#define LAYER_RECORD_AT(name, type, code, slots, bit) [DECISION_PART_##name] = offsetof(layer_record, name),
+        ROUTE_DECISION_PARTS(LAYER_RECORD_AT)
+#undef LAYER_RECORD_AT
+    };
+    return (void **)((char *)rec + at[i]);
+}
+
 int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, char *err,
                       int err_len)
 {
@@ -366,23 +392,17 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     }
     char group[96];
     snprintf(group, sizeof(group), "routing/step_%06ld/layer_%d", step, l);
-    int rc = read_part(ri, group, "selected", H5T_NATIVE_UINT8, 1, (void **)&rec->selected, NULL,
-                       err, err_len);
-    if (!rc)
-        rc = read_part(ri, group, "causal", H5T_NATIVE_UINT8, 1, (void **)&rec->causal, NULL, err,
-                       err_len);
-    if (!rc)
-        rc = read_part(ri, group, "scores", H5T_NATIVE_FLOAT, sizeof(float),
-                       (void **)&rec->scores, NULL, err, err_len);
-    if (!rc)
-        rc = read_part(ri, group, "experts", H5T_NATIVE_INT32, sizeof(int32_t),
-                       (void **)&rec->experts, &rec->top_k, err, err_len);
-    if (!rc)
-        rc = read_part(ri, group, "depth", H5T_NATIVE_INT32, sizeof(int32_t),
-                       (void **)&rec->depth, NULL, err, err_len);
-    if (!rc)
-        rc = read_part(ri, group, "exited", H5T_NATIVE_UINT8, 1, (void **)&rec->exited, NULL,
-                       err, err_len);
+    /* every part of a decision the record holds (the writer's names,
+     * decision.h) */
+    int rc = 0;
+    for (int i = 0; !rc && i < DECISION_PART_COUNT; i++) {
+        const decision_part *p = &decision_parts[i];
+        bool bytes = p->type == RECORD_UINT8;
+        hid_t type = bytes ? H5T_NATIVE_UINT8
+                     : p->type == RECORD_INT32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+        rc = read_part(ri, group, p->name, type, bytes ? 1 : 4, record_part(rec, i),
+                       p->slots ? &rec->top_k : NULL, err, err_len);
+    }
     if (!rc && rec->experts) {
         double E = run_layer_experts(ri, l);
         rec->n_experts = isfinite(E) && E >= 1 && E <= 1e6 ? (int)E : 0;
@@ -391,14 +411,17 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
     double R = run_layer_recursions(ri, l);
     long max_depth = isfinite(R) && R >= 1 && R <= 1e6 ? (long)R : 0;
     /* experts: -2 skipped (staged), -1 dropped, a column, E the no-op */
-    if (!rc && (!part_in_range(ri, group, "selected", rec->selected, true, RS, 0, 1, err,
-                               err_len) ||
-                !part_in_range(ri, group, "causal", rec->causal, true, RS, 0, 1, err, err_len) ||
-                !part_in_range(ri, group, "exited", rec->exited, true, RS, 0, 1, err, err_len) ||
-                !part_in_range(ri, group, "experts", rec->experts, false, RS * rec->top_k, -2,
-                               rec->n_experts, err, err_len) ||
-                !part_in_range(ri, group, "depth", rec->depth, false, RS, 0, max_depth, err,
-                               err_len)))
+    const decision_part *P = decision_parts;
+    if (!rc && (!part_in_range(ri, group, P[DECISION_PART_selected].name, rec->selected, true, RS,
+                               0, 1, err, err_len) ||
+                !part_in_range(ri, group, P[DECISION_PART_causal].name, rec->causal, true, RS, 0,
+                               1, err, err_len) ||
+                !part_in_range(ri, group, P[DECISION_PART_exited].name, rec->exited, true, RS, 0,
+                               1, err, err_len) ||
+                !part_in_range(ri, group, P[DECISION_PART_experts].name, rec->experts, false,
+                               RS * rec->top_k, -2, rec->n_experts, err, err_len) ||
+                !part_in_range(ri, group, P[DECISION_PART_depth].name, rec->depth, false, RS, 0,
+                               max_depth, err, err_len)))
         rc = -EINVAL;
     if (rc)
         free_layer_record(rec);
@@ -407,26 +430,26 @@ int read_layer_record(const run_info *ri, long step, int l, layer_record *rec, c
 
 double run_layer_recursions(const run_info *ri, int l)
 {
-    return run_layer_value(ri, l, "recursions");
+    const decision_decl *d = declaration(ri, l, DECIDES_DEPTH);
+    return d ? run_layer_value(ri, l, d->most_key) : (double)NAN;
 }
 
 double run_layer_experts(const run_info *ri, int l)
 {
-    double E = run_layer_value(ri, l, "experts"), m = run_layer_value(ri, l, "granularity");
+    const decision_decl *d = declaration(ri, l, DECIDES_EXPERTS);
+    if (!d)
+        return (double)NAN;
+    double E = run_layer_value(ri, l, d->experts_key), m = run_layer_value(ri, l, d->split_key);
     return isfinite(m) && m >= 1 ? E * m : E;
 }
 
 void free_layer_record(layer_record *rec)
 {
-    free(rec->selected);
-    free(rec->causal);
-    free(rec->scores);
-    free(rec->experts);
-    free(rec->depth);
-    free(rec->exited);
-    rec->selected = rec->causal = rec->exited = NULL;
-    rec->scores = NULL;
-    rec->experts = rec->depth = NULL;
+    for (int i = 0; i < DECISION_PART_COUNT; i++) {
+        void **p = record_part(rec, i);
+        free(*p);
+        *p = NULL;
+    }
 }
 
 bool layer_record_any(const layer_record *rec)

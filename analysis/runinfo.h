@@ -9,6 +9,7 @@
 #include "core/util/file.h"
 #include "core/config/config.h"
 #include "core/io/runfile.h"
+#include "core/model/decision.h"
 #include "core/model/kind.h"
 
 #include <hdf5.h>
@@ -41,14 +42,17 @@ void free_run_info(run_info **ri);
 
 /* The kind row of layer l (NULL for an unknown kind). */
 const layer_kind *run_layer_kind(const run_info *ri, int l);
-/* The layer's kind reads the key (e.g. "capacity": a routed block,
- * "experts": an expert layer). */
-bool run_layer_has_key(const run_info *ri, int l, const char *key);
+/* What layer l decides per row: its kind's declaration (DECIDES_* bits,
+ * core/model/decision.h); 0 for an unknown kind. */
+unsigned run_layer_decides(const run_info *ri, int l);
 /* Layer l's value of key as a number (a choice's index), NaN when its kind
- * has no such key. */
+ * has no such key (or key is NULL). */
 double run_layer_value(const run_info *ri, int l, const char *key);
-/* How many times layer l may apply its block (a recursing kind); NaN for
- * the others. */
+/* The share of rows layer l sends through its block (DECIDES_TAKE: its
+ * declared share_key, the capacity); NaN for the others. */
+double run_layer_capacity(const run_info *ri, int l);
+/* How many times layer l may apply its block (DECIDES_DEPTH); NaN for the
+ * others. */
 double run_layer_recursions(const run_info *ri, int l);
 /* The experts layer l's tensors hold: experts x granularity (each expert
  * split in granularity, docs/kinds/moe-routing.md); NaN without experts. */
@@ -93,12 +97,12 @@ bool run_has_dataset(const run_info *ri, const char *name);
 typedef struct layer_record {
     int layer;
     long step;
-    uint8_t *selected;  /* [R][S] top-k membership */
-    uint8_t *causal;    /* [R][S] the causal rule's decision */
-    float *scores;      /* [R][S] router logits */
-    int32_t *experts;   /* [R][S][top_k] expert, -1 dropped, -2 skipped, E no-op */
-    int32_t *depth;     /* [R][S] blocks a recursing layer ran on the token (mor) */
-    uint8_t *exited;    /* [R][S] the token left the stack at this exit point (exit) */
+    /* the parts of a routing decision (decision.h, route_decision), owned:
+     * selected, scores, causal, pred_prob [R][S]; experts, weights
+     * [R][S][top_k]; depth, exited, confidence [R][S] */
+#define LAYER_RECORD_PART(name, type, code, slots, bit) type *name;
+    ROUTE_DECISION_PARTS(LAYER_RECORD_PART)
+#undef LAYER_RECORD_PART
     int top_k;
     int n_experts;      /* E (0 for a layer without experts) */
 } layer_record;

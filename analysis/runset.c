@@ -18,11 +18,11 @@ static void capacity_text(const run_info *ri, char *buf, int len)
     int n = 0;
     buf[0] = '\0';
     for (int l = 0; l < ri->cfg.n_layers && w < len; l++) {
-        double c = run_layer_value(ri, l, "capacity");
+        double c = run_layer_capacity(ri, l);
         bool dup = false;
         for (int j = 0; j < n; j++)
             dup |= seen[j] == c;
-        if (!run_layer_has_key(ri, l, "capacity") || dup)
+        if (!(run_layer_decides(ri, l) & DECIDES_TAKE) || dup)
             continue;
         seen[n++] = c;
         w += snprintf(buf + w, (size_t)(len - w), "%s%g", n > 1 ? "/" : "", c);

@@ -1,11 +1,20 @@
 #include "analysis/scaling.h"
 
 #include <errno.h>
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_min.h>
+#include <gsl/gsl_multimin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { NP = 5, REFINE = 16, NM_EVALS = 6000 };
+enum { NP = 5, REFINE = 16, NM_ITERS = 6000 };
+/* The simplex's size (GSL's mean distance of its vertices from their
+ * centre) at which a descent stops. */
+#define SIMPLEX_SIZE 1e-10
+/* The objective where it is not finite: GSL's simplex takes no infinity. */
+#define BAD 1e300
 
 typedef struct pts {
     const double *ln_n, *ln_d, *ln_l;
@@ -31,86 +40,51 @@ static double objective(const pts *q, const double *p)
     double s = 0.0;
     for (int i = 0; i < q->n; i++)
         s += huber(lse3(p[0] - p[3] * q->ln_n[i], p[1] - p[4] * q->ln_d[i], p[2]) - q->ln_l[i]);
-    return isfinite(s) ? s : HUGE_VAL;
+    return isfinite(s) ? s : BAD;
 }
 
-/* Nelder-Mead (the standard coefficients: reflection 1, expansion 2,
- * contraction 1/2, shrink 1/2), restarted once from its result. */
-static double nelder_mead(const pts *q, double *x)
+static double objective_gsl(const gsl_vector *v, void *q)
+{
+    return objective(q, v->data);
+}
+
+/* One Nelder-Mead descent from x with GSL's simplex (nmsimplex2: the
+ * standard coefficients, O(n) updates of the simplex) until its size is
+ * below SIMPLEX_SIZE or NM_ITERS iterations; x takes its best vertex, and
+ * the objective there is returned.  BAD when GSL refused (out of memory). */
+static double simplex_descent(const pts *q, double *x)
 {
     static const double step[NP] = { 1.0, 1.0, 0.5, 0.1, 0.1 };
+    gsl_multimin_function fn = { objective_gsl, NP, (void *)q };
+    gsl_vector_view xv = gsl_vector_view_array(x, NP);
+    gsl_vector_const_view sv = gsl_vector_const_view_array(step, NP);
+    gsl_multimin_fminimizer *m = gsl_multimin_fminimizer_alloc(gsl_multimin_fminimizer_nmsimplex2, NP);
+    if (!m || gsl_multimin_fminimizer_set(m, &fn, &xv.vector, &sv.vector)) {
+        gsl_multimin_fminimizer_free(m);
+        return BAD;
+    }
+    for (int it = 0; it < NM_ITERS; it++)
+        if (gsl_multimin_fminimizer_iterate(m) ||
+            gsl_multimin_test_size(gsl_multimin_fminimizer_size(m), SIMPLEX_SIZE) != GSL_CONTINUE)
+            break;
+    double f = gsl_multimin_fminimizer_minimum(m);
+    memcpy(x, gsl_multimin_fminimizer_x(m)->data, NP * sizeof(double));
+    gsl_multimin_fminimizer_free(m);
+    return f;
+}
+
+/* Nelder-Mead from x, restarted once from its result (a simplex that
+ * collapsed in the objective's valley can stop short); x takes the best. */
+static double nelder_mead(const pts *q, double *x)
+{
     double best = objective(q, x);
     for (int restart = 0; restart < 2; restart++) {
-        double s[NP + 1][NP], f[NP + 1];
-        for (int i = 0; i <= NP; i++) {
-            memcpy(s[i], x, sizeof(s[i]));
-            if (i)
-                s[i][i - 1] += step[i - 1];
-            f[i] = objective(q, s[i]);
-        }
-        int evals = NP + 1;
-        while (evals < NM_EVALS) {
-            /* order: s[0] best, s[NP] worst */
-            for (int i = 1; i <= NP; i++)
-                for (int j = i; j > 0 && f[j] < f[j - 1]; j--) {
-                    double t = f[j];
-                    f[j] = f[j - 1];
-                    f[j - 1] = t;
-                    for (int k = 0; k < NP; k++) {
-                        t = s[j][k];
-                        s[j][k] = s[j - 1][k];
-                        s[j - 1][k] = t;
-                    }
-                }
-            if (f[NP] - f[0] <= 1e-15 * fabs(f[0]) + 1e-300)
-                break;
-            double c[NP] = { 0 }, r[NP], e[NP], k[NP];
-            for (int i = 0; i < NP; i++)
-                for (int j = 0; j < NP; j++)
-                    c[j] += s[i][j] / NP;
-            for (int j = 0; j < NP; j++)
-                r[j] = c[j] + (c[j] - s[NP][j]);
-            double fr = objective(q, r);
-            evals++;
-            if (fr < f[0]) {
-                for (int j = 0; j < NP; j++)
-                    e[j] = c[j] + 2.0 * (c[j] - s[NP][j]);
-                double fe = objective(q, e);
-                evals++;
-                memcpy(s[NP], fe < fr ? e : r, sizeof(s[NP]));
-                f[NP] = fe < fr ? fe : fr;
-                continue;
-            }
-            if (fr < f[NP - 1]) {
-                memcpy(s[NP], r, sizeof(s[NP]));
-                f[NP] = fr;
-                continue;
-            }
-            /* contraction, outside or inside */
-            bool outside = fr < f[NP];
-            for (int j = 0; j < NP; j++)
-                k[j] = outside ? c[j] + 0.5 * (r[j] - c[j]) : c[j] + 0.5 * (s[NP][j] - c[j]);
-            double fk = objective(q, k);
-            evals++;
-            if (fk < (outside ? fr : f[NP])) {
-                memcpy(s[NP], k, sizeof(s[NP]));
-                f[NP] = fk;
-                continue;
-            }
-            for (int i = 1; i <= NP; i++) {
-                for (int j = 0; j < NP; j++)
-                    s[i][j] = s[0][j] + 0.5 * (s[i][j] - s[0][j]);
-                f[i] = objective(q, s[i]);
-                evals++;
-            }
-        }
-        int b = 0;
-        for (int i = 1; i <= NP; i++)
-            if (f[i] < f[b])
-                b = i;
-        if (f[b] <= best) {
-            best = f[b];
-            memcpy(x, s[b], sizeof(s[b]));
+        double y[NP];
+        memcpy(y, x, sizeof(y));
+        double f = simplex_descent(q, y);
+        if (f <= best) {
+            best = f;
+            memcpy(x, y, sizeof(y));
         }
     }
     return best;
@@ -240,28 +214,30 @@ int scaling_refit(const double *n, const double *d, const double *l, int count,
 int flops_per_token_fit(const double *n, const double *d, const double *c, int count,
                         double *kappa, double *gamma)
 {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, x0 = (double)NAN;
+    *kappa = *gamma = (double)NAN;
+    double *x = malloc((size_t)(count > 0 ? count : 1) * 2 * sizeof(double)), *y = x + count;
+    if (!x)
+        return -ENOMEM;
     int m = 0;
     bool two = false;
     for (int i = 0; i < count; i++) {
         if (!(n[i] > 0 && d[i] > 0 && c[i] > 0) || !isfinite(n[i] * d[i] * c[i]))
             continue;
-        double x = log(n[i]), y = log(c[i] / d[i]);
-        if (m == 0)
-            x0 = x;
-        two |= fabs(x - x0) > 1e-12;
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        sxy += x * y;
+        x[m] = log(n[i]);
+        y[m] = log(c[i] / d[i]);
+        two |= fabs(x[m] - x[0]) > 1e-12;
         m++;
     }
-    *kappa = *gamma = (double)NAN;
-    if (!two)
-        return -EINVAL;
-    double mx = sx / m, my = sy / m;
-    *gamma = (sxy / m - mx * my) / (sxx / m - mx * mx);
-    *kappa = exp(my - *gamma * mx);
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    int rc = two && !gsl_fit_linear(x, 1, y, 1, (size_t)m, &c0, &c1, &cov00, &cov01, &cov11,
+                                    &sumsq)
+                 ? 0
+                 : -EINVAL;
+    free(x);
+    if (rc)
+        return rc;
+    *gamma = c1;
+    *kappa = exp(c0);
     return 0;
 }
 
@@ -271,29 +247,76 @@ static double loss_at(const scaling_law *f, double kappa, double gamma, double c
     return scaling_loss(f, n, c / (kappa * pow(n, gamma)));
 }
 
+typedef struct opt_arg {
+    double kappa, gamma, c;
+    scaling_law law;
+} opt_arg;
+
+static double loss_gsl(double ln_n, void *arg)
+{
+    const opt_arg *p = arg;
+    double l = loss_at(&p->law, p->kappa, p->gamma, p->c, ln_n);
+    return isfinite(l) ? l : BAD; /* GSL's Brent takes no infinity either */
+}
+
+/* The loss is unimodal in log N on [lo, hi] (scaling.h), so the best of
+ * OPT_GRID + 1 points brackets its minimum: GSL's Brent minimiser then
+ * needs a point lower than both ends (gsl_min_fminimizer_set refuses a
+ * bracket without one), and a minimum in the first or last cell is looked
+ * for within EDGE of that end first.  (GSL's one-dimensional minimisers
+ * do not search an interval whose end may be the minimum, as golden
+ * section by itself does.) */
+enum { OPT_GRID = 64 };
+#define EDGE 1e-7
+
 void scaling_optimum(const scaling_law *f, double kappa, double gamma, double c, double n_lo,
                      double n_hi, double *n_opt, double *l_opt, bool *at_edge)
 {
-    const double phi = 0.5 * (sqrt(5.0) - 1.0);
-    double lo = log(n_lo), hi = log(n_hi);
-    double x1 = hi - phi * (hi - lo), x2 = lo + phi * (hi - lo);
-    double f1 = loss_at(f, kappa, gamma, c, x1), f2 = loss_at(f, kappa, gamma, c, x2);
-    for (int it = 0; it < 200 && hi - lo > 1e-10; it++) {
-        if (f1 <= f2) {
-            hi = x2;
-            x2 = x1;
-            f2 = f1;
-            x1 = hi - phi * (hi - lo);
-            f1 = loss_at(f, kappa, gamma, c, x1);
-        } else {
-            lo = x1;
-            x1 = x2;
-            f1 = f2;
-            x2 = lo + phi * (hi - lo);
-            f2 = loss_at(f, kappa, gamma, c, x2);
+    opt_arg arg = { kappa, gamma, c, *f };
+    gsl_function fn = { loss_gsl, &arg };
+    double lo = log(n_lo), hi = log(n_hi), g[OPT_GRID + 1];
+    int best = 0;
+    for (int i = 0; i <= OPT_GRID; i++) {
+        g[i] = loss_gsl(lo + (hi - lo) * i / OPT_GRID, &arg);
+        if (g[i] < g[best])
+            best = i;
+    }
+    double a = lo + (hi - lo) * (best > 0 ? best - 1 : 0) / OPT_GRID;
+    double b = lo + (hi - lo) * (best < OPT_GRID ? best + 1 : OPT_GRID) / OPT_GRID;
+    double x = lo + (hi - lo) * best / OPT_GRID, fx = g[best], fa, fb;
+    fa = best > 0 ? g[best - 1] : fx;
+    fb = best < OPT_GRID ? g[best + 1] : fx;
+    /* a minimum in an end cell (wider than EDGE): within EDGE of the end,
+     * or a point inside lower than the end */
+    if ((best == 0 || best == OPT_GRID) && (hi - lo) / OPT_GRID > 2.0 * EDGE) {
+        double in = best == 0 ? x + EDGE : x - EDGE, fin = loss_gsl(in, &arg);
+        if (fin < fx) {
+            if (best == 0) {
+                a = x;
+                fa = fx;
+            } else {
+                b = x;
+                fb = fx;
+            }
+            x = in;
+            fx = fin;
         }
     }
-    double x = 0.5 * (lo + hi);
+    if (a < x && x < b && fx < fa && fx < fb) { /* what GSL's bracket needs */
+        gsl_min_fminimizer *m = gsl_min_fminimizer_alloc(gsl_min_fminimizer_brent);
+        if (m && !gsl_min_fminimizer_set_with_values(m, &fn, x, fx, a, fa, b, fb)) {
+            for (int it = 0; it < 200; it++) {
+                if (gsl_min_fminimizer_iterate(m))
+                    break;
+                if (gsl_min_test_interval(gsl_min_fminimizer_x_lower(m),
+                                          gsl_min_fminimizer_x_upper(m), 1e-10, 0.0) != GSL_CONTINUE)
+                    break;
+            }
+            x = gsl_min_fminimizer_x_minimum(m);
+        }
+        gsl_min_fminimizer_free(m);
+    }
+    /* else: at an end, or flat to rounding around x: x stands */
     *n_opt = exp(x);
     *l_opt = loss_at(f, kappa, gamma, c, x);
     *at_edge = x - log(n_lo) < 1e-6 || log(n_hi) - x < 1e-6;

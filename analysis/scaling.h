@@ -6,9 +6,13 @@
  * by minimising the Huber loss (delta 1e-3, the paper's) of
  * log L(N, D) - log L_run, with L(N, D) written LSE(a - alpha log N,
  * b - beta log D, e) (A = e^a, B = e^b, E = e^e).  The minimiser is
- * Nelder-Mead from the best of a grid of starts (the paper's grid, every
- * start evaluated, the most promising refined), since the objective has
- * many local minima.  Given the kind's training FLOPs per token, C / D =
+ * GSL's Nelder-Mead simplex from the best of a grid of starts (the
+ * paper's grid, every start evaluated, the most promising refined), since
+ * the objective has many local minima.  Where the residuals exceed delta
+ * the Huber loss is their absolute value, whose minimum can be a flat
+ * set: there the law is not identified, and which point of the set a
+ * minimiser stops at depends on its path (with 2% noise, laws of equal
+ * objective to 12 digits differ in A by 3% and more).  Given the kind's training FLOPs per token, C / D =
  * kappa N^gamma (fitted on the runs: 6N for dense, less for a routed model),
  * the compute-optimal N*(C) minimises L(N, C / (kappa N^gamma)) over N.
  * Pure numerics, no files; tests/sweep/test_scaling.c holds it to laws it
@@ -35,7 +39,7 @@ double scaling_loss(const scaling_law *f, double n, double d);
  * than 5 of them. */
 int scaling_fit(const double *n, const double *d, const double *l, int count, scaling_law *f);
 
-/* The same, Nelder-Mead from start alone (a bootstrap's refit). */
+/* The same, the simplex from start alone (a bootstrap's refit). */
 int scaling_refit(const double *n, const double *d, const double *l, int count,
                   const scaling_law *start, scaling_law *f);
 
@@ -46,8 +50,9 @@ int flops_per_token_fit(const double *n, const double *d, const double *c, int c
                         double *kappa, double *gamma);
 
 /* The compute-optimal size at training FLOPs c: N* minimising
- * L(N, c / (kappa N^gamma)) for N in [n_lo, n_hi] (golden section on
- * log N; the loss is unimodal there for alpha, beta > 0), and L* there.
+ * L(N, c / (kappa N^gamma)) for N in [n_lo, n_hi] (GSL's Brent minimiser
+ * on log N in a bracket a grid finds; the loss is unimodal there for
+ * alpha, beta > 0), and L* there.
  * *at_edge is set when N* is an end of the interval. */
 void scaling_optimum(const scaling_law *f, double kappa, double gamma, double c, double n_lo,
                      double n_hi, double *n_opt, double *l_opt, bool *at_edge);

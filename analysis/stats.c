@@ -292,7 +292,7 @@ void welch_test(const sample_summary *a, const sample_summary *b, welch_result *
     }
     w->t = w->diff / sqrt(se2);
     w->df = se2 * se2 / (va * va / (a->n - 1) + vb * vb / (b->n - 1));
-    w->p = beta_inc_reg(0.5 * w->df, 0.5, w->df / (w->df + w->t * w->t));
+    w->p = student_t_p_two_sided(w->t, w->df);
 }
 
 int seeds_for_power(double diff, double sd, double power, int cap)

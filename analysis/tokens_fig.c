@@ -32,7 +32,7 @@ static double max_rate(const tokens_report *t)
             take_interval(tl->pos[b], &lo, &hi);
             m = fmax(m, isnan(hi) ? 0.0 : hi);
         }
-        m = fmax(m, run_layer_value(t->ri, tl->layer, "capacity"));
+        m = fmax(m, run_layer_capacity(t->ri, tl->layer));
     }
     return m > 0 ? fmin(1.0, m * 1.12) : 1.0;
 }
@@ -43,9 +43,9 @@ static void capacity_lines(cairo_t *cr, const tokens_fig *f, const plot_axes *ax
     for (int k = 0; k < f->t->n_layers; k++) {
         const run_info *ri = f->t->ri;
         int l = f->t->layers[k].layer;
-        if (!run_layer_has_key(ri, l, "capacity"))
+        if (!(run_layer_decides(ri, l) & DECIDES_TAKE))
             continue;
-        double y = round(axes_py(ax, run_layer_value(ri, l, "capacity"))) + 0.5;
+        double y = round(axes_py(ax, run_layer_capacity(ri, l))) + 0.5;
         cairo_set_dash(cr, dash, 2, 0);
         cairo_set_line_width(cr, 1.0);
         plot_color(cr, rgb_hex(COLOR_AXIS), 1.0);

@@ -125,7 +125,7 @@ int cmd_weights(const an_args *a)
         if (early.scores && late.scores) {
             weights_panel *p = &f.panels[f.n++];
             p->layer = l;
-            p->capacity = run_layer_value(ri, l, "capacity");
+            p->capacity = run_layer_capacity(ri, l);
             weight_hist(p->early, early.scores, n);
             weight_hist(p->late, late.scores, n);
         }

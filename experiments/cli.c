@@ -61,6 +61,8 @@ static const opt options[] = {
     { "--record", OPT_STRING, OFF(record), 0, CLI_RECORD },
     { "--csv", OPT_STRING, OFF(csv), 0, CLI_CSV },
     { "--dial", OPT_STRING, OFF(dial), 0, CLI_DIAL },
+    { "--with-optim", OPT_FLAG, OFF(with_optim), 0, CLI_WITH_OPTIM },
+    { "--no-tensorboard", OPT_FLAG, OFF(no_tensorboard), 0, CLI_NO_TENSORBOARD },
 };
 
 static int set_option(cli *c, const opt *o, const char *v, FILE *err)
@@ -589,8 +591,14 @@ int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, const char *re
     if (!strcmp(cfg->tokenizer, "none"))
         return 0;
     const char *slash = strrchr(ckpt, '/');
-    snprintf(path, len, "%.*stokenizer.model", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
+    size_t n = strlen(ckpt);
     struct stat st;
+    /* an export's copy (mode-exp export: OUT.tokenizer.model beside
+     * OUT.safetensors), else the run's beside its checkpoint */
+    if (n > 12 && !strcmp(ckpt + n - 12, ".safetensors"))
+        snprintf(path, len, "%.*s.tokenizer.model", (int)(n - 12), ckpt);
+    if (!path[0] || stat(path, &st) != 0)
+        snprintf(path, len, "%.*stokenizer.model", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
     if (stat(path, &st) != 0)
         snprintf(path, len, "%s", cfg->tokenizer);
     /* the recorded "; tokenizer PATH: FINGERPRINT" */

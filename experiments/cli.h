@@ -26,7 +26,8 @@ enum cli_opt {
     CLI_WINDOWS = 1u << 14, CLI_TOKENS = 1u << 15, CLI_BENCH = 1u << 16, CLI_TOP_K = 1u << 17,
     CLI_SEED = 1u << 18, CLI_TEMPERATURE = 1u << 19, CLI_DATA = 1u << 20, CLI_MODE = 1u << 21,
     CLI_PROMPT = 1u << 22, CLI_ROUTING = 1u << 23, CLI_ROUTING_LAYERS = 1u << 24,
-    CLI_RECORD = 1u << 25, CLI_CSV = 1u << 26, CLI_DIAL = 1u << 27,
+    CLI_RECORD = 1u << 25, CLI_CSV = 1u << 26, CLI_DIAL = 1u << 27, CLI_WITH_OPTIM = 1u << 28,
+    CLI_NO_TENSORBOARD = 1u << 29,
 };
 
 /* A subcommand's name (in messages: "mode-exp eval: ...") and the options
@@ -41,7 +42,7 @@ typedef struct cli {
     unsigned given; /* the CLI_* options on the command line */
     int n_over;
     char **over;
-    bool resume, overwrite, quiet, jsonl, json, ids;
+    bool resume, overwrite, quiet, jsonl, json, ids, with_optim, no_tensorboard;
     int threads;
     long ranks;
     long max_steps;
@@ -131,5 +132,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv);
+int cmd_export(mode_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -1,8 +1,10 @@
 /* mode-exp: train, evaluate and count FLOPs of MoD / MoE / MoDE models.
  *   mode-exp CONFIG.ini [section.key=value ...] [--resume] [--quiet] [--jsonl]
+ *            [--no-tensorboard]
  *   mode-exp eval CKPT [--data PATH] [--mode topk|causal] [--windows N] [--json]
  *   mode-exp flops CONFIG.ini [section.key=value ...]
  *   mode-exp sample CKPT --prompt TEXT --tokens N [--temperature T] [--top-k K] [--seed S]
+ *   mode-exp export CKPT OUT [--with-optim]
  * Every subcommand takes --help. */
 #include "core/comm/comm.h"
 #include "core/config/config.h"
@@ -38,6 +40,7 @@ static const char usage_main[] =
     "       mode-exp sweep SWEEP.ini [section.key=value ...] [options]   a grid or isoFLOP sweep\n"
     "       mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P]  memory per rank\n"
     "       mode-exp tokenize TEXT OUT --vocab V [options]            a SentencePiece tokenizer\n"
+    "       mode-exp export CKPT OUT [--with-optim]                   to safetensors and back\n"
     "       mode-exp --version                                        build, libraries, kernels\n"
     "       mode-exp --help-keys [--markdown]                         the declared keys\n"
     "\n"
@@ -54,6 +57,8 @@ static const char usage_main[] =
     "                 units drawn afresh (Drop-Upcycling); docs/upcycling.md\n"
     "  --quiet        print nothing but errors\n"
     "  --jsonl        one JSON object per logged step instead of text\n"
+    "  --no-tensorboard  no TensorBoard event file beside run.h5 (written by default:\n"
+    "                 `tensorboard --logdir <run.out>` follows the run; docs/tensorboard.md)\n"
     "  --threads N    threads per rank (default: $OPENBLAS_NUM_THREADS, else cores /\n"
     "                 ranks on the node); eval, sample, bench and sweep take it too\n"
     "  --max-steps N  stop after N steps of this invocation (with a checkpoint);\n"
@@ -148,7 +153,8 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     cli c;
     static const cli_opts opts = { "training", CLI_RESUME | CLI_OVERWRITE | CLI_INIT_FROM |
                                    CLI_UPCYCLE_NOISE | CLI_UPCYCLE_REINIT | CLI_QUIET |
-                                   CLI_JSONL | CLI_THREADS | CLI_MAX_STEPS };
+                                   CLI_JSONL | CLI_THREADS | CLI_MAX_STEPS |
+                                   CLI_NO_TENSORBOARD };
     if (parse_cli(&c, argc - 1, argv + 1, usage_main, &opts, ctx->rank))
         return 2;
     run_config cfg;
@@ -179,6 +185,7 @@ static int cmd_train(mode_ctx *ctx, int argc, char **argv)
     }
     log_opts lo = { .quiet = c.quiet, .jsonl = c.jsonl, .ctx = ctx };
     trainer_opts o = { .resume = c.resume, .overwrite = c.overwrite, .init_from = c.init_from,
+                       .no_tensorboard = c.no_tensorboard,
                        .upcycle_noise = c.upcycle_noise, .upcycle_reinit = c.upcycle_reinit,
                        .init_note = print_init_note,
                        .log = print_log, .log_user = &lo, .argc = argc,
@@ -272,7 +279,7 @@ static int cmd_version(void)
 static int finish_output(int rc, int argc, char **argv)
 {
     static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep", "tokenize",
-                                               "plan", "--version", "version", "--help", "-h",
+                                               "plan", "export", "--version", "version", "--help", "-h",
                                                "help", "--help-keys", NULL };
     const char *sub = NULL;
     for (int i = 0; argc >= 2 && subcommands[i]; i++)
@@ -392,6 +399,7 @@ static int run_command(int argc, char **argv)
              : !strcmp(argv[1], "sample") ? cmd_sample(&ctx, argc, argv)
              : !strcmp(argv[1], "bench")  ? cmd_bench(&ctx, argc, argv)
              : !strcmp(argv[1], "sweep")  ? cmd_sweep(&ctx, argc, argv)
+             : !strcmp(argv[1], "export") ? cmd_export(&ctx, argc, argv)
                                           : cmd_train(&ctx, argc, argv);
     free_thread_pool(&ctx.pool);
     comm_finalize(&ctx.comm);

@@ -375,7 +375,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             long ran_b = db.tokens - db.seqs; /* the first token of each came from the prompt */
             for (int l = 0; l < L; l++) {
                 const char *k = cfg.layers[l].kind;
-                if (strcmp(k, "dense"))
+                if (layer_kind_lookup(mode_kinds, k)->decides.decides)
                     printf("# decode benchmark: layer %d (%s): %.4f of generated tokens took "
                            "its block\n", l, k,
                            ran_b > 0 ? (double)db.took[l] / (double)ran_b : 0.0);
@@ -392,20 +392,23 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             const char *k = cfg.layers[l].kind;
             const layer_kind *kd = layer_kind_lookup(mode_kinds, k);
             double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity, most;
-            if (kd && kd->exit_point)
+            const decision_decl *dd = &kd->decides;
+            if (dd->decides & DECIDES_EXIT)
                 printf("# layer %d (%s): %ld of %ld generated tokens left the stack here "
                        "(%.1f%%)\n", l, k, took[l], ran, share);
-            else if (!layer_spec_number(&cfg.layers[l], kd, "recursions", &most))
+            else if (dd->decides & DECIDES_DEPTH &&
+                     !layer_spec_number(&cfg.layers[l], kd, dd->most_key, &most))
                 printf("# layer %d (%s): %.3f of at most %.0f recursions a generated token "
                        "(%ld of %ld)\n", l, k, ran ? (double)took[l] / (double)ran : 0.0, most,
                        took[l], ran * (long)most);
-            else if (!layer_spec_number(&cfg.layers[l], kd, "capacity", &capacity))
+            else if (dd->decides & DECIDES_TAKE &&
+                     !layer_spec_number(&cfg.layers[l], kd, dd->share_key, &capacity))
                 printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
                        "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
-            else if (layer_spec_number(&cfg.layers[l], kd, "experts", &most) == 0)
+            else if (dd->decides & DECIDES_EXPERTS)
                 printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
                        "first (%.1f%%)\n", l, k, took[l], ran, share);
-            else if (strcmp(k, "dense"))
+            else if (dd->decides)
                 printf("# layer %d (%s): %ld of %ld generated tokens ran the block (%.1f%%)\n",
                        l, k, took[l], ran, share);
         }

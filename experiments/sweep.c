@@ -31,7 +31,7 @@
 static const char usage_sweep[] =
     "usage: mode-exp sweep SWEEP.ini [section.key=value ...] [--dry-run] [--progress]\n"
     "                      [--no-report] [--threads N] [--ranks-per-run K] [--only RUN]\n"
-    "                      [--slurm-array OUT.sbatch]\n"
+    "                      [--slurm-array OUT.sbatch] [--no-tensorboard]\n"
     "  Trains every config of a sweep file (a grid over config keys, or an isoFLOP\n"
     "  design of budgets x model sizes x kinds; the format is in experiments/sweeps.md\n"
     "  and atop experiments/capacity.ini and isoflop.ini), each into <out>/<run name>/,\n"
@@ -60,7 +60,9 @@ static const char usage_sweep[] =
     "               task per run (K = --ranks-per-run ranks each, default 1), each\n"
     "               `mode-exp sweep SWEEP.ini --only RUN` of line $SLURM_ARRAY_TASK_ID of\n"
     "               the run list OUT.sbatch.runs written beside it; without srun a task\n"
-    "               runs under mpirun (K > 1) or alone\n";
+    "               runs under mpirun (K > 1) or alone\n"
+    "  --no-tensorboard  no TensorBoard event file beside each run's run.h5 (as\n"
+    "               `mode-exp --no-tensorboard`; the array's tasks take it too)\n";
 
 typedef enum run_action { ACT_TRAIN, ACT_RESUME, ACT_SKIP } run_action;
 static const char *const action_names[] = { "train", "resume", "complete" };
@@ -70,6 +72,7 @@ typedef struct sweep_opts {
     int n_over;
     char **over;
     bool dry_run, progress, no_report;
+    bool no_tensorboard;     /* no event files beside the runs' run.h5 (every run, every task) */
     int threads;
     bool threads_set;        /* --threads given (the job array's tasks take it) */
     int ranks_per_run;       /* 0: every run on the whole world */
@@ -86,11 +89,11 @@ typedef struct run_state {
 /* The options of sweep, one row each: a value-taking one reads the next
  * argument.  Each may be given once. */
 enum { OPT_DRY_RUN, OPT_PROGRESS, OPT_NO_REPORT, OPT_THREADS, OPT_RANKS_PER_RUN, OPT_ONLY,
-       OPT_SLURM_ARRAY, OPT_COUNT };
+       OPT_SLURM_ARRAY, OPT_NO_TENSORBOARD, OPT_COUNT };
 static const struct { const char *name; bool value; } sweep_options[OPT_COUNT] = {
     { "--dry-run", false }, { "--progress", false }, { "--no-report", false },
     { "--threads", true }, { "--ranks-per-run", true }, { "--only", true },
-    { "--slurm-array", true },
+    { "--slurm-array", true }, { "--no-tensorboard", false },
 };
 
 static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
@@ -111,7 +114,8 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
             k++;
         if (k == OPT_COUNT && a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "mode-exp sweep: unknown option %s (it takes --dry-run, --progress, "
-                    "--no-report, --threads, --ranks-per-run, --only, --slurm-array)\n%s", a,
+                    "--no-report, --threads, --ranks-per-run, --only, --slurm-array, "
+                    "--no-tensorboard)\n%s", a,
                     usage_sweep);
             return -EINVAL;
         }
@@ -163,6 +167,7 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
         }
         case OPT_ONLY: o->only = v; break;
         case OPT_SLURM_ARRAY: o->slurm = v; break;
+        case OPT_NO_TENSORBOARD: o->no_tensorboard = true; break;
         default: break;
         }
         if (sweep_options[k].value)
@@ -186,6 +191,11 @@ static int parse_sweep_args(sweep_opts *o, int argc, char **argv)
     if (o->slurm && (o->dry_run || o->progress || o->no_report)) {
         fprintf(stderr, "mode-exp sweep: --slurm-array writes a script and trains nothing: "
                 "--dry-run, --progress and --no-report would change nothing\n");
+        return -EINVAL;
+    }
+    if (o->dry_run && o->no_tensorboard) {
+        fprintf(stderr, "mode-exp sweep: --dry-run trains nothing: --no-tensorboard would change "
+                "nothing\n");
         return -EINVAL;
     }
     return o->threads ? 0 : cli_env_threads(&o->threads);
@@ -461,6 +471,7 @@ static int do_run(mode_ctx *ctx, const sweep_plan *p, const sweep_run *r, bool r
         memset(ctx->timers, 0, sizeof(ctx->timers));
         progress pr = { r->name };
         trainer_opts to = { .resume = resume, .log = o->progress ? print_progress : NULL,
+                            .no_tensorboard = o->no_tensorboard,
                             .log_user = &pr, .argc = argc, .argv = argv,
                             .blas_threads = threads, .fatal = sweep_fatal,
                             /* the sweep inspected the folder: a run to train anew goes
@@ -599,7 +610,7 @@ int cmd_sweep(mode_ctx *ctx, int argc, char **argv)
     if (!rc && o.slurm) { /* the job array's script, and no training */
         if (ctx->rank == 0)
             rc = sweep_write_slurm(o.slurm, &p, order, k, o.threads_set ? o.threads : 0,
-                                   o.n_over, o.over, err, (int)sizeof(err));
+                                   o.no_tensorboard, o.n_over, o.over, err, (int)sizeof(err));
         if (!(rc = comm_agree(ctx->comm, rc, err, (int)sizeof(err))) && ctx->rank == 0)
             printf("# %s: %d array tasks of %d rank(s), one per run of %s (run list %s.runs)\n",
                    o.slurm, p.n_runs, k, p.path, o.slurm);

@@ -63,13 +63,15 @@ void sweep_config_error(const sweep_plan *p, const sweep_run *r, const char *msg
 void sweep_queue(int n, const double *cost, int *order);
 
 /* --slurm-array: the batch script at path (one array task per run, in the
- * queue's order, ranks tasks each, `--threads threads` when threads > 0)
+ * queue's order, ranks tasks each, `--threads threads` when threads > 0,
+ * `--no-tensorboard` with no_tensorboard)
  * and its run list, path + ".runs", a run's name a line; each task runs
  * `mode-exp sweep FILE args... --only RUN` (args: the command line's
  * overrides).  Both through core/util/outfile.h.  0, or a negative errno
  * with err. */
 int sweep_write_slurm(const char *path, const sweep_plan *p, const int *order, int ranks,
-                      int threads, int n_args, char *const *args, char *err, int err_len);
+                      int threads, bool no_tensorboard, int n_args, char *const *args, char *err,
+                      int err_len);
 
 /* --only RUN: the plan cut to that run, or -EINVAL with err listing the
  * sweep's runs. */

@@ -49,7 +49,8 @@ static void put_quoted(FILE *f, const char *s)
 }
 
 int sweep_write_slurm(const char *script, const sweep_plan *p, const int *order, int ranks,
-                      int threads, int n_args, char *const *args, char *err, int err_len)
+                      int threads, bool no_tensorboard, int n_args, char *const *args, char *err,
+                      int err_len)
 {
     char list[MODE_PATH_MAX + 8], exe[MODE_PATH_MAX], file[MODE_PATH_MAX], cwd[MODE_PATH_MAX];
     snprintf(list, sizeof(list), "%s.runs", script);
@@ -118,6 +119,8 @@ int sweep_write_slurm(const char *script, const sweep_plan *p, const int *order,
     }
     if (threads > 0)
         fprintf(f, " --threads %d", threads);
+    if (no_tensorboard)
+        fprintf(f, " --no-tensorboard");
     fprintf(f, " --only \"$run\"\n"
                "if command -v srun >/dev/null 2>&1; then\n"
                "    exec srun --ntasks=%d \"$@\"\n"

@@ -157,9 +157,9 @@ static int exit_backward(layer *l, const fwd_args *a, float *dx, const float *dy
 static int exit_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const exit_state *s = l->state;
-    unsigned long long dims[2] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len };
-    int rc = sink->put(sink, "exited", RECORD_UINT8, 2, dims, s->left);
-    return rc ? rc : sink->put(sink, "confidence", RECORD_FLOAT, 2, dims, s->conf);
+    route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .exited = s->left,
+                         .confidence = s->conf };
+    return route_decision_record(&d, sink);
 }
 
 static int exit_stat_count(const layer *l, int *n_sums)

@@ -85,4 +85,5 @@ const layer_kind exit_kind = {
     .state_bytes = exit_state_bytes,
     .ws_floats = exit_ws_floats,
     .exit_point = true,
+    .decides = { DECIDES_EXIT },
 };

@@ -65,7 +65,8 @@ static int mod_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
 static int mod_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const mod_state *s = l->state;
-    return mod_router_record(&s->rt, a, sink);
+    route_decision d = { 0 };
+    return mod_router_record(&s->rt, a, &d, sink);
 }
 
 static int mod_stat_count(const layer *l, int *n_sums)

@@ -126,13 +126,11 @@ static int mor_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
 static int mor_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const mor_state *s = l->state;
-    unsigned long long dims[2] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len };
     /* the first step's decisions and scores (what the depth tools read),
      * and how many steps each token took */
-    int rc = sink->put(sink, "selected", RECORD_UINT8, 2, dims, s->step[0].sel.take);
-    if (!rc)
-        rc = sink->put(sink, "scores", RECORD_FLOAT, 2, dims, s->step[0].sel.s);
-    return rc ? rc : sink->put(sink, "depth", RECORD_INT32, 2, dims, s->depth);
+    route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .selected = s->step[0].sel.take,
+                         .scores = s->step[0].sel.s, .depth = s->depth };
+    return route_decision_record(&d, sink);
 }
 
 static int mor_stat_count(const layer *l, int *n_sums)

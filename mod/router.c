@@ -381,24 +381,26 @@ int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w,
     return rc ? rc : 1;
 }
 
-int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink)
+int mod_router_record(const mod_router *rt, const fwd_args *a, route_decision *d,
+                      record_sink *sink)
 {
-    unsigned long long dims[2] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len };
     long n = (long)a->nseq * a->seq_len;
-    int rc = sink->put(sink, "selected", RECORD_UINT8, 2, dims, rt->z);
-    if (!rc)
-        rc = sink->put(sink, "scores", RECORD_FLOAT, 2, dims, rt->r);
-    if (!rc)
-        rc = sink->put(sink, "causal", RECORD_UINT8, 2, dims, rt->c);
-    if (!rc && rt->cfg.t_pred >= 0) {
-        float *p = malloc((size_t)n * sizeof(float));
+    float *p = NULL;
+    if (rt->cfg.t_pred >= 0) {
+        p = malloc((size_t)n * sizeof(float));
         if (!p)
             return -ENOMEM;
         for (long i = 0; i < n; i++)
             p[i] = sigmoidf(rt->pl[i]);
-        rc = sink->put(sink, "pred_prob", RECORD_FLOAT, 2, dims, p);
-        free(p);
     }
+    d->nseq = a->nseq;
+    d->seq_len = a->seq_len;
+    d->selected = rt->z;
+    d->scores = rt->r;
+    d->causal = rt->c;
+    d->pred_prob = p;
+    int rc = route_decision_record(d, sink);
+    free(p);
     return rc;
 }
 

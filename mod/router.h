@@ -127,7 +127,11 @@ int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, in
  * negative on error. */
 int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w, int t_block,
                          int layer_index, const fwd_args *a, const float *x, int32_t pos);
-int mod_router_record(const mod_router *rt, const fwd_args *a, record_sink *sink);
+
+/* The router's decisions (selected, scores, causal, pred_prob) into d, and
+ * d with whatever else the caller put in it through the sink. */
+int mod_router_record(const mod_router *rt, const fwd_args *a, route_decision *d,
+                      record_sink *sink);
 int mod_router_stat_count(int *n_sums);
 void mod_router_stat_name(int col, char *buf, int len);
 void mod_router_stat_columns(const double *sums, double *cols);

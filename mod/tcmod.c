@@ -107,12 +107,11 @@ static int tcmod_backward(layer *l, const fwd_args *a, float *dx, const float *d
 static int tcmod_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const tcmod_state *s = l->state;
-    unsigned long long dims[2] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len };
-    /* the tokens that took the block (the per-token rule), and the scores */
-    int rc = sink->put(sink, "selected", RECORD_UINT8, 2, dims, s->rt.c);
-    if (!rc) /* the same decisions under the causal rule's name (they are causal) */
-        rc = sink->put(sink, "causal", RECORD_UINT8, 2, dims, s->rt.c);
-    return rc ? rc : sink->put(sink, "scores", RECORD_FLOAT, 2, dims, s->rt.r);
+    /* the tokens that took the block (the per-token rule), the same
+     * decisions under the causal rule's name (they are causal), the scores */
+    route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .selected = s->rt.c,
+                         .causal = s->rt.c, .scores = s->rt.r };
+    return route_decision_record(&d, sink);
 }
 
 static const char *const stat_names[] = { "take_share", "penalty", "mean_sigmoid" };

@@ -114,12 +114,9 @@ static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int
 static int moe_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const moe_state *s = l->state;
-    unsigned long long dims[3] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len,
-                                   (unsigned long long)s->ec.top_k };
-    int rc = sink->put(sink, "experts", RECORD_INT32, 3, dims, experts_choices(s->ex));
-    if (!rc)
-        rc = sink->put(sink, "weights", RECORD_FLOAT, 3, dims, experts_weights(s->ex));
-    return rc;
+    route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .top_k = s->ec.top_k,
+                         .experts = experts_choices(s->ex), .weights = experts_weights(s->ex) };
+    return route_decision_record(&d, sink);
 }
 
 static int moe_stat_count(const layer *l, int *n_sums)

@@ -161,6 +161,7 @@ const layer_kind moe_kind = {
     .flops = moe_flops,
     .state_bytes = moe_state_bytes,
     .ws_floats = moe_ws_floats,
+    .decides = { DECIDES_EXPERTS, .experts_key = "experts", .split_key = "granularity" },
 };
 
 const layer_kind integrated_kind = {
@@ -171,6 +172,7 @@ const layer_kind integrated_kind = {
     .flops = integrated_flops,
     .state_bytes = integrated_state_bytes,
     .ws_floats = moe_ws_floats,
+    .decides = { DECIDES_EXPERTS, .experts_key = "experts", .split_key = "granularity" },
 };
 
 /* ---- ec: expert-choice experts (docs/kinds/ec.md) ----------------------- */
@@ -204,4 +206,5 @@ const layer_kind ec_kind = {
     .flops = ec_flops,
     .state_bytes = ec_state_bytes,
     .ws_floats = moe_ws_floats,
+    .decides = { DECIDES_EXPERTS, .experts_key = "experts" },
 };

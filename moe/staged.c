@@ -141,9 +141,6 @@ static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
     const routed_set *set = &s->blk.set;
     int K = s->ec.top_k;
     long n = (long)a->nseq * a->seq_len;
-    int rc = mod_router_record(&s->rt, a, sink);
-    if (rc)
-        return rc;
     /* experts of the rows that took the block; -2 for rows that skipped it */
     for (long i = 0; i < n * K; i++) {
         s->rec_experts[i] = -2;
@@ -155,10 +152,8 @@ static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
         memcpy(s->rec_experts + (size_t)set->sel[j] * K, ch + (size_t)j * K, K * sizeof(int32_t));
         memcpy(s->rec_weights + (size_t)set->sel[j] * K, wt + (size_t)j * K, K * sizeof(float));
     }
-    unsigned long long dims[3] = { (unsigned long long)a->nseq, (unsigned long long)a->seq_len,
-                                   (unsigned long long)K };
-    rc = sink->put(sink, "experts", RECORD_INT32, 3, dims, s->rec_experts);
-    return rc ? rc : sink->put(sink, "weights", RECORD_FLOAT, 3, dims, s->rec_weights);
+    route_decision d = { .top_k = K, .experts = s->rec_experts, .weights = s->rec_weights };
+    return mod_router_record(&s->rt, a, &d, sink);
 }
 
 static int staged_stat_count(const layer *l, int *n_sums)

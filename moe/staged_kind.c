@@ -81,4 +81,6 @@ const layer_kind staged_kind = {
     .flops = staged_flops,
     .state_bytes = staged_state_bytes,
     .ws_floats = staged_ws_floats,
+    .decides = { DECIDES_TAKE | DECIDES_EXPERTS, .share_key = "capacity",
+                 .experts_key = "experts", .split_key = "granularity" },
 };

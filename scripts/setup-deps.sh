@@ -6,9 +6,10 @@ set -eu
 
 PKGS="meson ninja-build pkg-config gcc g++ libopenblas-dev libopenmpi-dev openmpi-bin
 libhdf5-openmpi-dev hdf5-tools libinih-dev libcairo2-dev libcmocka-dev libpcg-cpp-dev
-libsentencepiece-dev sentencepiece
+libsentencepiece-dev sentencepiece libgsl-dev
 clang libclang-rt-14-dev valgrind
-iproute2"
+iproute2
+python3-torch python3-h5py"
 
 missing=""
 for p in $PKGS; do

@@ -116,8 +116,8 @@ static long count_pieces(const char *d)
 /* One step's rows: metrics (15 columns), a layer table and a record. */
 static void add_step(run_record *r, int t, long s)
 {
-    double row[15] = { (double)s, 1.0 / (double)s, 2.0 / (double)s };
-    row[10] = 0.5 * (double)s; /* wall_s */
+    double row[RUN_METRIC_COUNT] = { (double)s, 1.0 / (double)s, 2.0 / (double)s };
+    row[RUN_METRIC_WALL_S] = 0.5 * (double)s;
     assert_int_equal(run_table_append(&r->metrics, row), 0);
     assert_int_equal(run_table_append(&r->extra[t], row), 0);
     float blob[6] = { (float)s, 2, 3, 4, 5, 6 };
@@ -228,7 +228,7 @@ static void test_run_file_holes(void **state)
             assert_int_equal(run_record_flush(r, path, s, err, sizeof(err)), 0);
     }
     /* a late piece of step 12: one evaluation row */
-    double row[8] = { 12, 1.5, 1.6, 0.01, 0.01, 4, 2.1, 2.2 }; /* ..., windows, bpb */
+    double row[RUN_EVAL_COUNT] = { 12, 1.5, 1.6, 0.01, 0.01, 4, 2.1, 2.2 }; /* ..., windows, bpb */
     assert_int_equal(run_table_append(&r->eval, row), 0);
     assert_int_equal(run_record_flush_late(r, path, 12, err, sizeof(err)), 0);
     run_reader *rd = NULL;
@@ -324,7 +324,7 @@ static void test_full_disk(void **state)
     assert_int_not_equal(rc, 0);
     assert_non_null(strstr(err, "ckpt.h5"));
     assert_true(strstr(err, "no room") || strstr(err, "cannot reserve"));
-    double row[15] = { 1 };
+    double row[RUN_METRIC_COUNT] = { 1 };
     assert_int_equal(run_table_append(&r->metrics, row), 0);
     assert_int_not_equal(run_record_flush(r, runp, 1, err, sizeof(err)), 0);
     print_message("%s\n", err);

@@ -184,6 +184,97 @@ static void expect_error(const char *source, int vocab, double val_fraction, int
     expect_error_held(source, NULL, vocab, val_fraction, seq_len, data_dir, want1, want2);
 }
 
+/* llm.c's token file (data.h): a 256 x int32 header, then n tokens of width
+ * bytes, token i = (i * 40503) mod v; into b (at least 1024 + n width). */
+static size_t llmc_file(uint8_t *b, int32_t magic, int32_t version, int32_t count, int width,
+                        long n, uint32_t v)
+{
+    memset(b, 0, 1024);
+    int32_t h[3] = { magic, version, count };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            b[4 * i + k] = (uint8_t)((uint32_t)h[i] >> (8 * k));
+    for (long i = 0; i < n; i++)
+        for (int k = 0; k < width; k++)
+            b[1024 + i * width + k] = (uint8_t)((uint32_t)((uint64_t)i * 40503u % v) >> (8 * k));
+    return 1024 + (size_t)(n * width);
+}
+
+/* llm.c's files: version 1 (uint16) and 7 (uint32) read after their
+ * header; a size that is not the header's, a version that is not the
+ * magic's, a header right in all but the magic are refused naming the file
+ * and what is wrong; a headerless .bin is read as before. */
+static void test_llmc_files(void **state)
+{
+    tmp_dir *t = *state;
+    char path[512], err[1024], want[1024];
+    enum { N = 3000 };
+    static uint8_t b[1024 + 4 * N];
+    dataset *d = NULL;
+    for (int w = 2; w <= 4; w += 2) {
+        uint32_t v = w == 2 ? 50257 : 128256;
+        size_t n = llmc_file(b, w == 2 ? 20240520 : 20240801, w == 2 ? 1 : 7, N, w, N, v);
+        write_file(t, "l.bin", b, n, path, sizeof(path));
+        assert_int_equal(load_dataset(&d, path, NULL, (int)v, 0.25, 32, NULL, err, sizeof(err)), 0);
+        assert_int_equal(d->source->n_tokens, N);
+        assert_int_equal(d->source->width, w);
+        assert_int_equal(d->source->header, 1024);
+        token_t *all = read_all(d);
+        for (long i = 0; i < N; i++)
+            assert_int_equal(all[i], (token_t)((uint64_t)i * 40503u % v));
+        free(all);
+        /* the fingerprint covers the header: the whole file's bytes */
+        char fp[DATA_FINGERPRINT_LEN + 600];
+        assert_int_equal(dataset_fingerprint(d, fp, sizeof(fp), err, sizeof(err)), 0);
+        snprintf(want, sizeof(want), "bytes %zu fnv1a64", n);
+        assert_non_null(strstr(fp, want));
+        free_dataset(&d);
+        /* a token >= vocab: named with its index and byte offset past the header */
+        assert_int_equal(load_dataset(&d, path, NULL, 40000, 0.25, 32, NULL, err, sizeof(err)),
+                         0);
+        token_t out[8];
+        assert_int_equal(dataset_read(d, &d->train, 0, 8, out, err, sizeof(err)), -ERANGE);
+        snprintf(want, sizeof(want), "%s: token 1 (byte offset %d) is 40503, not below vocab 40000",
+                 path, 1024 + w);
+        assert_string_equal(err, want);
+        free_dataset(&d);
+        /* truncated by one token */
+        write_file(t, "short.bin", b, n - (size_t)w, path, sizeof(path));
+        snprintf(want, sizeof(want), "%s: %zu bytes, but its llm.c header (magic %d, version %d) "
+                 "says 3000 %s tokens, 1024 + 3000 x %d = %zu bytes: the file is truncated", path,
+                 n - (size_t)w, w == 2 ? 20240520 : 20240801, w == 2 ? 1 : 7,
+                 w == 2 ? "uint16" : "uint32", w, n);
+        expect_error(path, (int)v, 0.25, 32, NULL, want, NULL);
+        /* a version that is not the magic's */
+        llmc_file(b, w == 2 ? 20240520 : 20240801, w == 2 ? 7 : 1, N, w, N, v);
+        write_file(t, "ver.bin", b, n, path, sizeof(path));
+        snprintf(want, sizeof(want), "%s: llm.c token file of magic %d and version %d: that "
+                 "magic goes with version %d", path, w == 2 ? 20240520 : 20240801,
+                 w == 2 ? 7 : 1, w == 2 ? 1 : 7);
+        expect_error(path, (int)v, 0.25, 32, NULL, want, NULL);
+        /* a header right but for its magic */
+        llmc_file(b, 20240521, w == 2 ? 1 : 7, N, w, N, v);
+        write_file(t, "magic.bin", b, n, path, sizeof(path));
+        snprintf(want, sizeof(want), "%s: its header reads as an llm.c token file's (version %d, "
+                 "3000 %s tokens, which fill its %zu bytes exactly) but its magic is 20240521",
+                 path, w == 2 ? 1 : 7, w == 2 ? "uint16" : "uint32", n);
+        expect_error(path, (int)v, 0.25, 32, NULL, want, NULL);
+    }
+    /* version 1 holds uint16 tokens: V at most 65536 */
+    size_t n = llmc_file(b, 20240520, 1, N, 2, N, 50257);
+    write_file(t, "v1.bin", b, n, path, sizeof(path));
+    snprintf(want, sizeof(want), "%s: vocab 70000 does not fit uint16 tokens", path);
+    expect_error(path, 70000, 0.25, 32, NULL, want, NULL);
+    /* the same bytes with another magic and a count that does not fill the
+     * file: headerless uint16 tokens (nanoGPT's), header and all */
+    llmc_file(b, 20240521, 1, N - 1, 2, N, 50257);
+    write_file(t, "plain.bin", b, n, path, sizeof(path));
+    assert_int_equal(load_dataset(&d, path, NULL, 65536, 0.25, 32, NULL, err, sizeof(err)), 0);
+    assert_int_equal(d->source->header, 0);
+    assert_int_equal(d->source->n_tokens, (long)n / 2);
+    free_dataset(&d);
+}
+
 static void test_bad_files(void **state)
 {
     tmp_dir *t = *state;
@@ -613,6 +704,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bin_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_u32_round_trip, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_bad_files, setup_tmp, teardown_tmp),
+        cmocka_unit_test_setup_teardown(test_llmc_files, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_token_checks, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_eval_file, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(test_brown_files, setup_tmp, teardown_tmp),

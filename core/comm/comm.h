@@ -102,7 +102,8 @@ int comm_agree_text(comm *c, const char *text, char *msg, int len);
  * all-to-alls), grad-allreduce, stats, eval, routing, runfile (rank 0's
  * piece of the run file), checkpoint-layout, checkpoint-write,
  * checkpoint-gather, sweep-plan, grad-reduce-scatter and param-allgather
- * (the sharded optimizer's, docs/sharding.md). */
+ * (the sharded optimizer's, docs/sharding.md), tfevents (rank 0's event of a
+ * step, core/io/tfevents.h). */
 void comm_set_step(comm *c, long step);
 int comm_fault(comm *c, const char *site);
 

@@ -649,22 +649,16 @@ static int parse_ini(loader *L)
 
 /* ---- checks between keys ------------------------------------------------ */
 
-/* The sources: token widths against vocab, and a held-out file of the same
- * kind as the source (byte text with text, token ids with token ids). */
+/* The sources: a held-out file of the same kind as the source (byte text
+ * with text, token ids with token ids). */
 static int check_source(loader *L)
 {
     run_config *c = L->c;
     int kv = key_index(SEC_DATA, "vocab"), ks = key_index(SEC_DATA, "source");
     int kh = key_index(SEC_DATA, "val_source");
     char va[VALUE_LEN], vb[VALUE_LEN];
-    for (int i = 0; i < 2; i++) {
-        int k = i == 0 ? ks : kh;
-        if (!ends_with(i == 0 ? c->source : c->val_source, ".bin") || c->vocab <= 65536)
-            continue;
-        cfg_ref a = key_ref(L, kv, va, sizeof(va)), b = key_ref(L, k, vb, sizeof(vb));
-        return fail_pair(L, &a, " to be at most 65536 (uint16 tokens) with the token file ", &b,
-                         "; store the tokens as little-endian uint32 in a .u32 file");
-    }
+    /* a .bin's token width is its header's (llm.c's version 7: uint32), so
+     * the vocab is checked against it when the file is opened (data.h) */
     if (has_held_out(c) && text_source(c->source) != text_source(c->val_source)) {
         cfg_ref a = key_ref(L, kh, va, sizeof(va)), b = key_ref(L, ks, vb, sizeof(vb));
         return fail_pair(L, &a, " to be of the same kind as ", &b,

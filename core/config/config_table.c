@@ -89,6 +89,16 @@ static void add_groups(run_config *c, const config_schema *schema)
         key_group_defaults(c->groups[g], c->group_values[g]);
 }
 
+bool run_config_dense(const run_config *c)
+{
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_kind *k = layer_kind_lookup(c->kinds, c->layers[l].kind);
+        if (!k || k->decides.decides)
+            return false;
+    }
+    return true;
+}
+
 void config_defaults(run_config *c, const config_schema *schema)
 {
     memset(c, 0, sizeof(*c));

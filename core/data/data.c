@@ -65,6 +65,12 @@ static int open_data_file(const char *path, int *fd_out, long *size, char *err, 
     return 0;
 }
 
+/* The bytes of c's file: its header and its tokens. */
+static long corpus_bytes(const corpus *c)
+{
+    return c->header + c->n_tokens * c->width;
+}
+
 /* Bytes [at, at + n) of c's file into buf.  A file that ends before them
  * changed under the run (truncated): said so, naming the file. */
 static int read_at(const corpus *c, uint8_t *buf, long at, long n, char *err, int err_len)
@@ -86,7 +92,7 @@ static int read_at(const corpus *c, uint8_t *buf, long at, long n, char *err, in
             snprintf(err, (size_t)err_len,
                      "%s: the file changed under the run: it ends at byte %ld, but it held %ld "
                      "bytes when it was opened (byte offset %ld is gone)", c->path, now,
-                     c->n_tokens * c->width, at + done);
+                     corpus_bytes(c), at + done);
             return -EIO;
         }
         done += got;
@@ -101,8 +107,8 @@ static void advise_random(const token_split *s)
     const corpus *c = s->c;
     if (c->fd < 0 || s->n_tokens == 0)
         return;
-    posix_fadvise(c->fd, (off_t)s->first * c->width, (off_t)s->n_tokens * c->width,
-                  POSIX_FADV_RANDOM);
+    posix_fadvise(c->fd, (off_t)(c->header + s->first * c->width),
+                  (off_t)s->n_tokens * c->width, POSIX_FADV_RANDOM);
 }
 
 static void free_corpus(corpus **c)
@@ -125,7 +131,7 @@ static void free_corpus(corpus **c)
  * read that fails. */
 static int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len)
 {
-    long size = c->n_tokens * c->width;
+    long size = corpus_bytes(c); /* an llm.c header too: the whole file */
     bool whole = size <= DATA_FINGERPRINT_WHOLE;
     uint64_t h = HASH_FNV1A64_OFFSET;
     if (c->fd < 0) {
@@ -189,22 +195,129 @@ void dataset_describe(const dataset *d, const char *fingerprint, char *out, int 
 
 /* ---- the sources -------------------------------------------------------- */
 
+/* The n bytes of c's file after its header as its tokens, of a fixed width,
+ * little-endian (1: text). */
+static int take_tokens(corpus *c, long n, int width, const char *type, char *err, int err_len)
+{
+    if (n % width != 0) {
+        snprintf(err, (size_t)err_len, "%s: %ld bytes is not a whole number of %s tokens",
+                 c->path, n, type);
+        return -EINVAL;
+    }
+    c->n_tokens = n / width;
+    c->width = width;
+    return 0;
+}
+
 /* A file of fixed-width little-endian tokens (width 1: text). */
 static int open_tokens(corpus *c, const char *path, int width, const char *type, char *err,
                        int err_len)
 {
     long n = 0;
     int rc = open_data_file(path, &c->fd, &n, err, err_len);
+    return rc ? rc : take_tokens(c, n, width, type, err, err_len);
+}
+
+/* llm.c's token files (dev/data/data_common.py): LLMC_HEADER_BYTES of
+ * little-endian int32, header[0] the magic, header[1] the version (which
+ * the magic fixes), header[2] the token count, then the tokens. */
+static const struct llmc_format {
+    int32_t magic, version;
+    int width;
+    const char *type;
+} llmc_formats[] = {
+    { LLMC_MAGIC_U16, 1, 2, "uint16" }, /* GPT-2's tokens */
+    { LLMC_MAGIC_U32, 7, 4, "uint32" }, /* Llama 3's */
+};
+
+static int32_t int32_le(const uint8_t *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                     (uint32_t)p[3] << 24);
+}
+
+/* A .bin is llm.c's when its first int32 is one of the magics; else it is
+ * headerless uint16 tokens (nanoGPT's), unless its header reads as llm.c's
+ * in all but the magic (a version of llm.c's, and the count of tokens of
+ * that width that fill the file exactly): that is a bad magic, refused.
+ * *f is NULL for a headerless file. */
+static int probe_llmc(const corpus *c, long size, const struct llmc_format **f, char *err,
+                      int err_len)
+{
+    *f = NULL;
+    uint8_t h[12];
+    if (size < (long)sizeof(h))
+        return 0; /* too short for a header: tokens (open_tokens checks the rest) */
+    int rc = read_at(c, h, 0, (long)sizeof(h), err, err_len);
     if (rc)
         return rc;
-    if (n % width != 0) {
-        snprintf(err, (size_t)err_len, "%s: %ld bytes is not a whole number of %s tokens", path,
-                 n, type);
+    int32_t magic = int32_le(h), version = int32_le(h + 4), count = int32_le(h + 8);
+    const int n_formats = (int)(sizeof(llmc_formats) / sizeof(llmc_formats[0]));
+    for (int i = 0; i < n_formats; i++)
+        if (magic == llmc_formats[i].magic)
+            *f = &llmc_formats[i];
+    for (int i = 0; !*f && i < n_formats; i++) {
+        const struct llmc_format *g = &llmc_formats[i];
+        if (version == g->version && count >= 0 &&
+            size == LLMC_HEADER_BYTES + (long)count * g->width) {
+            snprintf(err, (size_t)err_len,
+                     "%s: its header reads as an llm.c token file's (version %d, %d %s tokens, "
+                     "which fill its %ld bytes exactly) but its magic is %d, neither %d "
+                     "(version 1) nor %d (version 7)", c->path, (int)version, (int)count,
+                     g->type, size, (int)magic, LLMC_MAGIC_U16, LLMC_MAGIC_U32);
+            return -EINVAL;
+        }
+    }
+    if (*f && version != (*f)->version) {
+        snprintf(err, (size_t)err_len,
+                 "%s: llm.c token file of magic %d and version %d: that magic goes with "
+                 "version %d (%d: version 1, uint16 tokens; %d: version 7, uint32)", c->path,
+                 (int)magic, (int)version, (int)(*f)->version, LLMC_MAGIC_U16, LLMC_MAGIC_U32);
         return -EINVAL;
     }
-    c->n_tokens = n / width;
-    c->width = width;
+    if (!*f)
+        return 0;
+    long want = LLMC_HEADER_BYTES + (long)count * (*f)->width;
+    if (count < 0 || size != want) {
+        snprintf(err, (size_t)err_len,
+                 "%s: %ld bytes, but its llm.c header (magic %d, version %d) says %d %s tokens, "
+                 "%d + %d x %d = %ld bytes: %s", c->path, size, (int)magic, (int)version,
+                 (int)count, (*f)->type, LLMC_HEADER_BYTES, (int)count, (*f)->width, want,
+                 size < want ? "the file is truncated" : "the file is longer than its header says");
+        return -EINVAL;
+    }
     return 0;
+}
+
+/* A token file: .u32 (headerless uint32), or .bin: llm.c's (uint16 or
+ * uint32 after a header) or headerless uint16 (nanoGPT's, mode-exp
+ * tokenize's).  uint16 tokens hold a vocab of at most 65536. */
+static int open_token_file(corpus *c, const char *path, int vocab, char *err, int err_len)
+{
+    if (vocab < 1) {
+        snprintf(err, (size_t)err_len, "%s: vocab %d must be at least 1", path, vocab);
+        return -EINVAL;
+    }
+    if (ends_with(path, ".u32")) /* the extension declares the width (data.h) */
+        return open_tokens(c, path, 4, "uint32", err, err_len);
+    long size = 0;
+    int rc = open_data_file(path, &c->fd, &size, err, err_len);
+    const struct llmc_format *f = NULL;
+    if (!rc)
+        rc = probe_llmc(c, size, &f, err, err_len);
+    if (rc)
+        return rc;
+    if ((!f || f->width == 2) && vocab > 65536) {
+        snprintf(err, (size_t)err_len,
+                 "%s: vocab %d does not fit uint16 tokens (at most 65536); store the tokens "
+                 "as little-endian uint32 in a .u32 file (or an llm.c file of version 7)", path,
+                 vocab);
+        return -EINVAL;
+    }
+    if (!f)
+        return take_tokens(c, size, 2, "uint16", err, err_len);
+    c->header = LLMC_HEADER_BYTES; /* the header's count matched the size */
+    return take_tokens(c, size - LLMC_HEADER_BYTES, f->width, f->type, err, err_len);
 }
 
 /* Brown's classes, one byte per token of c, from the file pos: read and
@@ -313,16 +426,7 @@ static int load_corpus(corpus **out, int *vocab_out, const char *source, int voc
     } else if (ends_with(source, ".txt")) {
         rc = open_tokens(c, source, 1, "byte", err, err_len);
     } else if (ends_with(source, ".bin") || ends_with(source, ".u32")) {
-        /* the extension declares the width (data.h) */
-        bool wide = ends_with(source, ".u32");
-        if (vocab < 1)
-            snprintf(err, (size_t)err_len, "%s: vocab %d must be at least 1", source, vocab);
-        else if (!wide && vocab > 65536)
-            snprintf(err, (size_t)err_len,
-                     "%s: vocab %d does not fit uint16 tokens (at most 65536); store the tokens "
-                     "as little-endian uint32 in a .u32 file", source, vocab);
-        else
-            rc = open_tokens(c, source, wide ? 4 : 2, wide ? "uint32" : "uint16", err, err_len);
+        rc = open_token_file(c, source, vocab, err, err_len);
         /* the tokens' Brown classes beside them (mode-exp tokenize --labels) */
         char pos[sizeof(c->path) + 8];
         struct stat st;
@@ -559,7 +663,8 @@ int dataset_read(const dataset *d, const token_split *s, long at, long n, token_
     for (long i0 = 0; i0 < n; i0 += per) {
         long m = n - i0 < per ? n - i0 : per, k0 = s->first + at + i0; /* in the file */
         const uint8_t *p = c->bytes ? c->bytes + (size_t)k0 * (size_t)c->width : chunk;
-        int rc = c->bytes ? 0 : read_at(c, chunk, k0 * c->width, m * c->width, err, err_len);
+        int rc = c->bytes ? 0 : read_at(c, chunk, c->header + k0 * c->width, m * c->width, err,
+                                        err_len);
         if (rc)
             return rc;
         for (long i = 0; i < m; i++) {
@@ -569,7 +674,7 @@ int dataset_read(const dataset *d, const token_split *s, long at, long n, token_
                 long k = k0 + i;
                 snprintf(err, (size_t)err_len,
                          "%s: token %ld (byte offset %ld) is %lu, not below vocab %d", c->path, k,
-                         k * c->width, (unsigned long)v, d->vocab);
+                         c->header + k * c->width, (unsigned long)v, d->vocab);
                 return -ERANGE;
             }
         }

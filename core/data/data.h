@@ -3,10 +3,22 @@
  *
  * Sources.
  *   .txt       bytes, one token each (V = 256).
- *   .bin       little-endian uint16 tokens, no header (MODEL.md); V is
- *              data.vocab, at most 65536.  A FILE.pos beside FILE.bin (or
- *              .u32) holds one Brown class per token (mode-exp tokenize
- *              --labels): the tokens' label classes.
+ *   .bin       little-endian uint16 tokens, no header (MODEL.md; nanoGPT's
+ *              train.bin and val.bin, mode-exp tokenize's); V is data.vocab,
+ *              at most 65536.  A FILE.pos beside FILE.bin (or .u32) holds
+ *              one Brown class per token (mode-exp tokenize --labels): the
+ *              tokens' label classes.
+ *   .bin       llm.c's token files, told from the above by their first int32:
+ *              a header of 256 little-endian int32 (LLMC_HEADER_BYTES), [0]
+ *              the magic, [1] the version, [2] the token count, then the
+ *              tokens: magic 20240520 version 1, uint16 tokens (GPT-2's, V at
+ *              most 65536); 20240801 version 7, uint32 tokens (Llama 3's, any
+ *              V).  Refused at load: a version that is not its magic's, a
+ *              size other than 1024 + count x width (truncated), and a header
+ *              right in all but the magic (version 1 or 7 and a count that
+ *              fills the file exactly).  A headerless file whose first two
+ *              tokens read as a magic (55432, 308 or 55713, 308) cannot be
+ *              told from llm.c's: neither is a GPT-2 token (V 50257).
  *   .u32       little-endian uint32 tokens, no header, for V > 65536 (any V
  *              up to 2^31 - 1).  The extension is the only declaration of the
  *              width: a .bin is never read as 32 bits nor a .u32 as 16.
@@ -74,7 +86,8 @@ typedef struct corpus {
     int fd;                 /* the file read with pread(), or -1 */
     uint8_t *bytes;         /* in memory: [n_tokens * width] little-endian tokens, or NULL */
     long n_tokens;
-    int width;              /* bytes per token: 1 text, 2 .bin, 4 .u32 */
+    int width;              /* bytes per token: 1 text, 2 .bin, 4 .u32 or llm.c version 7 */
+    long header;            /* bytes before the first token: LLMC_HEADER_BYTES or 0 */
     uint8_t *labels;        /* [n_tokens] label class per token, or NULL */
     int n_label_classes;
     const char *const *label_names; /* [n_label_classes] */
@@ -88,6 +101,11 @@ typedef struct corpus {
 #define DATA_FINGERPRINT_WHOLE (16L << 20)
 #define DATA_FINGERPRINT_BLOCKS 256
 #define DATA_FINGERPRINT_LEN 96
+
+/* llm.c's token files (above): the header's size and the magics. */
+#define LLMC_HEADER_BYTES 1024
+#define LLMC_MAGIC_U16 20240520
+#define LLMC_MAGIC_U32 20240801
 
 
 /* A split: tokens [first, first + n_tokens) of a corpus. */
@@ -113,7 +131,7 @@ typedef struct dataset {
 /* source: "brown", "synthetic", or a path ending in .txt, .bin or .u32.
  * val_source: NULL or "none" (hold out the last val_fraction of source), or
  * a file (or "brown") whose whole content is held out; val_fraction is then
- * not used.  vocab is V for token files (.bin: at most 65536; .u32); text
+ * not used.  vocab is V for token files (uint16 tokens: at most 65536); text
  * sources have V = 256.  data_dir holds brown.txt and brown.pos (NULL: $MODE_DATA, else
  * "data").  Each split must hold at least one sample (seq_len+1 tokens).
  * On failure returns non-zero, leaves *out NULL, and err names the file and

@@ -4,6 +4,7 @@
 #include "core/config/config.h"
 #include "core/util/num.h"
 #include "core/io/h5util.h"
+#include "core/io/checkpoint_st.h"
 
 #include "core/comm/comm.h"
 #include "core/rng/pcg32.h"
@@ -18,6 +19,31 @@
 #include <time.h>
 #include <unistd.h>
 
+int checkpoint_layer_attrs(const layer *ly, ckpt_attr_fn fn, void *user)
+{
+    int rc = 0;
+    /* every key of the kind, named like the config key: a choice as its
+     * name, a boolean as true or false, numbers as doubles */
+    for (const kind_group *kg = ly->kind->groups; !rc && kg && kg->group; kg++) {
+        const void *values = layer_group_cvalues(&ly->spec, kg);
+        for (const kind_key *k = kg->group->keys; !rc && k->name; k++) {
+            char text[64], an[96];
+            key_format(k, values, text, sizeof(text));
+            layer_key_name(ly->kind, kg, k, an, sizeof(an));
+            bool is_text = k->type == KEY_CHOICE || k->type == KEY_BOOL;
+            rc = fn(user, an, text, is_text ? 0.0 : key_number(k, values), is_text);
+        }
+    }
+    return rc;
+}
+
+static int h5_layer_attr(void *user, const char *name, const char *text, double number,
+                         bool is_text)
+{
+    hid_t g = *(hid_t *)user;
+    return is_text ? h5_attr_string(g, name, text) : h5_attr_double(g, name, number);
+}
+
 static int write_layer_attrs(hid_t f, const model *m)
 {
     for (int l = 0; l < m->dims.n_layers; l++) {
@@ -28,19 +54,8 @@ static int write_layer_attrs(hid_t f, const model *m)
         if (g < 0)
             return -EIO;
         int rc = h5_attr_string(g, "kind", ly->kind->name);
-        /* every key of the kind, named like the config key: a choice as its
-         * name, a boolean as true or false, numbers as doubles */
-        for (const kind_group *kg = ly->kind->groups; !rc && kg && kg->group; kg++) {
-            const void *values = layer_group_cvalues(&ly->spec, kg);
-            for (const kind_key *k = kg->group->keys; !rc && k->name; k++) {
-                char text[64], an[96];
-                key_format(k, values, text, sizeof(text));
-                layer_key_name(ly->kind, kg, k, an, sizeof(an));
-                rc = k->type == KEY_CHOICE || k->type == KEY_BOOL
-                         ? h5_attr_string(g, an, text)
-                         : h5_attr_double(g, an, key_number(k, values));
-            }
-        }
+        if (!rc)
+            rc = checkpoint_layer_attrs(ly, h5_layer_attr, &g);
         H5Gclose(g);
         if (rc)
             return rc;
@@ -330,6 +345,7 @@ void ckpt_meta_clear(ckpt_meta *meta)
 struct ckpt_file {
     h5_in in;   /* the one open: the seal is checked and HDF5 reads through it */
     hid_t h5;
+    st_file *st; /* or a safetensors file (checkpoint_st.h): in and h5 unused */
 };
 
 /* Opens before the ranks give up on holding one version of a file that is
@@ -450,6 +466,32 @@ int checkpoint_open(ckpt_file **out, const char *path, ckpt_meta *meta, comm *cm
 {
     *out = NULL;
     memset(meta, 0, sizeof(*meta));
+    /* the format by the name or the first bytes; every rank the same, or
+     * they would go into different collectives */
+    int is_st = st_is_safetensors(path), differs = -1;
+    int rc0 = comm_same_bytes(cm, &is_st, sizeof(is_st), &differs);
+    if (rc0 || differs >= 0) {
+        snprintf(err, (size_t)err_len, "%s: ranks disagree on its format (rank %d reads %s)",
+                 path, differs, is_st ? "HDF5" : "safetensors");
+        return rc0 ? rc0 : -EINVAL;
+    }
+    if (is_st) {
+        ckpt_file *kept = calloc(1, sizeof(*kept));
+        if (!kept) {
+            snprintf(err, (size_t)err_len, "%s: out of memory", path);
+            return comm_agree(cm, -ENOMEM, err, err_len);
+        }
+        kept->h5 = -1;
+        kept->in.fd = -1;
+        int rc = comm_agree(cm, 0, err, err_len);
+        if (!rc)
+            rc = ckpt_st_open(&kept->st, path, meta, cm, err, err_len);
+        if (rc)
+            free(kept);
+        else
+            *out = kept;
+        return rc;
+    }
     h5_quiet();
     for (int attempt = 1;; attempt++) {
         ckpt_file f = { .h5 = -1 };
@@ -488,6 +530,12 @@ void checkpoint_close(ckpt_file **pf)
     ckpt_file *f = *pf;
     if (!f)
         return;
+    if (f->st) {
+        st_close(&f->st);
+        free(f);
+        *pf = NULL;
+        return;
+    }
     if (f->h5 >= 0)
         H5Fclose(f->h5);
     h5_in_close(&f->in);
@@ -509,25 +557,42 @@ int checkpoint_read_meta(const char *path, ckpt_meta *meta, comm *cm, char *err,
  * the part the rank keeps: a sharded optimizer's piece of a shared tensor
  * is read whole into the gradient buffer (scratch until the next step's
  * backward, which zeroes it first) and its piece copied. */
-static int read_tensors(hid_t f, const char *path, model *m, const char *prefix, float *buf,
+static const char *ckpt_path(const ckpt_file *f)
+{
+    return f->st ? f->st->path : f->in.path;
+}
+
+/* Tensor name of shape d (whole) into to: all of it, or with expert_rows
+ * the rows [row0, row0 + rows) of its first dimension; from either format.
+ * why says what failed. */
+static int read_floats(const ckpt_file *f, const char *name, float *to, const tensor_desc *d,
+                       bool expert_rows, long row0, long rows, char *why, int why_len)
+{
+    hsize_t dims[3];
+    int64_t shape[3];
+    for (int i = 0; i < d->ndim; i++)
+        dims[i] = (hsize_t)(shape[i] = d->shape[i]);
+    if (f->st)
+        return st_read_f32(f->st, name, to, d->ndim, shape, expert_rows ? row0 : 0,
+                           expert_rows ? rows : d->shape[0], why, why_len);
+    return expert_rows ? h5_read_floats_rows(f->h5, name, to, d->ndim, dims, (hsize_t)row0,
+                                             (hsize_t)rows, why, why_len)
+                       : h5_read_floats(f->h5, name, to, d->ndim, dims, why, why_len);
+}
+
+static int read_tensors(const ckpt_file *f, model *m, const char *prefix, float *buf,
                         bool moments, char *err, int err_len)
 {
     for (int t = 0; t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
         bool piece = moments && (mt->mlo != 0 || mt->mcount != mt->numel);
         float *to = piece ? m->grads + mt->offset : moments ? buf + mt->moff : buf + mt->offset;
-        hsize_t dims[3];
-        for (int i = 0; i < mt->desc.ndim; i++)
-            dims[i] = (hsize_t)mt->desc.shape[i];
         char name[MODE_TENSOR_PATH + 16], why[256];
         snprintf(name, sizeof(name), "%s%s", prefix, mt->path);
-        int rc = mt->desc.expert_dim
-                     ? h5_read_floats_rows(f, name, to, mt->desc.ndim, dims,
-                                           (hsize_t)mt->expert0, (hsize_t)mt->experts, why,
-                                           sizeof(why))
-                     : h5_read_floats(f, name, to, mt->desc.ndim, dims, why, sizeof(why));
+        int rc = read_floats(f, name, to, &mt->desc, mt->desc.expert_dim, mt->expert0,
+                             mt->experts, why, sizeof(why));
         if (rc) {
-            snprintf(err, (size_t)err_len, "%s: %s", path, why);
+            snprintf(err, (size_t)err_len, "%s: %s", ckpt_path(f), why);
             return rc;
         }
         if (piece)
@@ -536,14 +601,19 @@ static int read_tensors(hid_t f, const char *path, model *m, const char *prefix,
     return 0;
 }
 
+bool checkpoint_has_moments(const ckpt_file *f)
+{
+    return f->st ? ckpt_st_has_optim(f->st) : true;
+}
+
 int checkpoint_read(ckpt_file *f, model *m, bool with_optim, comm *cm, char *err, int err_len)
 {
-    const char *path = f->in.path;
-    int rc = read_tensors(f->h5, path, m, "", m->params, false, err, err_len);
+    const char *path = ckpt_path(f);
+    int rc = read_tensors(f, m, "", m->params, false, err, err_len);
     if (!rc && with_optim)
-        rc = read_tensors(f->h5, path, m, "optim/m/", m->adam_m, true, err, err_len);
+        rc = read_tensors(f, m, "optim/m/", m->adam_m, true, err, err_len);
     if (!rc && with_optim)
-        rc = read_tensors(f->h5, path, m, "optim/v/", m->adam_v, true, err, err_len);
+        rc = read_tensors(f, m, "optim/v/", m->adam_v, true, err, err_len);
     for (int t = 0; !rc && with_optim && t < m->n_tensors; t++) { /* a second moment: >= 0 */
         const model_tensor *mt = &m->tensors[t];
         for (long i = 0; i < mt->mcount; i++)
@@ -574,8 +644,16 @@ int checkpoint_load(const char *path, model *m, bool with_optim, comm *cm, char 
 /* ---- upcycling (checkpoint_init_from) ------------------------------------ */
 
 /* The shape of dataset name in f: its dimensions (at most 3), or -ENOENT. */
-static int dataset_shape(hid_t f, const char *name, int *nd, hsize_t dims[3])
+static int dataset_shape(const ckpt_file *cf, const char *name, int *nd, hsize_t dims[3])
 {
+    if (cf->st) {
+        long d[3];
+        int rc = ckpt_st_shape(cf->st, name, nd, d);
+        for (int i = 0; !rc && i < *nd; i++)
+            dims[i] = (hsize_t)d[i];
+        return rc;
+    }
+    hid_t f = cf->h5;
     if (H5Lexists(f, "layers", H5P_DEFAULT) <= 0 && strncmp(name, "layers/", 7) == 0)
         return -ENOENT;
     htri_t there = H5Oexists_by_name(f, name, H5P_DEFAULT);
@@ -674,22 +752,15 @@ int checkpoint_upcycle(ckpt_file *file, model *m, const ckpt_upcycle *u, comm *c
 {
     char up[1024] = "", fresh[1024] = "";
     int n_up = 0, n_fresh = 0, n_read = 0, rc = 0;
-    const char *path = file->in.path;
-    hid_t f = file->h5;
+    const char *path = ckpt_path(file);
     for (int t = 0; !rc && t < m->n_tensors; t++) {
         const model_tensor *mt = &m->tensors[t];
         int nd;
-        hsize_t dims[3], sd[3];
+        hsize_t sd[3];
         char why[512];
-        if (dataset_shape(f, mt->path, &nd, sd) == 0) { /* the file has it: as it is */
-            for (int i = 0; i < mt->desc.ndim; i++)
-                dims[i] = (hsize_t)mt->desc.shape[i];
-            rc = mt->desc.expert_dim
-                     ? h5_read_floats_rows(f, mt->path, m->params + mt->offset, mt->desc.ndim,
-                                           dims, (hsize_t)mt->expert0, (hsize_t)mt->experts, why,
-                                           sizeof(why))
-                     : h5_read_floats(f, mt->path, m->params + mt->offset, mt->desc.ndim, dims,
-                                      why, sizeof(why));
+        if (dataset_shape(file, mt->path, &nd, sd) == 0) { /* the file has it: as it is */
+            rc = read_floats(file, mt->path, m->params + mt->offset, &mt->desc,
+                             mt->desc.expert_dim, mt->expert0, mt->experts, why, sizeof(why));
             if (rc)
                 snprintf(err, (size_t)err_len, "%s: %s", path, why);
             n_read++;
@@ -699,7 +770,7 @@ int checkpoint_upcycle(ckpt_file *file, model *m, const ckpt_upcycle *u, comm *c
         const char *slash = strrchr(mt->path, '/');
         snprintf(src, sizeof(src), "%.*s%s", slash ? (int)(slash - mt->path + 1) : 0, mt->path,
                  mt->desc.upcycle_from);
-        if (!mt->desc.upcycle_from[0] || dataset_shape(f, src, &nd, sd) || nd != 2) {
+        if (!mt->desc.upcycle_from[0] || dataset_shape(file, src, &nd, sd) || nd != 2) {
             add_name(fresh, sizeof(fresh), mt->path);
             n_fresh++;
             continue;
@@ -709,7 +780,8 @@ int checkpoint_upcycle(ckpt_file *file, model *m, const ckpt_upcycle *u, comm *c
             rc = -ENOMEM;
             break;
         }
-        rc = h5_read_floats(f, src, buf, 2, sd, why, sizeof(why));
+        tensor_desc sdesc = { .ndim = 2, .shape = { (int)sd[0], (int)sd[1] } };
+        rc = read_floats(file, src, buf, &sdesc, false, 0, 0, why, sizeof(why));
         if (rc)
             snprintf(err, (size_t)err_len, "%s: %s", path, why);
         else

@@ -62,6 +62,16 @@ void checkpoint_close(ckpt_file **f);
  * over cm. */
 int checkpoint_read(ckpt_file *f, model *m, bool with_optim, struct comm *cm, char *err,
                     int err_len);
+/* Whether f holds the Adam moments (an HDF5 checkpoint always; a
+ * safetensors one when exported --with-optim). */
+bool checkpoint_has_moments(const ckpt_file *f);
+/* Each hyper-parameter of layer ly as a checkpoint names it (MODEL.md: like
+ * the config key): fn gets the name and, for a choice or a boolean, its
+ * text (is_text), else its number; its first non-zero return stops the
+ * walk and is returned. */
+typedef int (*ckpt_attr_fn)(void *user, const char *name, const char *text, double number,
+                            bool is_text);
+int checkpoint_layer_attrs(const layer *ly, ckpt_attr_fn fn, void *user);
 /* Each through one checkpoint_open: the metadata alone, the tensors alone
  * (the seal checked too). */
 int checkpoint_read_meta(const char *path, ckpt_meta *meta, struct comm *cm, char *err,

@@ -69,9 +69,26 @@ typedef struct run_record {
                              piece holds the steps after it */
 } run_record;
 
-extern const char *const run_metric_cols[];
+/* The metrics table's columns, one row per training step (docs/hdf5.md):
+ * a row is double[RUN_METRIC_COUNT] indexed by these, and run_metric_cols
+ * names them in the same order (runfile.c asserts the count). */
+typedef enum run_metric_col {
+    RUN_METRIC_STEP, RUN_METRIC_LOSS, RUN_METRIC_CE, RUN_METRIC_AUX_LOSS,
+    RUN_METRIC_SIDE_LOSS, RUN_METRIC_LR, RUN_METRIC_GRAD_NORM, RUN_METRIC_TOKENS_PER_S,
+    RUN_METRIC_TRAIN_FLOPS, RUN_METRIC_TRAIN_FLOPS_EXECUTED, RUN_METRIC_WALL_S,
+    RUN_METRIC_COMM_BYTES, RUN_METRIC_COMM_S, RUN_METRIC_COMPUTE_S, RUN_METRIC_SKIPPED,
+    RUN_METRIC_COUNT
+} run_metric_col;
+/* The evaluation table's columns, one row per held-out evaluation. */
+typedef enum run_eval_col {
+    RUN_EVAL_STEP, RUN_EVAL_LOSS_TOPK, RUN_EVAL_LOSS_CAUSAL, RUN_EVAL_SE_TOPK,
+    RUN_EVAL_SE_CAUSAL, RUN_EVAL_WINDOWS, RUN_EVAL_BPB_TOPK, RUN_EVAL_BPB_CAUSAL,
+    RUN_EVAL_COUNT
+} run_eval_col;
+
+extern const char *const run_metric_cols[RUN_METRIC_COUNT];
 extern const int run_metric_count;
-extern const char *const run_eval_cols[];
+extern const char *const run_eval_cols[RUN_EVAL_COUNT];
 extern const int run_eval_count;
 
 int build_run_record(run_record **out, const char *config_text);

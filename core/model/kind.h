@@ -19,6 +19,7 @@
 #include "core/data/token.h"
 #include "core/kernels/matmul.h"
 #include "core/model/buf.h"
+#include "core/model/decision.h"
 #include "core/model/keys.h"
 #include "core/model/route.h"
 #include "core/model/spec.h"
@@ -115,6 +116,9 @@ typedef struct layer_kind {
     /* An exit point: in evaluation and decoding it may take tokens out of
      * the stack (fwd_args active, head_in). */
     bool exit_point;
+    /* What the kind decides per row (decision.h), which its record()
+     * writes: what the programs ask instead of the kind's name or keys. */
+    decision_decl decides;
 } layer_kind;
 
 /* The other half of a row: the compute. */
@@ -142,8 +146,9 @@ typedef struct kind_ops {
      * always runs attention says in its docs what its 1 and 0 mean.) */
     int (*decode_begin)(layer *l, const model_dims *dims, int max_len);
     int (*decode)(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
-    /* Routing records: after a forward, describe the routing decisions of
-     * the batch through the sink (NULL for kinds that do not route). */
+    /* Routing records: after a forward, the batch's decisions (the parts
+     * layer_kind.decides declares) through route_decision_record (NULL for
+     * kinds that record none). */
     int (*record)(const layer *l, const fwd_args *a, struct record_sink *sink);
     /* Per-step statistics of the last FWD_TRAIN forward: stat_count() gives
      * the number of columns and (in *n_sums) of raw sums; stat_sums() writes
@@ -173,7 +178,6 @@ typedef struct record_sink {
                const unsigned long long *dims, const void *data);
     void *user;
 } record_sink;
-enum { RECORD_FLOAT, RECORD_INT32, RECORD_UINT8 }; /* same values as RUN_BLOB_* */
 
 /* The row called name in a NULL-terminated table, or NULL. */
 const layer_kind *layer_kind_lookup(const layer_kind *const *table, const char *name);

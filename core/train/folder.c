@@ -94,7 +94,8 @@ int clear_folder(const trainer *t)
         return -errno;
     if (remove(t->run_h5) && errno != ENOENT)
         return -errno;
-    return run_record_remove_pieces(t->run_h5);
+    int rc = tfevents_remove(t->dir);
+    return rc ? rc : run_record_remove_pieces(t->run_h5);
 }
 
 /* The next line of *p (which moves past it) into line.  "[section]"

@@ -60,6 +60,17 @@ void free_layer_stats(layer_stats *st)
     memset(st, 0, sizeof(*st));
 }
 
+int record_row(trainer *t, run_table *tab, const double *row)
+{
+    int rc = run_table_append(tab, row);
+    for (int c = 1; !rc && t->tb && c < tab->n_cols; c++) {
+        char tag[sizeof(tab->group) + RUN_COL_LEN + 2];
+        snprintf(tag, sizeof(tag), "%s/%s", tab->group, tab->cols[c]);
+        rc = tfevents_add(t->tb, tag, row[c]);
+    }
+    return rc;
+}
+
 /* After a training step: sum every layer's statistics over the ranks and
  * append one row per layer (rank 0).  Collective. */
 int record_stats(trainer *t, long done)
@@ -90,7 +101,7 @@ int record_stats(trainer *t, long done)
         if (t->rec) {
             row[0] = (double)done;
             ly->ops->stat_columns(ly, all + off, row + 1);
-            rc = run_table_append(&t->rec->extra[st->table[l]], row);
+            rc = record_row(t, &t->rec->extra[st->table[l]], row);
         }
         off += st->sums[l];
     }

@@ -273,9 +273,17 @@ static int evaluate_both(trainer *t, long done, long windows, train_log *lg, cha
     lg->eval_windows = topk.windows;
     if (!t->rec)
         return 0;
-    double row[] = { (double)done, topk.loss, causal.loss, topk.se, causal.se,
-                     (double)topk.windows, topk.bpb, causal.bpb };
-    return run_table_append(&t->rec->eval, row);
+    double row[RUN_EVAL_COUNT] = {
+        [RUN_EVAL_STEP] = (double)done,
+        [RUN_EVAL_LOSS_TOPK] = topk.loss,
+        [RUN_EVAL_LOSS_CAUSAL] = causal.loss,
+        [RUN_EVAL_SE_TOPK] = topk.se,
+        [RUN_EVAL_SE_CAUSAL] = causal.se,
+        [RUN_EVAL_WINDOWS] = (double)topk.windows,
+        [RUN_EVAL_BPB_TOPK] = topk.bpb,
+        [RUN_EVAL_BPB_CAUSAL] = causal.bpb,
+    };
+    return record_row(t, &t->rec->eval, row);
 }
 
 /* What the run has to go on from, checked when it is said (one process
@@ -353,7 +361,9 @@ static int evaluate_pending(trainer *t, const trainer_opts *o, char *err, int er
             prefix_step(err, err_len, done);
         return rc;
     }
-    if (t->ctx->rank == 0) {
+    if (t->ctx->rank == 0 && t->tb)
+        rc = tfevents_write(t->tb, done, err, err_len);
+    if (t->ctx->rank == 0 && !rc) {
         rc = run_record_flush_late(t->rec, t->run_h5, done, err, err_len);
         if (!rc && last)
             rc = run_record_finish(t->run_h5, err, err_len);
@@ -498,11 +508,24 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
          * end, so no rank waits in a collective that another skipped. */
         int local_rc = 0;
         if (t->rec) {
-            double row[] = { (double)done, loss, ce, sums[1], sums[2], lr, norm,
-                             lg.tokens_per_s, train_flops_step * (double)done,
-                             MODE_TRAIN_FLOPS_PER_FORWARD * sums[3], wall,
-                             (double)comm_bytes_sent(ctx->comm), comm_s, compute, t->skipped };
-            local_rc = run_table_append(&t->rec->metrics, row);
+            double row[RUN_METRIC_COUNT] = {
+                [RUN_METRIC_STEP] = (double)done,
+                [RUN_METRIC_LOSS] = loss,
+                [RUN_METRIC_CE] = ce,
+                [RUN_METRIC_AUX_LOSS] = sums[1],
+                [RUN_METRIC_SIDE_LOSS] = sums[2],
+                [RUN_METRIC_LR] = lr,
+                [RUN_METRIC_GRAD_NORM] = norm,
+                [RUN_METRIC_TOKENS_PER_S] = lg.tokens_per_s,
+                [RUN_METRIC_TRAIN_FLOPS] = train_flops_step * (double)done,
+                [RUN_METRIC_TRAIN_FLOPS_EXECUTED] = MODE_TRAIN_FLOPS_PER_FORWARD * sums[3],
+                [RUN_METRIC_WALL_S] = wall,
+                [RUN_METRIC_COMM_BYTES] = (double)comm_bytes_sent(ctx->comm),
+                [RUN_METRIC_COMM_S] = comm_s,
+                [RUN_METRIC_COMPUTE_S] = compute,
+                [RUN_METRIC_SKIPPED] = t->skipped,
+            };
+            local_rc = record_row(t, &t->rec->metrics, row);
         }
         int sig = stop_signal_pending();
         comm_allreduce_max_int(ctx->comm, &sig); /* a signal on any rank stops all */
@@ -538,10 +561,20 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                 break;
             }
         }
+        /* the step's scalars, one event: a reader of the file sees it now */
+        char why[1024] = "";
+        if (!local_rc && !rc && t->tb && (local_rc = comm_fault(ctx->comm, "tfevents")))
+            snprintf(why, sizeof(why), "%s: writing the event of step %ld failed (injected)",
+                     tfevents_path(t->tb), done);
+        else if (!local_rc && !rc && t->tb)
+            local_rc = tfevents_write(t->tb, done, why, sizeof(why));
         if (local_rc) {
             rc = local_rc;
-            snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)", done,
-                     strerror(-rc));
+            if (why[0])
+                snprintf(err, (size_t)err_len, "step %ld: %s", done, why);
+            else
+                snprintf(err, (size_t)err_len, "step %ld: recording the metrics failed (%s)",
+                         done, strerror(-rc));
         }
         if ((rc = agree_msg(ctx, rc, err, err_len)))
             break;
@@ -757,6 +790,14 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
     }
     if ((rc = agree_msg(ctx, rc, err, err_len)))
         goto fail;
+    /* the TensorBoard events beside run.h5: on resume the old files keep
+     * the steps the checkpoint covers, a new file takes the rest */
+    if (ctx->rank == 0 && o->resume)
+        rc = tfevents_rewind(t.dir, t.start, err, err_len);
+    if (!rc && ctx->rank == 0 && !o->no_tensorboard && (t.start < t.total || t.eval_pending))
+        rc = tfevents_open(&t.tb, t.dir, err, err_len);
+    if ((rc = agree_msg(ctx, rc, err, err_len)))
+        goto fail;
     t.reached = t.start;
     rc = train_steps(&t, o, err, err_len);
     /* a run that was finished already (resumed at its last step): its
@@ -767,6 +808,7 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
         goto fail;
     rc = check_outcome(&t, err, err_len);
 fail:
+    tfevents_close(&t.tb);
     folder_lock_release(&t.lock);
     free_routing_windows(&t.rw);
     free_layer_stats(&t.st);

@@ -30,6 +30,7 @@ typedef void (*train_log_fn)(const train_log *l, void *user);
 typedef struct trainer_opts {
     bool resume;          /* continue the run in the folder from its checkpoint */
     bool overwrite;       /* a new run in a folder that holds one (else refused) */
+    bool no_tensorboard;  /* no TensorBoard event file beside run.h5 (core/io/tfevents.h) */
     const char *init_from; /* a new run's parameters from this checkpoint, or NULL */
     /* upcycling from it (checkpoint_init_from): noise on the copied
      * experts, the share of their hidden units drawn afresh */

@@ -9,6 +9,7 @@
 
 #include "core/util/file.h"
 #include "core/io/runfile.h"
+#include "core/io/tfevents.h"
 #include "core/train/shard.h"
 #include "core/train/trainer.h"
 #include "core/util/lock.h"
@@ -39,6 +40,7 @@ typedef struct trainer {
     shard_plan *shard; /* which gradients are summed and updated where */
     dataset *d;
     run_record *rec;   /* rank 0: the rows and records not yet written */
+    tfevents *tb;      /* rank 0: the TensorBoard event file, or NULL (--no-tensorboard) */
     char *ini;
     char dir[MODE_PATH_MAX], run_h5[MODE_PATH_MAX], ckpt_h5[MODE_PATH_MAX];
     long total, start;
@@ -72,6 +74,10 @@ void config_differences(const char *a, const char *b, char *buf, size_t len);
 int setup_stat_tables(trainer *t);
 void free_layer_stats(layer_stats *st);
 int record_stats(trainer *t, long done);
+/* One row of a table of the run record (rank 0), and its values (but the
+ * step) as scalars of the step's TensorBoard event, tagged as the run
+ * file's datasets ("metrics/loss", "layer_stats/2/maxvio"). */
+int record_row(trainer *t, run_table *tab, const double *row);
 int setup_routing_windows(trainer *t, char *err, int err_len);
 void free_routing_windows(routing_windows *rw);
 int record_routing(trainer *t, long done);

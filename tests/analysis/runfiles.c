@@ -84,7 +84,7 @@ static int add_rows(run_record *r, const long *steps, int n, double wall_end, do
     }
     for (int i = n > 1 ? n - 2 : 0; !rc && i < n; i++) { /* one row: one evaluation */
         double late = i == n - 1 ? 0.0 : 0.05; /* the earlier evaluation is worse */
-        double row[8] = { (double)steps[i], loss + late, loss_causal + late, 0.002, 0.003,
+        double row[RUN_EVAL_COUNT] = { (double)steps[i], loss + late, loss_causal + late, 0.002, 0.003,
                           i == n - 1 ? 2048 : 16, (loss + late) / log(2.0),
                           (loss_causal + late) / log(2.0) }; /* bytes: bpb = nats / ln 2 */
         rc = run_table_append(&r->eval, row);

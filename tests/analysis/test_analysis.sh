@@ -583,7 +583,12 @@ law)
 				fail "the curve's $v at budget $r"
 		done
 	done
-	awk -F, 'NR > 1 && !($4 <= $3 && $3 <= $5 && $7 <= $6 && $6 <= $8) { exit 1 }' lw/isoflop_law_curve.csv ||
+	# (on exact data every refit finds one law and the interval has no
+	# width: the full fit, from the grid, and the refits, from it, stop
+	# within 1e-13 of each other, and N*, the minimum of a flat curve, is
+	# located to the square root of rounding: 1e-6 of slack)
+	awk -F, 'function le(a, b) { return a <= b + 1e-6 * (a < 0 ? -a : a) }
+		NR > 1 && !(le($4, $3) && le($3, $5) && le($7, $6) && le($6, $8)) { exit 1 }' lw/isoflop_law_curve.csv ||
 		fail "a curve point outside its interval"
 	png lw/isoflop_law.png 1220 520 600
 	# the 4e9 runs stopped half-way: the law of the other two budgets

@@ -105,6 +105,19 @@ static void test_edge(void **state)
     bool edge;
     scaling_optimum(&f, 6.0, 1.0, 2e12, 1e7, 1e8, &no, &lo, &edge);
     assert_true(edge && fabs(no / 1e7 - 1.0) < 1e-5);
+    scaling_optimum(&f, 6.0, 1.0, 2e12, 1e2, 1e3, &no, &lo, &edge); /* the upper end */
+    assert_true(edge && fabs(no / 1e3 - 1.0) < 1e-5);
+    /* inside, but in the first or last of the grid's cells that bracket
+     * the minimiser's start: found there, not reported at the end */
+    double ns = n_star(2e12);
+    scaling_optimum(&f, 6.0, 1.0, 2e12, 0.99 * ns, 1e3 * ns, &no, &lo, &edge);
+    assert_true(!edge && fabs(no / ns - 1.0) < 1e-6);
+    scaling_optimum(&f, 6.0, 1.0, 2e12, 1e-3 * ns, 1.01 * ns, &no, &lo, &edge);
+    assert_true(!edge && fabs(no / ns - 1.0) < 1e-6);
+    /* an interval of one size: that size, at the edge (GSL's minimiser,
+     * which would refuse the bracket, not called) */
+    scaling_optimum(&f, 6.0, 1.0, 2e12, 5e4, 5e4, &no, &lo, &edge);
+    assert_true(edge && fabs(no / 5e4 - 1.0) < 1e-12 && isfinite(lo));
 }
 
 static void test_too_few(void **state)
