@@ -5,7 +5,7 @@
 #include "analysis/clustermodel.h"
 #include "analysis/groups.h"
 #include "analysis/modelsize.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 #include "core/util/num.h"
 
 #include <gsl/gsl_sort.h>

@@ -9,6 +9,14 @@
  *   mode-analyze isoflop SWEEP_DIR                     isoFLOP fits and frontier
  *   mode-analyze report DIR [--baseline G]             every analysis on one HTML page
  *   mode-analyze cluster RUN.h5|DIR ... [--nodes LIST]  step time at 1..256 nodes, modelled
+ *   mode-analyze routing RUN.h5 [--step N]             expert load, specialisation, margins
+ *   mode-analyze depth RUN.h5 [--step N]               blocks run per token, exits by class
+ *   mode-analyze counterfactual CF.csv ...             paired loss differences of routings
+ *   mode-analyze dial DIAL.csv ...                     loss against executed FLOPs a token
+ *   mode-analyze lossdiff A.h5 B.h5 [A2.h5 B2.h5 ...]  where one checkpoint wins or loses
+ *
+ * (the table `commands` below is the full list, and `mode-analyze --help`
+ * prints it)
  *
  * Every subcommand takes --out DIR (default: the first run file's folder)
  * and --help, those that draw figures --svg (an SVG beside every PNG), and

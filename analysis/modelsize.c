@@ -1,7 +1,7 @@
 #include "analysis/modelsize.h"
 
 #include "core/model/model.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <math.h>

@@ -4,7 +4,7 @@
 #include "core/io/h5util.h"
 #include "core/util/finite.h"
 #include "core/util/file.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 #include "analysis/runset.h"
 
 #include "analysis/rundir.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <math.h>
 #include <stdio.h>

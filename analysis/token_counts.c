@@ -6,7 +6,7 @@
 
 #include "analysis/groups.h"
 #include "analysis/runset.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <math.h>
 #include <stdio.h>

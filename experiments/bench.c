@@ -12,7 +12,7 @@
 #include "core/train/shard.h"
 #include "core/train/step.h"
 #include "core/util/pool.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <malloc.h>

@@ -9,7 +9,7 @@
 #include "core/util/names.h"
 #include "core/util/num.h"
 #include "core/util/pool.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -12,7 +12,7 @@
 #include "core/io/safetensors.h"
 #include "core/util/file.h"
 #include "core/util/outfile.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -18,7 +18,7 @@
 #include "core/util/pool.h"
 #include "experiments/cli.h"
 #include "experiments/json.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <cblas.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include "experiments/json.h"
 
 #include "core/train/optim.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #include "core/data/tokenizer.h"
 #include "core/kernels/matmul.h"
 #include "core/train/counterfactual.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include "core/rng/pcg32.h"
 #include "core/rng/streams.h"

@@ -17,7 +17,7 @@
 #include "core/util/signals.h"
 #include "experiments/sweep.h"
 #include "core/data/data.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <math.h>

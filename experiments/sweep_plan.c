@@ -11,7 +11,7 @@
 #include "core/model/spec.h"
 #include "core/util/file.h"
 #include "core/util/text.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -42,6 +42,11 @@ static int exit_build(layer *l, const model_dims *dims, int max_seq)
         return -ENOMEM;
     }
     exit_layout(&p, s, dims, max_seq);
+    if (!l->shared) { /* built outside a model (kind.h layer shared) */
+        exit_free(l);
+        return -EINVAL;
+    }
+    exit_shared_layout(s, l->shared, dims, max_seq);
     return 0;
 }
 
@@ -61,14 +66,11 @@ static void log_softmax(float *logp, const float *logits, int V)
 
 /* The previous exit point's log-probabilities of row i, or NULL (this is
  * the first exit point, or the token had left before it: not read then). */
-static const float *previous(const layer *l, const fwd_args *a, bool dec, size_t i, int V)
+static const float *previous(const exit_state *s, const model_dims *dims, bool dec, size_t i)
 {
-    for (int k = l->index - 1; a->stack && k >= 0; k--)
-        if (a->stack[k].kind == &exit_kind) {
-            const exit_state *p = a->stack[k].state;
-            return dec ? p->dec + a->dims->d_model + V : p->logp + i * (size_t)V;
-        }
-    return NULL;
+    const exit_state *p = s->prev;
+    int V = dims->vocab;
+    return !p ? NULL : dec ? p->dec + dims->d_model + V : p->logp + i * (size_t)V;
 }
 
 /* The confidence of logp[V] (and whether it passes); prev may be NULL. */
@@ -109,14 +111,14 @@ static int exit_forward(layer *l, const fwd_args *a, float *y, const float *x)
     memcpy(y, x, (size_t)n * d * sizeof(float));
     double t0 = mode_now();
     rmsnorm_forward_pool(a->mm.pool, s->u, s->rstd, x, l->w[0], n, d);
-    matmul_pool(&a->mm, s->logits, V, s->u, d, false, a->tok_emb, d, true, n, V, d, 0.0f);
+    matmul_pool(&a->mm, s->logits, V, s->u, d, false, s->tok_emb, d, true, n, V, d, 0.0f);
     if (a->flops_executed)
         *a->flops_executed += 2.0 * n * (double)d * V;
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     if (a->mode == FWD_TRAIN) {
         /* the loss, and the logits turned into its gradient for backward */
         float scale = (float)(p->weight * (double)a->seq_scale / a->seq_len);
-        double ce = cross_entropy(s->logits, s->logits, a->targets, n, V, scale);
+        double ce = cross_entropy(s->logits, s->logits, s->targets, n, V, scale);
         s->sums[0] = ce;
         s->sums[1] = n;
         if (a->aux_loss)
@@ -128,12 +130,12 @@ static int exit_forward(layer *l, const fwd_args *a, float *y, const float *x)
         log_softmax(lp, s->logits + (size_t)i * V, V);
         s->left[i] = 0;
         s->conf[i] = 0.0f;
-        if (!a->active || !a->active[i])
+        if (!s->active[i])
             continue;
-        if (confident(p, lp, previous(l, a, false, (size_t)i, V), V, &s->conf[i])) {
-            a->active[i] = 0;
+        if (confident(p, lp, previous(s, dm, false, (size_t)i), V, &s->conf[i])) {
+            s->active[i] = 0;
             s->left[i] = 1;
-            memcpy(a->head_in + (size_t)i * d, s->u + (size_t)i * d, (size_t)d * sizeof(float));
+            memcpy(s->head_in + (size_t)i * d, s->u + (size_t)i * d, (size_t)d * sizeof(float));
         }
     }
     return 0;
@@ -148,8 +150,8 @@ static int exit_backward(layer *l, const fwd_args *a, float *dx, const float *dy
     for (size_t i = 0; i < (size_t)n * d; i++)
         dx[i] += dy[i]; /* the stream passes through */
     /* s->logits holds d loss / d logits: d u = dlogits tok_emb, d tok_emb += dlogits^T u */
-    matmul_pool(&a->mm, du, d, s->logits, V, false, a->tok_emb, d, false, n, d, V, 0.0f);
-    matmul_pool(&a->mm, a->dtok_emb, d, s->logits, V, true, s->u, d, false, V, d, n, 1.0f);
+    matmul_pool(&a->mm, du, d, s->logits, V, false, s->tok_emb, d, false, n, d, V, 0.0f);
+    matmul_pool(&a->mm, s->dtok_emb, d, s->logits, V, true, s->u, d, false, V, d, n, 1.0f);
     rmsnorm_backward_pool(a->mm.pool, dx, l->dw[0], du, x, l->w[0], s->rstd, n, d);
     return 0;
 }
@@ -197,16 +199,71 @@ static int exit_decode(layer *l, const fwd_args *a, float *y, const float *x, in
     int d = dm->d_model, V = dm->vocab;
     float *u = s->dec, *logits = u + d, *logp = logits + V, rstd, conf;
     memcpy(y, x, (size_t)d * sizeof(float));
+    /* a token that left at an earlier exit point is not judged again: the
+     * forward skips it, and its head input stays the one it left with */
+    if (!s->active[0])
+        return 0;
     rmsnorm_forward(u, &rstd, x, l->w[0], 1, d);
-    matmul(logits, V, u, d, false, a->tok_emb, d, true, 1, V, d, 0.0f);
+    matmul(logits, V, u, d, false, s->tok_emb, d, true, 1, V, d, 0.0f);
     /* logits' storage is then this row's log-probabilities' (the next exit reads them) */
     log_softmax(logp, logits, V);
     memcpy(logits, logp, (size_t)V * sizeof(float));
-    if (!a->active || !confident(p, logp, previous(l, a, true, 0, V), V, &conf))
+    if (!confident(p, logp, previous(s, dm, true, 0), V, &conf))
         return 0;
-    *a->active = 0;
-    memcpy(a->head_in, u, (size_t)d * sizeof(float));
+    s->active[0] = 0;
+    memcpy(s->head_in, u, (size_t)d * sizeof(float));
     return 1;
+}
+
+/* The stack's points (kind.h stack_event).  When built: the previous exit
+ * point (the nearest earlier layer of this kind), whether this is the
+ * first, the tied head and the targets.  In evaluation and decoding the
+ * first exit point does, for every exit point, what a token that left
+ * needs: all rows in the stack at the start; after every layer, the rows
+ * of the tokens that left keep their state (their keys and values are
+ * read from it); the head reads their head_in. */
+static int exit_stack(layer *l, const fwd_args *a, const stack_call *c)
+{
+    exit_state *s = l->state;
+    if (c->event == STACK_BUILT) {
+        s->prev = NULL;
+        s->lead = true;
+        for (int k = l->index - 1; k >= 0; k--) {
+            if (c->layers[k].kind != l->kind)
+                continue;
+            if (!s->prev)
+                s->prev = c->layers[k].state;
+            s->lead = false;
+        }
+        s->tok_emb = c->tok_emb;
+        s->dtok_emb = c->dtok_emb;
+        s->targets = c->targets;
+        return 0;
+    }
+    if (!s->lead || a->mode == FWD_TRAIN)
+        return 0;
+    size_t d = (size_t)a->dims->d_model;
+    int left = 0;
+    switch (c->event) {
+    case STACK_BEGIN:
+        memset(s->active, 1, (size_t)c->rows);
+        break;
+    case STACK_LAYER: /* a token that left: its state frozen */
+        for (int i = 0; i < c->rows; i++)
+            if (!s->active[i]) {
+                memcpy(c->y + i * d, c->x + i * d, d * sizeof(float));
+                left++;
+            }
+        break;
+    case STACK_HEAD: /* its head input its exit's */
+        for (int i = 0; i < c->rows; i++)
+            if (!s->active[i])
+                memcpy(c->y + i * d, s->head_in + i * d, d * sizeof(float));
+        break;
+    case STACK_BUILT:
+        break;
+    }
+    return left;
 }
 
 const kind_ops exit_ops = {
@@ -222,4 +279,5 @@ const kind_ops exit_ops = {
     .stat_name = exit_stat_name,
     .stat_sums = exit_stat_sums,
     .stat_columns = exit_stat_columns,
+    .stack = exit_stack,
 };

@@ -48,6 +48,20 @@ void exit_layout(buf_plan *p, exit_state *s, const model_dims *dims, int max_seq
     s->dec = BUF_FLOATS(p, d + 2 * V);
 }
 
+void exit_shared_layout(exit_state *s, void *shared, const model_dims *dims, int max_seq)
+{
+    size_t rows = (size_t)max_seq * dims->seq_len;
+    s->head_in = shared;
+    s->active = (unsigned char *)shared + rows * (size_t)dims->d_model * sizeof(float);
+}
+
+/* Each token's head input, and whether it left: (4 d + 1) bytes a row. */
+static double exit_shared_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+{
+    double rows = (double)max_seq * dims->seq_len;
+    return rows * (4.0 * dims->d_model + 1.0);
+}
+
 static int exit_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
 {
     if (out) {
@@ -86,4 +100,5 @@ const layer_kind exit_kind = {
     .ws_floats = exit_ws_floats,
     .exit_point = true,
     .decides = { DECIDES_EXIT },
+    .shared_bytes = exit_shared_bytes,
 };

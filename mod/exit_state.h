@@ -25,6 +25,21 @@ typedef struct exit_state {
     float *conf;         /* [rows] their confidence measure */
     double sums[2];      /* the exit's CE summed, its tokens */
     float *dec;          /* [d + 2 V] decoding: u, logits, log-probabilities */
+    /* What the stack's exit points share (layer.shared, exit_shared_bytes),
+     * for the rows of a forward or the one of a decoding step: active[i] is
+     * 1 while token i is in the stack; the exit point that takes it out
+     * clears it and writes its head input (its normed state u_i) into
+     * head_in[i]; the first exit point (lead) then keeps the token's row
+     * frozen through the later layers and gives the head head_in's row
+     * (exit_stack).  Unused in training. */
+    float *head_in;          /* [rows][d] */
+    unsigned char *active;   /* [rows] */
+    /* Found when the stack is built (STACK_BUILT) */
+    const struct exit_state *prev; /* the previous exit point's state, or NULL */
+    bool lead;                     /* the first exit point of the stack */
+    const float *tok_emb;          /* [V][d] the tied head */
+    float *dtok_emb;               /* [V][d] its gradient */
+    const token_t *targets;        /* [rows] the forward's next tokens */
 } exit_state;
 
 static inline const exit_params *exit_params_of(const layer_spec *s)
@@ -33,5 +48,7 @@ static inline const exit_params *exit_params_of(const layer_spec *s)
 }
 
 void exit_layout(buf_plan *p, exit_state *s, const model_dims *dims, int max_seq);
+/* The shared block's layout: head_in, then active. */
+void exit_shared_layout(exit_state *s, void *shared, const model_dims *dims, int max_seq);
 
 #endif

@@ -1,8 +1,11 @@
 /* The routing half of Mixture-of-Depths (Raposo et al. 2024, Sec. 3),
- * shared by the `mod` kind and staged MoDE: per sequence a router scores
- * every token of the residual stream, the k = floor(capacity S) best form the
- * selected set (ties to the lower position), and a causal rule decides per
- * token when top-k over the sequence cannot be used (Sec. 3.5). */
+ * shared by the `mod` and `tcmod` kinds and staged MoDE: per sequence a
+ * router scores every token of the residual stream, the k = floor(capacity
+ * S) best form the selected set (ties to the lower position), and a causal
+ * rule decides per token when top-k over the sequence cannot be used (Sec.
+ * 3.5).  `drop` and `mor` use its container of selected rows (gather,
+ * scatter, their backward) with choices of their own; expert routing
+ * (moe/experts_gate.c) its top-k. */
 #ifndef MODE_MOD_ROUTER_H
 #define MODE_MOD_ROUTER_H
 

@@ -1,3 +1,5 @@
+/* The `moe` and `integrated` kinds' compute (moe.h), which ec's (ec.c)
+ * shares. */
 #include "moe/moe.h"
 #include "moe/moe_state.h"
 
@@ -11,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void moe_free(layer *l)
+void moe_free(layer *l)
 {
     moe_state *s = l->state;
     if (!s)
@@ -23,13 +25,13 @@ static void moe_free(layer *l)
     l->state = NULL;
 }
 
-static int moe_build(layer *l, const model_dims *dims, int max_seq)
+int moe_build_with(layer *l, const model_dims *dims, int max_seq, moe_cfg_fn cfg)
 {
     moe_state *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     l->state = s;
-    s->ec = moe_cfg_of(&l->spec, l->kind, dims);
+    s->ec = cfg(&l->spec, dims);
     buf_plan p = buf_counting(BUF_ALIGN);
     moe_layout(&p, s, dims, max_seq);
     if (buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims, l->index)) {
@@ -41,7 +43,7 @@ static int moe_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
-static int moe_forward(layer *l, const fwd_args *a, float *y, const float *x)
+int moe_forward(layer *l, const fwd_args *a, float *y, const float *x)
 {
     moe_state *s = l->state;
     const model_dims *dm = a->dims;
@@ -60,7 +62,7 @@ static int moe_forward(layer *l, const fwd_args *a, float *y, const float *x)
                            experts_capacity_in(&s->ec, a->seq_len, a->mode));
 }
 
-static int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
+int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
 {
     moe_state *s = l->state;
     const model_dims *dm = a->dims;
@@ -85,14 +87,14 @@ static int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy,
     return 0;
 }
 
-static int moe_decode_begin(layer *l, const model_dims *dims, int max_len)
+int moe_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     moe_state *s = l->state;
     experts_decode_reset(s->ex);
     return kv_cache_begin(&s->kv, dims, max_len);
 }
 
-static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
+int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     moe_state *s = l->state;
     int d = a->dims->d_model;
@@ -111,7 +113,7 @@ static int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     return first < s->ec.experts ? 1 : 0;
 }
 
-static int moe_record(const layer *l, const fwd_args *a, record_sink *sink)
+int moe_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const moe_state *s = l->state;
     route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .top_k = s->ec.top_k,
@@ -119,51 +121,48 @@ static int moe_record(const layer *l, const fwd_args *a, record_sink *sink)
     return route_decision_record(&d, sink);
 }
 
-static int moe_stat_count(const layer *l, int *n_sums)
+int moe_stat_count(const layer *l, int *n_sums)
 {
     const moe_state *s = l->state;
     *n_sums = experts_stat_sums_count(&s->ec);
     return experts_stat_cols_count(&s->ec);
 }
 
-static void moe_stat_name(const layer *l, int col, char *buf, int len)
+void moe_stat_name(const layer *l, int col, char *buf, int len)
 {
     const moe_state *s = l->state;
     experts_stat_name(&s->ec, col, buf, len);
 }
 
-static void moe_stat_sums(const layer *l, double *sums)
+void moe_stat_sums(const layer *l, double *sums)
 {
     const moe_state *s = l->state;
     experts_stat_sums(s->ex, sums);
 }
 
-static void moe_stat_columns(const layer *l, const double *sums, double *cols)
+void moe_stat_columns(const layer *l, const double *sums, double *cols)
 {
     const moe_state *s = l->state;
     experts_stat_columns(&s->ec, sums, cols);
 }
 
-static void moe_step_end(layer *l, bool updated)
+void moe_step_end(layer *l, bool updated)
 {
     moe_state *s = l->state;
     experts_step_end(s->ex, l->w + T_GATE, updated);
 }
 
-#define MOE_OPS(KIND, ROUTES, DECODE_ROUTES)                                                       \
-    {                                                                                              \
-        .kind = &KIND, .build = moe_build, .free = moe_free, .forward = moe_forward,              \
-        .backward = moe_backward, .decode_begin = moe_decode_begin, .decode = moe_decode,         \
-        .record = moe_record, .stat_count = moe_stat_count, .stat_name = moe_stat_name,           \
-        .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns, .routes = ROUTES,           \
-        .decode_routes = DECODE_ROUTES, .step_end = moe_step_end,                                 \
-    }
+static int moe_build(layer *l, const model_dims *dims, int max_seq)
+{
+    return moe_build_with(l, dims, max_seq, moe_cfg);
+}
 
-const kind_ops moe_ops = MOE_OPS(moe_kind, EXPERTS_ROUTES, EXPERTS_DECODE_ROUTES);
-const kind_ops integrated_ops = MOE_OPS(integrated_kind, EXPERTS_ROUTES | EXPERTS_NOOP_ROUTES,
+static int integrated_build(layer *l, const model_dims *dims, int max_seq)
+{
+    return moe_build_with(l, dims, max_seq, integrated_cfg);
+}
+
+const kind_ops moe_ops = MOE_OPS(moe_kind, moe_build, EXPERTS_ROUTES, EXPERTS_DECODE_ROUTES);
+const kind_ops integrated_ops = MOE_OPS(integrated_kind, integrated_build,
+                                        EXPERTS_ROUTES | EXPERTS_NOOP_ROUTES,
                                         EXPERTS_DECODE_ROUTES | EXPERTS_NOOP_ROUTES);
-/* expert-choice: the experts' picks read back (shuffle, replay); no random
- * or no-op policy (the choices are the experts', not the tokens') */
-const kind_ops ec_ops = MOE_OPS(ec_kind, 1u << ROUTE_LEARNED | 1u << ROUTE_SHUFFLE |
-                                             1u << ROUTE_REPLAY,
-                                1u << ROUTE_LEARNED);

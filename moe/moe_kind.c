@@ -1,4 +1,5 @@
-/* The `moe` and `integrated` kinds' description (their compute: moe.c). */
+/* The `moe` and `integrated` kinds' description (their compute: moe.c); the
+ * functions of every kind on the experts, which ec_kind.c shares. */
 #include "moe/moe.h"
 #include "moe/moe_state.h"
 
@@ -51,13 +52,15 @@ void moe_ws_layout(buf_plan *p, moe_ws *w, const model_dims *dims, int rows)
     w->sub = BUF_FLOATS(p, attn_ws_floats(dims, rows, dims->seq_len));
 }
 
-experts_cfg moe_cfg_of(const layer_spec *s, const layer_kind *k, const model_dims *dims)
+experts_cfg moe_cfg(const layer_spec *s, const model_dims *dims)
 {
-    if (k == &ec_kind)
-        return ec_cfg_of((const ec_params *)(const void *)s->params, dims);
-    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, k == &integrated_kind);
-    if (k == &integrated_kind)
-        c.noop_bias = moe_params_of(s)->noop_bias;
+    return experts_cfg_of(&moe_params_of(s)->experts, dims, false);
+}
+
+experts_cfg integrated_cfg(const layer_spec *s, const model_dims *dims)
+{
+    experts_cfg c = experts_cfg_of(&moe_params_of(s)->experts, dims, true);
+    c.noop_bias = moe_params_of(s)->noop_bias;
     return c;
 }
 
@@ -77,12 +80,12 @@ static int integrated_validate(const layer_spec *s, const model_dims *dims, char
     return validate_of(s, dims, true, err, err_len);
 }
 
-static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,
-                      const layer_kind *k)
+int moe_tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,
+                   moe_cfg_fn cfg)
 {
     /* attn_norm wq wk wv wo, mlp_norm, then the gate (learned router) and
      * the experts */
-    experts_cfg c = moe_cfg_of(s, k, dims);
+    experts_cfg c = cfg(s, dims);
     int n = BLOCK_ATTN_TENSORS + 1 + experts_tensors(NULL, &c, dims);
     if (!out)
         return n;
@@ -97,20 +100,20 @@ static int tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *
 
 static int moe_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
 {
-    return tensors_of(s, dims, out, max, &moe_kind);
+    return moe_tensors_of(s, dims, out, max, moe_cfg);
 }
 
 static int integrated_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out,
                               int max)
 {
-    return tensors_of(s, dims, out, max, &integrated_kind);
+    return moe_tensors_of(s, dims, out, max, integrated_cfg);
 }
 
-static double bytes_of(const layer_spec *spec, const model_dims *dims, int max_seq,
-                       const layer_kind *k)
+double moe_state_bytes_of(const layer_spec *spec, const model_dims *dims, int max_seq,
+                          moe_cfg_fn cfg)
 {
     long rows = (long)max_seq * dims->seq_len;
-    experts_cfg c = moe_cfg_of(spec, k, dims);
+    experts_cfg c = cfg(spec, dims);
     moe_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
     moe_layout(&p, &s, dims, max_seq);
@@ -120,15 +123,15 @@ static double bytes_of(const layer_spec *spec, const model_dims *dims, int max_s
 
 static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    return bytes_of(spec, dims, max_seq, &moe_kind);
+    return moe_state_bytes_of(spec, dims, max_seq, moe_cfg);
 }
 
 static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    return bytes_of(spec, dims, max_seq, &integrated_kind);
+    return moe_state_bytes_of(spec, dims, max_seq, integrated_cfg);
 }
 
-static long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
+long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     moe_ws w;
     buf_plan p = buf_counting(sizeof(float));
@@ -136,21 +139,21 @@ static long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int ma
     return (long)(p.used / sizeof(float));
 }
 
-static double flops_of(const layer_spec *spec, const model_dims *dims, const layer_kind *k)
+double moe_flops_of(const layer_spec *spec, const model_dims *dims, moe_cfg_fn cfg)
 {
     long S = dims->seq_len;
-    experts_cfg c = moe_cfg_of(spec, k, dims);
+    experts_cfg c = cfg(spec, dims);
     return attn_flops_rows(dims, S, S * S) + experts_flops(&c, dims, S);
 }
 
 static double moe_flops(const layer_spec *spec, const model_dims *dims)
 {
-    return flops_of(spec, dims, &moe_kind);
+    return moe_flops_of(spec, dims, moe_cfg);
 }
 
 static double integrated_flops(const layer_spec *spec, const model_dims *dims)
 {
-    return flops_of(spec, dims, &integrated_kind);
+    return moe_flops_of(spec, dims, integrated_cfg);
 }
 
 const layer_kind moe_kind = {
@@ -173,38 +176,4 @@ const layer_kind integrated_kind = {
     .state_bytes = integrated_state_bytes,
     .ws_floats = moe_ws_floats,
     .decides = { DECIDES_EXPERTS, .experts_key = "experts", .split_key = "granularity" },
-};
-
-/* ---- ec: expert-choice experts (docs/kinds/ec.md) ----------------------- */
-
-_Static_assert(sizeof(ec_params) <= MODE_PARAMS_BYTES, "ec's keys fit a layer_spec");
-
-static const kind_group ec_groups[] = {
-    { &ec_group, 0 },
-    { NULL, 0 },
-};
-
-static int ec_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
-{
-    return tensors_of(s, dims, out, max, &ec_kind);
-}
-
-static double ec_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    return bytes_of(spec, dims, max_seq, &ec_kind);
-}
-
-static double ec_flops(const layer_spec *spec, const model_dims *dims)
-{
-    return flops_of(spec, dims, &ec_kind);
-}
-
-const layer_kind ec_kind = {
-    .name = "ec",
-    .groups = ec_groups,
-    .tensors = ec_tensors,
-    .flops = ec_flops,
-    .state_bytes = ec_state_bytes,
-    .ws_floats = moe_ws_floats,
-    .decides = { DECIDES_EXPERTS, .experts_key = "experts" },
 };

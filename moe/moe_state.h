@@ -1,8 +1,10 @@
-/* The `moe` and `integrated` kinds' state, shared by their description
- * (moe_kind.c) and their compute (moe.c).  Private to moe/. */
+/* The state of the kinds on moe's layer (moe, integrated, ec), shared by
+ * their descriptions (moe_kind.c, ec_kind.c) and their compute (moe.c,
+ * ec.c).  Private to moe/. */
 #ifndef MODE_MOE_MOE_STATE_H
 #define MODE_MOE_MOE_STATE_H
 
+#include "core/model/block.h"
 #include "moe/experts_kind.h"
 
 /* Their parameters: the [moe] keys, and integrated's [integrated] key. */
@@ -31,8 +33,21 @@ typedef struct moe_state {
 } moe_state;
 
 void moe_layout(buf_plan *p, moe_state *s, const model_dims *dims, int max_seq);
-/* The experts' configuration of a layer of kind k (moe, integrated, ec). */
-experts_cfg moe_cfg_of(const layer_spec *s, const layer_kind *k, const model_dims *dims);
+
+/* The experts' configuration of a layer from its keys: each kind its own,
+ * named by its rows (moe_kind.c, ec_kind.c; build in moe.c, ec.c). */
+typedef experts_cfg (*moe_cfg_fn)(const layer_spec *s, const model_dims *dims);
+experts_cfg moe_cfg(const layer_spec *s, const model_dims *dims);
+experts_cfg integrated_cfg(const layer_spec *s, const model_dims *dims); /* with the no-op */
+experts_cfg ec_cfg(const layer_spec *s, const model_dims *dims);
+
+/* The description's functions (layer_kind) for the configuration cfg. */
+int moe_tensors_of(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max,
+                   moe_cfg_fn cfg);
+double moe_state_bytes_of(const layer_spec *spec, const model_dims *dims, int max_seq,
+                          moe_cfg_fn cfg);
+double moe_flops_of(const layer_spec *spec, const model_dims *dims, moe_cfg_fn cfg);
+long moe_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq);
 
 /* Backward's work space: dh and dm, then attention's share (the experts
  * keep their own). */
@@ -43,5 +58,30 @@ typedef struct moe_ws {
 void moe_ws_layout(buf_plan *p, moe_ws *w, const model_dims *dims, int rows);
 
 enum { T_MLP_NORM = BLOCK_ATTN_TENSORS, T_GATE = BLOCK_ATTN_TENSORS + 1 };
+
+/* The compute (moe.c): build for the configuration cfg, then every kind on
+ * the layer the same functions, its compute row MOE_OPS(its description,
+ * its build, its counterfactual policies in forward and in decode). */
+int moe_build_with(layer *l, const model_dims *dims, int max_seq, moe_cfg_fn cfg);
+void moe_free(layer *l);
+int moe_forward(layer *l, const fwd_args *a, float *y, const float *x);
+int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
+int moe_decode_begin(layer *l, const model_dims *dims, int max_len);
+int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
+int moe_record(const layer *l, const fwd_args *a, record_sink *sink);
+int moe_stat_count(const layer *l, int *n_sums);
+void moe_stat_name(const layer *l, int col, char *buf, int len);
+void moe_stat_sums(const layer *l, double *sums);
+void moe_stat_columns(const layer *l, const double *sums, double *cols);
+void moe_step_end(layer *l, bool updated);
+
+#define MOE_OPS(KIND, BUILD, ROUTES, DECODE_ROUTES)                                                \
+    {                                                                                              \
+        .kind = &KIND, .build = BUILD, .free = moe_free, .forward = moe_forward,                   \
+        .backward = moe_backward, .decode_begin = moe_decode_begin, .decode = moe_decode,         \
+        .record = moe_record, .stat_count = moe_stat_count, .stat_name = moe_stat_name,           \
+        .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns, .routes = ROUTES,           \
+        .decode_routes = DECODE_ROUTES, .step_end = moe_step_end,                                 \
+    }
 
 #endif

@@ -18,7 +18,7 @@
 #include "core/data/data.h"
 #include "core/model/model.h"
 #include "core/train/counterfactual.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 #include "mpi/check.h"
 
 #include <math.h>

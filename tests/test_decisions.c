@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "core/model/model.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 #include "testlib.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /* The contract every row of the kind table keeps, run over the table itself
  * (as dav1d's checkasm and ggml's test-backend-ops loop over their
- * functions): a kind is tested by being in moe/kinds.c.  For every row, at
+ * functions): a kind is tested by being in moe/registry.h.  For every row, at
  * its keys' defaults, in a small model (dense, KIND, dense):
  *   - its keys' defaults parse, and its description's buffer and work-space
  *     sizes are those its layouts give;
@@ -24,7 +24,7 @@
 #include "core/model/model.h"
 #include "core/rng/pcg32.h"
 #include "core/train/shard.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 #include "mpi/check.h"
 #include "testlib.h"
 
@@ -322,8 +322,7 @@ static void check_input_gradient(fixture *f, pcg32 *r)
     fwd_args a = { .ctx = &f->ctx, .dims = dm, .rope = m->rope, .mode = FWD_TRAIN,
                    .nseq = f->b.nseq, .seq_len = S_LEN, .seq_scale = 1.0f / (float)f->b.nseq,
                    .ws = m->ws, .aux_loss = &aux, .side_loss = &side, .flops_executed = &fl,
-                   .tokens = m->inputs, .targets = m->targets, .tok_emb = m->tok_emb,
-                   .dtok_emb = m->dtok_emb, .stack = m->layers };
+                   .tokens = m->inputs };
     capture base = { 0 }, now = { 0 };
     CHECK(ly->ops->forward(ly, &a, y, x) == 0, "forward");
     capture_layer(m, 1, f->b.nseq, &base);
@@ -739,6 +738,12 @@ int main(int argc, char **argv)
               "the description table has %s", i, mode_kind_ops[i]->kind->name,
               mode_kinds[i] ? mode_kinds[i]->name : "nothing");
     CHECK(mode_kinds[rows] == NULL, "the description table is longer than the compute table");
+    CHECK(rows == KIND_COUNT, "%d rows in the tables, the registry has %d", rows, KIND_COUNT);
+    for (int i = 0; i < rows; i++) /* a row's name is its description's (moe/registry.h) */
+        CHECK(strcmp(mode_kind_names[i], mode_kinds[i]->name) == 0 &&
+                  layer_kind_lookup(mode_kinds, mode_kind_names[i]) == mode_kinds[i],
+              "registry row %d is called %s, its description %s", i, mode_kind_names[i],
+              mode_kinds[i]->name);
     bool made = rank == 0 && mkdtemp(dir);
     int variants = 0;
     /* every row at its defaults, then with each choice key at each of its

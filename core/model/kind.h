@@ -55,18 +55,6 @@ typedef struct fwd_args {
                          * counterfactual draws and the book's rows); NULL in training */
     const token_t *tokens; /* [nseq*S] the input tokens (hash routing reads them) */
     const route_plan *route; /* evaluation: decisions to replace (route.h); NULL: as trained */
-    const token_t *targets;  /* [nseq*S] the next tokens (an exit point's loss) */
-    const float *tok_emb;    /* [V][d] the tied head, which exit points read */
-    float *dtok_emb;         /* its gradient (backward) */
-    const struct layer *stack; /* the model's layers, for a layer that reads another's state */
-    /* Evaluation and decoding of a stack with exit points (layer_kind
-     * exit_point): active[i] is 1 while token i is in the stack; an exit
-     * point that takes it out clears it and writes its head input (its
-     * normed state) into head_in[i][d]; model.c then keeps its row frozen
-     * through the later layers (their keys and values are read from it)
-     * and reads the head from head_in.  NULL in training and without exits. */
-    unsigned char *active;
-    float *head_in;
     float seq_scale;   /* 1 / global sequences: auxiliary losses average over these */
     float *ws;         /* work space, kind->ws_floats() floats: backward's, and attention's
                         * scratch in forward (block.h attn_forward) */
@@ -85,7 +73,34 @@ typedef struct layer {
     float **w;        /* [n_tensors] views into the parameter buffer */
     float **dw;       /* [n_tensors] views into the gradient buffer */
     void *state;      /* the kind's activations and buffers */
+    void *shared;     /* what the stack's layers of this kind share (layer_kind
+                       * shared_bytes; NULL: nothing) */
 } layer;
+
+/* What a kind that acts on the stack as a whole hears from the driver
+ * (kind_ops stack): when the model is built, and at the points of every
+ * forward and decoding step where the stack, not one layer, is concerned. */
+typedef enum stack_event {
+    STACK_BUILT, /* once, every layer built: the stack and the model's tensors (a: NULL) */
+    STACK_BEGIN, /* a forward or a decoding step starts (rows: its rows) */
+    STACK_LAYER, /* layer `at` has run: y its output rows, x its input rows */
+    STACK_HEAD,  /* y: the rows the tied head reads (RMSNorm_final's output) */
+} stack_event;
+
+typedef struct stack_call {
+    stack_event event;
+    int rows;              /* rows of y and x: nseq * S in a forward, 1 in decoding */
+    int at;                /* STACK_LAYER: the layer that ran */
+    float *y;              /* [rows][d] */
+    const float *x;        /* [rows][d] */
+    /* STACK_BUILT: the stack (a layer's peers are there) and the model's
+     * tensors and buffers a kind may read in its passes */
+    struct layer *layers;  /* [n_layers] */
+    int n_layers;
+    const float *tok_emb;  /* [V][d] the tied head */
+    float *dtok_emb;       /* [V][d] its gradient */
+    const token_t *targets; /* [max_seq*S] each forward's next tokens */
+} stack_call;
 
 /* One row of the table: the description. */
 typedef struct layer_kind {
@@ -114,11 +129,15 @@ typedef struct layer_kind {
      * layout its backward carves the work space with. */
     long (*ws_floats)(const layer_spec *spec, const model_dims *dims, int max_seq);
     /* An exit point: in evaluation and decoding it may take tokens out of
-     * the stack (fwd_args active, head_in). */
+     * the stack (its kind_ops stack does it); what the analysis reads. */
     bool exit_point;
     /* What the kind decides per row (decision.h), which its record()
      * writes: what the programs ask instead of the kind's name or keys. */
     decision_decl decides;
+    /* Bytes the stack's layers of this kind share (layer.shared: one block
+     * a kind, zeroed, allocated by the model), for max_seq sequences; NULL:
+     * none.  For mode-exp plan as for build_model. */
+    double (*shared_bytes)(const layer_spec *spec, const model_dims *dims, int max_seq);
 } layer_kind;
 
 /* The other half of a row: the compute. */
@@ -131,10 +150,11 @@ typedef struct kind_ops {
     int (*forward)(layer *l, const fwd_args *a, float *y, const float *x);
     /* dx[nseq*S][d] += d loss / d x, parameter gradients += ..., given dy. */
     int (*backward)(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
-    /* A token that left the stack at an exit point, at a later layer: its
-     * frozen state x[d] at position pos gives this layer's cache what the
-     * layer's decode() would have put there (keys and values), nothing
-     * else.  NULL: model.c runs decode() and keeps x. */
+    /* A token that left the stack (a layer's stack op said so), at a later
+     * layer: its frozen state x[d] at position pos gives this layer's cache
+     * what the layer's decode() would have put there (keys and values),
+     * nothing else.  NULL: model.c runs decode() (and the kind that took
+     * the token out keeps its state). */
     int (*decode_kv)(layer *l, const fwd_args *a, const float *x, int32_t pos);
     /* Incremental decoding (sampling with a KV cache).  decode_begin()
      * sizes the layer's caches for max_len positions and empties them;
@@ -169,6 +189,16 @@ typedef struct kind_ops {
      * experts' balancing bias) from what the step's forwards saw.  NULL:
      * nothing. */
     void (*step_end)(layer *l, bool updated);
+    /* The stack's points (stack_event), on every layer that has this op,
+     * in layer order: a kind that reads other layers of its kind (its
+     * peers, found at STACK_BUILT) or the model's tensors, or that acts on
+     * rows beyond its own layer (exit: a token that leaves keeps its state
+     * through the later layers and gives the head its input), does it
+     * here.  Returns, at STACK_LAYER, how many of the rows have left the
+     * stack (in decoding, its one row: later layers then take only its
+     * keys and values, decode_kv); otherwise 0; negative on error.  NULL:
+     * the kind acts on its own rows alone. */
+    int (*stack)(layer *l, const fwd_args *a, const stack_call *c);
 } kind_ops;
 
 /* Where record() puts its arrays: put() copies them under name (e.g.

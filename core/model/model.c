@@ -11,6 +11,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The first layer of the stack of layer l's kind (the one that holds what
+ * the kind's layers share, layer.shared). */
+static int first_of_kind(const model *m, int l)
+{
+    int k = 0;
+    while (m->layers[k].kind != m->layers[l].kind)
+        k++;
+    return k;
+}
+
+/* Every layer's stack op (kind.h) at one point of a pass, in layer order:
+ * the rows they say have left the stack, or the first error. */
+static int stack_at(model *m, const fwd_args *a, const stack_call *c)
+{
+    int left = 0;
+    for (int l = 0; l < m->dims.n_layers; l++) {
+        layer *ly = &m->layers[l];
+        int rc = ly->ops->stack ? ly->ops->stack(ly, a, c) : 0;
+        if (rc < 0)
+            return rc;
+        left += rc;
+    }
+    return left;
+}
+
 void free_model(model **pm)
 {
     model *m = *pm;
@@ -23,6 +48,8 @@ void free_model(model **pm)
                 ly->ops->free(ly);
             free(ly->w);
             free(ly->dw);
+            if (ly->shared && first_of_kind(m, l) == l)
+                free(ly->shared);
         }
     }
     free(m->layers);
@@ -40,8 +67,6 @@ void free_model(model **pm)
     free(m->inputs);
     free(m->targets);
     free(m->ws);
-    free(m->active);
-    free(m->head_in);
     free_rope_table(&m->rope);
     free(m->dec_x[0]);
     free(m->dec_x[1]);
@@ -282,6 +307,14 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
             ly->w[t] = m->params + m->tensors[first[l] + t].offset;
             ly->dw[t] = m->grads + m->tensors[first[l] + t].offset;
         }
+        const layer_kind *k = ly->kind;
+        if (k->shared_bytes && first_of_kind(m, l) == l) {
+            double bytes = k->shared_bytes(&ly->spec, dims, max_seq);
+            if (!(ly->shared = alloc_floats((size_t)(bytes + 3.0) / sizeof(float))))
+                goto fail_nomem;
+        } else if (k->shared_bytes) {
+            ly->shared = m->layers[first_of_kind(m, l)].shared;
+        }
         if ((rc = ly->ops->build(ly, dims, max_seq))) {
             snprintf(err, (size_t)err_len, "layer %d (%s): cannot allocate its buffers", l,
                      ly->kind->name);
@@ -300,18 +333,17 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
     m->inputs = calloc(rows, sizeof(token_t));
     m->targets = calloc(rows, sizeof(token_t));
     m->ws = alloc_floats((size_t)m->ws_floats);
-    for (int l = 0; l < L; l++)
-        m->has_exits |= m->layers[l].kind->exit_point;
-    if (m->has_exits) {
-        m->active = calloc(rows, 1);
-        m->head_in = alloc_floats(rd);
-    }
     if (!m->resid || !m->dresid[0] || !m->dresid[1] || !m->final_u || !m->final_rstd ||
-        !m->logits || !m->inputs || !m->targets || !m->ws ||
-        (m->has_exits && (!m->active || !m->head_in)))
+        !m->logits || !m->inputs || !m->targets || !m->ws)
         goto fail_nomem;
     if (build_rope_table(&m->rope, dims->seq_len, dims->d_head))
         goto fail_nomem;
+    stack_call built = { .event = STACK_BUILT, .layers = m->layers, .n_layers = L,
+                         .tok_emb = m->tok_emb, .dtok_emb = m->dtok_emb, .targets = m->targets };
+    if ((rc = stack_at(m, NULL, &built)) < 0) {
+        snprintf(err, (size_t)err_len, "the stack's layers cannot be joined (error %d)", rc);
+        goto fail;
+    }
     *out = m;
     return 0;
 
@@ -373,9 +405,7 @@ static fwd_args make_args(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode
         .ctx = ctx, .mm = { .pool = ctx ? ctx->pool : NULL, .bf16 = m->bf16 },
         .dims = &m->dims, .rope = m->rope, .mode = mode, .nseq = b->nseq,
         .seq_len = m->dims.seq_len, .step = b->step, .seq0 = b->seq0, .window = b->window,
-        .tokens = m->inputs, .route = b->route, .targets = m->targets, .tok_emb = m->tok_emb,
-        .dtok_emb = m->dtok_emb, .stack = m->layers, .head_in = m->head_in,
-        .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
+        .tokens = m->inputs, .route = b->route, .seq_scale = 1.0f / (float)b->global_seqs, .ws = m->ws,
         .aux_loss = r ? &r->aux_loss : NULL, .side_loss = r ? &r->side_loss : NULL,
         .flops_executed = r ? &r->flops_executed : NULL,
     };
@@ -401,31 +431,26 @@ int model_forward(model *m, mode_ctx *ctx, const batch *b, fwd_mode mode, fwd_re
         }
     }
     fwd_args a = make_args(m, ctx, b, mode, r);
-    bool exits = m->has_exits && mode != FWD_TRAIN;
-    if (exits) {
-        memset(m->active, 1, (size_t)n);
-        a.active = m->active;
-    }
+    int rc = stack_at(m, &a, &(stack_call){ .event = STACK_BEGIN, .rows = n });
+    if (rc < 0)
+        return rc;
     double t0 = mode_now();
     embedding_forward(m->resid, m->tok_emb, m->inputs, n, d);
     mode_time_add(ctx, PHASE_OTHER, t0);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
         float *out = m->resid + (size_t)(l + 1) * rd, *in = m->resid + (size_t)l * rd;
-        int rc = ly->ops->forward(ly, &a, out, in);
-        if (rc)
+        if ((rc = ly->ops->forward(ly, &a, out, in)))
             return rc;
-        for (int i = 0; exits && i < n; i++) /* an exited token's state is frozen */
-            if (!m->active[i])
-                memcpy(out + (size_t)i * d, in + (size_t)i * d, (size_t)d * sizeof(float));
+        stack_call c = { .event = STACK_LAYER, .rows = n, .at = l, .y = out, .x = in };
+        if ((rc = stack_at(m, &a, &c)) < 0)
+            return rc;
     }
     t0 = mode_now();
     rmsnorm_forward_pool(a.mm.pool, m->final_u, m->final_rstd, m->resid + (size_t)dm->n_layers * rd,
                          m->final_norm, n, d);
-    for (int i = 0; exits && i < n; i++) /* its head input is its exit's */
-        if (!m->active[i])
-            memcpy(m->final_u + (size_t)i * d, m->head_in + (size_t)i * d,
-                   (size_t)d * sizeof(float));
+    if ((rc = stack_at(m, &a, &(stack_call){ .event = STACK_HEAD, .rows = n, .y = m->final_u })) < 0)
+        return rc;
     /* tied head: logits = u tok_emb^T */
     matmul_pool(&a.mm, m->logits, V, m->final_u, d, false, m->tok_emb, d, true, n, V, d, 0.0f);
     float scale = 1.0f / ((float)b->global_seqs * (float)S);
@@ -557,17 +582,17 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
     batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
     fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
     a.tokens = &token;
-    unsigned char active = 1;
-    a.active = m->has_exits ? &active : NULL;
+    int rc = stack_at(m, &a, &(stack_call){ .event = STACK_BEGIN, .rows = 1 });
+    if (rc < 0)
+        return rc;
+    bool left = false; /* the token has left the stack: keys and values only */
     embedding_forward(m->dec_x[0], m->tok_emb, &token, 1, d);
     for (int l = 0; l < dm->n_layers; l++) {
         layer *ly = &m->layers[l];
         float *out = m->dec_x[(l + 1) & 1], *in = m->dec_x[l & 1];
-        int rc = 0;
-        if (!active) { /* left at an exit point: keys and values only */
+        if (left) {
             rc = ly->ops->decode_kv ? ly->ops->decode_kv(ly, &a, in, pos)
                                     : ly->ops->decode(ly, &a, out, in, pos);
-            memcpy(out, in, (size_t)d * sizeof(float));
             if (rc < 0)
                 return rc;
             rc = 0;
@@ -576,12 +601,15 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
         }
         if (taken)
             taken[l] = (unsigned char)rc;
+        stack_call c = { .event = STACK_LAYER, .rows = 1, .at = l, .y = out, .x = in };
+        if ((rc = stack_at(m, &a, &c)) < 0)
+            return rc;
+        left = rc > 0;
     }
     float rstd;
-    if (!active) /* the head reads the exit's normed state */
-        memcpy(m->dec_u, m->head_in, (size_t)d * sizeof(float));
-    else
-        rmsnorm_forward(m->dec_u, &rstd, m->dec_x[dm->n_layers & 1], m->final_norm, 1, d);
+    rmsnorm_forward(m->dec_u, &rstd, m->dec_x[dm->n_layers & 1], m->final_norm, 1, d);
+    if ((rc = stack_at(m, &a, &(stack_call){ .event = STACK_HEAD, .rows = 1, .y = m->dec_u })) < 0)
+        return rc;
     matmul(logits, dm->vocab, m->dec_u, d, false, m->tok_emb, d, true, 1, dm->vocab, d, 0.0f);
     return 0;
 }

@@ -65,9 +65,6 @@ typedef struct model {
     float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
     float *dec_u;            /* [d] */
     int dec_len;             /* positions model_decode_begin allowed */
-    bool has_exits;          /* a layer is an exit point (layer_kind exit_point) */
-    unsigned char *active;   /* [max_seq*S] with exits: tokens still in the stack */
-    float *head_in;          /* [max_seq*S][d] with exits: the exited tokens' head inputs */
     const route_plan *route; /* decoding's counterfactual routing (sample --routing), or NULL */
     bool bf16;               /* [run] precision bf16: the passes' products in bf16
                               * (matmul.h matmul_exec); decoding stays fp32 */
@@ -150,8 +147,9 @@ int model_backward_hooked(model *m, mode_ctx *ctx, const batch *b, const backwar
  * up to max_len positions; decode_step() runs the token at position pos
  * (0, 1, 2, ... in order) and writes the next-token logits[V].  taken[l]
  * (when not NULL) says whether layer l's block ran for this token (at an
- * exit point: whether the token left the stack there; after that no later
- * layer runs it, each only takes its keys and values).  The logits equal
+ * exit point: whether the token left the stack there; once a layer's stack
+ * op says it left, no later layer runs it, each only takes its keys and
+ * values: kind.h decode_kv, 0 in taken).  The logits equal
  * those of a FWD_EVAL_CAUSAL forward over the whole prefix.  max_len may
  * pass the training length S: past it each layer attends to a sliding
  * window, the rows of the last S positions (RoPE is relative: the window

@@ -73,11 +73,15 @@ int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_
      * the RoPE table */
     out->activations += 4.0 * rows * ((L + 1.0) * d + 2.0 * d + d + 1.0 + V) +
                         2.0 * rows * sizeof(token_t) + 4.0 * S * dims.d_head;
-    bool exits = false; /* with exit points: each token's head input, and whether it left */
-    for (int l = 0; l < L; l++)
-        exits |= layer_kind_lookup(table, specs[l].kind)->exit_point;
-    if (exits)
-        out->activations += rows * (4.0 * d + 1.0);
+    /* what the layers of a kind share (layer_kind shared_bytes), once a kind */
+    for (int l = 0; l < L; l++) {
+        const layer_kind *k = layer_kind_lookup(table, specs[l].kind);
+        int first = 0;
+        while (strcmp(specs[first].kind, specs[l].kind))
+            first++;
+        if (k->shared_bytes && first == l)
+            out->activations += k->shared_bytes(&specs[l], &dims, max_seq);
+    }
     out->work = 4.0 * ws;
     /* unsharded over P > 1 ranks: the pieces the gradient sums receive
      * (docs/gradient-sums.md), (P - 1) / P of the shared gradients */

@@ -143,6 +143,8 @@ def load_safetensors(path, json_path=None):
     with open(json_path) as fh:
         j = json.load(fh)
     root = dict(j.get("attrs", j))
+    if isinstance(root.get("model"), dict):  # mode-exp export's OUT.json: the sizes under "model"
+        root.update(root.pop("model"))
     layer_list = root.pop("layers", j.get("layers"))
     if layer_list is None:
         raise CheckpointError(f"{json_path}: no \"layers\" list")

@@ -3,7 +3,7 @@
 #include "core/config/config.h"
 #include "core/io/runfile.h"
 #include "core/model/model.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <errno.h>
 #include <math.h>

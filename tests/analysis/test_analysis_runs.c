@@ -14,7 +14,7 @@
 #include "analysis/stats.h"
 #include "core/config/config.h"
 #include "core/model/model.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 #include "tests/analysis/runfiles.h"
 
 #include <math.h>

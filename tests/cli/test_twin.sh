@@ -49,6 +49,7 @@ check() {
 	done
 	"$exe" sample "$ckpt" --prompt-ids "$(cat "$d/prompt.txt")" --tokens 20 --temperature 0 --ids \
 		>"$d/sample.txt" 2>&1 || fail "$name: mode-exp sample: $(cat "$d/sample.txt")"
+	"$exe" export "$ckpt" "$d/export" >"$d/export.txt" 2>&1 || fail "$name: mode-exp export: $(cat "$d/export.txt")"
 	twin check "$name" "$ckpt" "$d" || fail "$name: the twin differs from mode-exp"
 	ran=$((ran + 1))
 }

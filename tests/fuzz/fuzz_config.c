@@ -1,7 +1,7 @@
 /* libFuzzer target: the config reader on arbitrary text, with arbitrary
  * overrides (the text after a line "--" is split into overrides). */
 #include "core/config/config.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #include "core/config/config.h"
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include "core/io/checkpoint.h"
 #include "core/io/h5util.h"
 #include "mod/mod.h"
-#include "moe/kinds.h"
+#include "moe/registry.h"
 #include "moe/moe.h"
 #include "moe/staged.h"
 #include "check.h"
