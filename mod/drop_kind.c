@@ -53,13 +53,6 @@ bool drop_pruned(const drop_params *p, int l)
     return p->prune || (p->prune_every > 0 && (l + 1) % p->prune_every == 0);
 }
 
-mod_router_params drop_router_params(void)
-{
-    mod_router_params r = { .capacity = 1.0, .router = ROUTER_RANDOM, .gate = GATE_SIGMOID,
-                            .causal = CAUSAL_NONE };
-    return r;
-}
-
 static int drop_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
 {
     if (out) {
@@ -72,9 +65,7 @@ static int drop_tensors(const layer_spec *s, const model_dims *dims, tensor_desc
 
 static double drop_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    mod_router_params rp = drop_router_params();
-    return mod_router_bytes(dims, &rp, max_seq) +
-           routed_rows_bytes(dims, dims->d_ff, (long)max_seq * dims->seq_len);
+    return routed_block_bytes(dims, dims->d_ff, max_seq, dims->seq_len);
 }
 
 static long drop_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)

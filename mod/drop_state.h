@@ -3,7 +3,7 @@
 #ifndef MODE_MOD_DROP_STATE_H
 #define MODE_MOD_DROP_STATE_H
 
-#include "mod/router.h"
+#include "mod/routed.h"
 
 enum { DROP_LINEAR, DROP_CONSTANT, DROP_SCHEDULE_COUNT };
 enum { DROP_SEQUENCE, DROP_TOKEN, DROP_UNIT_COUNT };
@@ -19,12 +19,8 @@ typedef struct drop_params {
 } drop_params;
 
 typedef struct drop_state {
-    mod_router rt;      /* the rows that run the block, and their scales (router.h) */
-    routed_rows rows;
+    routed_block blk;   /* the block on the rows the draws run, their scales the gates */
     double sums[2];     /* kept rows, rows */
-    kv_cache kv;
-    mlp_cache mlp1;
-    float *dec;         /* [2d] */
 } drop_state;
 
 static inline const drop_params *drop_params_of(const layer_spec *s)
@@ -36,7 +32,5 @@ static inline const drop_params *drop_params_of(const layer_spec *s)
 double drop_probability(const drop_params *p, int l, int L);
 /* Whether evaluation and sampling skip layer l. */
 bool drop_pruned(const drop_params *p, int l);
-/* The container's parameters: no router tensor. */
-mod_router_params drop_router_params(void);
 
 #endif

@@ -31,8 +31,7 @@ static double mod_state_bytes(const layer_spec *spec, const model_dims *dims, in
     int k = mod_k(rp->capacity, dims->seq_len);
     /* the router's buffers, and the block on k rows of each sequence (top-k:
      * exactly k; the causal rule of an evaluation may take more) */
-    return mod_router_bytes(dims, rp, max_seq) +
-           routed_rows_bytes(dims, dims->d_ff, (long)max_seq * k);
+    return mod_router_bytes(dims, rp, max_seq) + routed_block_bytes(dims, dims->d_ff, max_seq, k);
 }
 
 static long mod_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)

@@ -3,6 +3,7 @@
 #ifndef MODE_MOD_MOD_STATE_H
 #define MODE_MOD_MOD_STATE_H
 
+#include "mod/routed.h"
 #include "mod/router.h"
 
 /* mod's parameters: the [mod] keys alone. */
@@ -13,10 +14,7 @@ typedef struct mod_params {
 typedef struct mod_state {
     mod_router rt;
     int t_block;        /* first block tensor */
-    routed_rows rows;   /* the block on the selected rows */
-    kv_cache kv;        /* decoding */
-    mlp_cache mlp1;
-    float *dec;         /* [2d] decoding scratch */
+    routed_block blk;   /* the block on the selected rows (routed.h) */
 } mod_state;
 
 static inline const mod_params *mod_params_of(const layer_spec *s)

@@ -45,13 +45,6 @@ int mor_k(const mor_params *p, int r, int S)
     return num_floor_int(share * S, 1, S > 1 ? S : 1);
 }
 
-mod_router_params mor_router_params(void)
-{
-    mod_router_params r = { .capacity = 1.0, .router = ROUTER_RANDOM, .gate = GATE_SIGMOID,
-                            .causal = CAUSAL_NONE };
-    return r;
-}
-
 static int mor_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *out, int max)
 {
     const mor_params *p = mor_params_of(s);
@@ -68,11 +61,10 @@ static int mor_tensors(const layer_spec *s, const model_dims *dims, tensor_desc 
 static double mor_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     const mor_params *p = mor_params_of(spec);
-    mod_router_params rp = mor_router_params();
     double rows = (double)max_seq * dims->seq_len, b = 2.0 * rows * 4.0 * dims->d_model;
     for (int r = 1; r <= p->recursions; r++)
-        b += mod_router_bytes(dims, &rp, max_seq) + 4.0 * rows * dims->d_model +
-             routed_rows_bytes(dims, dims->d_ff, (long)max_seq * mor_k(p, r, dims->seq_len));
+        b += select_steps_bytes(max_seq, dims->seq_len) + 4.0 * rows * dims->d_model +
+             routed_block_bytes(dims, dims->d_ff, max_seq, mor_k(p, r, dims->seq_len));
     return b;
 }
 

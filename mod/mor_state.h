@@ -3,7 +3,8 @@
 #ifndef MODE_MOD_MOR_STATE_H
 #define MODE_MOD_MOR_STATE_H
 
-#include "mod/router.h"
+#include "mod/routed.h"
+#include "mod/select_steps.h"
 
 enum { MOR_MAX_STEPS = 8 };
 enum { MOR_LINEAR, MOR_GEOMETRIC, MOR_SCHEDULE_COUNT };
@@ -16,11 +17,10 @@ typedef struct mor_params {
     double aux_weight; /* the causal rule's BCE */
 } mor_params;
 
-/* One recursion step: its selected rows (router.h's container) and the
- * block on them. */
+/* One recursion step: its selector and the block on the rows it chose. */
 typedef struct mor_step {
-    mod_router rt;      /* r: the step's scores; z: eligible; c: the causal rule's take */
-    routed_rows rows;
+    select_steps sel;   /* s: the step's scores; elig: A_{r-1}; take: T_r */
+    routed_block blk;
     float *xin;         /* [rows][d] the stream entering the step */
 } mor_step;
 
@@ -30,9 +30,6 @@ typedef struct mor_state {
     int32_t *depth;     /* [rows] steps each token took */
     float *dx;          /* [rows][d] backward: the stream's gradient between steps */
     double sums[MOR_MAX_STEPS + 2]; /* tokens at each step, tokens, sequences */
-    kv_cache kv[MOR_MAX_STEPS];     /* decoding, one a step */
-    mlp_cache mlp1;
-    float *dec;         /* [3d] */
 } mor_state;
 
 static inline const mor_params *mor_params_of(const layer_spec *s)
@@ -42,6 +39,5 @@ static inline const mor_params *mor_params_of(const layer_spec *s)
 
 /* k_r, the tokens of a sequence of S that step r (1-based) keeps. */
 int mor_k(const mor_params *p, int r, int S);
-mod_router_params mor_router_params(void);
 
 #endif

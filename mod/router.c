@@ -177,7 +177,7 @@ static float causal_threshold(const mod_router_cfg *c)
  * take[S] of sequence b (window win): as many tokens as take holds, at
  * random or of the lowest router scores r; or the book's decisions. */
 static int counterfactual(mod_router *rt, const fwd_args *a, int layer_index, int b,
-                          unsigned char *take, const float *r)
+                          unsigned char *take, const float *r, bool causal)
 {
     const route_plan *p = a->route;
     int S = a->seq_len, m = 0;
@@ -210,7 +210,7 @@ static int counterfactual(mod_router *rt, const fwd_args *a, int layer_index, in
         return 0;
     }
     if (p->policy == ROUTE_SHUFFLE || p->policy == ROUTE_REPLAY) {
-        const char *name = a->mode == FWD_EVAL_CAUSAL ? "causal" : "selected";
+        const char *name = causal ? "causal" : "selected";
         const float *src = route_source(p, layer_index, name, win, S, 0, 1);
         if (!src)
             return -ENOENT;
@@ -221,8 +221,8 @@ static int counterfactual(mod_router *rt, const fwd_args *a, int layer_index, in
     return -EINVAL;
 }
 
-int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
-                       const float *x)
+int mod_router_forward(mod_router *rt, routed_set *set, float *const *w, int layer_index,
+                       const fwd_args *a, const float *x, int take_rule)
 {
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
@@ -244,35 +244,25 @@ int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const f
     for (int i = 0; i < n; i++)
         rt->c[i] = sc[i] > thr;
 
-    unsigned char *take = a->mode == FWD_EVAL_CAUSAL ? rt->c : rt->z;
+    bool causal = take_rule == ROUTER_TAKE_CAUSAL || a->mode == FWD_EVAL_CAUSAL;
+    unsigned char *take = causal ? rt->c : rt->z;
     if (a->mode != FWD_TRAIN && route_applies(a->route, layer_index))
         for (int b = 0; b < a->nseq; b++) {
             int rc = counterfactual(rt, a, layer_index, b, take + (size_t)b * S,
-                                    rt->r + (size_t)b * S);
+                                    rt->r + (size_t)b * S, causal);
             if (rc)
                 return rc;
         }
-    rt->n_sel = 0;
-    rt->nseq = a->nseq;
-    rt->sum_sq = 0;
+    routed_set_begin(set);
     for (int b = 0; b < a->nseq; b++) {
-        rt->seq_start[b] = rt->n_sel;
-        for (int i = 0; i < S; i++) {
-            int row = b * S + i;
-            if (!take[row])
-                continue;
-            rt->sel[rt->n_sel] = row;
-            rt->pos[rt->n_sel] = i;
-            rt->gate[rt->n_sel] = gate_of(c, rt->r[row]);
-            rt->n_sel++;
-        }
-        long ns = rt->n_sel - rt->seq_start[b];
-        rt->sum_sq += ns * ns;
+        for (int i = 0; i < S; i++)
+            if (take[b * S + i])
+                routed_set_add(set, b * S + i, i, gate_of(c, rt->r[b * S + i]));
+        routed_set_next_seq(set);
     }
-    rt->seq_start[a->nseq] = rt->n_sel;
     if (a->flops_executed)
         *a->flops_executed += a->nseq * mod_router_flops(c, a->dims);
-    if (a->mode != FWD_TRAIN)
+    if (a->mode != FWD_TRAIN || take_rule == ROUTER_TAKE_CAUSAL)
         return 0;
     double aux = 0.0, side = 0.0;
     memset(rt->sums, 0, sizeof(rt->sums));
@@ -292,15 +282,16 @@ int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const f
     return 0;
 }
 
-void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
-                         float *dx, const float *x, const float *dgate)
+void mod_router_backward(mod_router *rt, const routed_set *set, float *const *w,
+                         float *const *dw, const fwd_args *a, float *dx, const float *x,
+                         const float *dgate)
 {
-    mod_router_backward_extra(rt, w, dw, a, dx, x, dgate, NULL);
+    mod_router_backward_extra(rt, set, w, dw, a, dx, x, dgate, NULL);
 }
 
-void mod_router_backward_extra(mod_router *rt, float *const *w, float *const *dw,
-                               const fwd_args *a, float *dx, const float *x, const float *dgate,
-                               const float *dr_extra)
+void mod_router_backward_extra(mod_router *rt, const routed_set *set, float *const *w,
+                               float *const *dw, const fwd_args *a, float *dx, const float *x,
+                               const float *dgate, const float *dr_extra)
 {
     const mod_router_cfg *c = &rt->cfg;
     int S = a->seq_len, d = a->dims->d_model, n = a->nseq * S;
@@ -308,9 +299,9 @@ void mod_router_backward_extra(mod_router *rt, float *const *w, float *const *dw
     float bscale = (float)(a->seq_scale / S);
     if (c->router == ROUTER_LEARNED) {
         memset(dr, 0, (size_t)n * sizeof(float));
-        for (int j = 0; j < rt->n_sel; j++) {
-            float g = rt->gate[j];
-            dr[rt->sel[j]] += c->gate == GATE_RAW ? dgate[j] : dgate[j] * g * (1.0f - g);
+        for (int j = 0; j < set->n_sel; j++) {
+            float g = set->gate[j];
+            dr[set->sel[j]] += c->gate == GATE_RAW ? dgate[j] : dgate[j] * g * (1.0f - g);
         }
         if (c->causal == CAUSAL_AUX)
             for (int i = 0; i < n; i++)
@@ -366,6 +357,30 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
     return score > causal_threshold(c);
 }
 
+int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                      int layer_index, const fwd_args *a, float *y, const float *x, int32_t pos)
+{
+    float g;
+    int take = mod_router_decide(rt, w, layer_index, a, x, pos, &g);
+    if (take <= 0) {
+        memcpy(y, x, (size_t)a->dims->d_model * sizeof(float));
+        return take;
+    }
+    int rc = routed_decode(b, w + t_block, a, y, x, pos, g);
+    return rc ? rc : 1;
+}
+
+int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                         int layer_index, const fwd_args *a, const float *x, int32_t pos)
+{
+    float g;
+    int take = mod_router_decide(rt, w, layer_index, a, x, pos, &g);
+    if (take <= 0)
+        return take;
+    int rc = routed_decode_kv(b, w + t_block, a, x, pos);
+    return rc ? rc : 1;
+}
+
 int mod_router_record(const mod_router *rt, const fwd_args *a, route_decision *d,
                       record_sink *sink)
 {
@@ -413,87 +428,4 @@ void mod_router_stat_columns(const double *m, double *cols)
     cols[2] = ratio(m[0], m[0] + m[2]);
     cols[3] = ratio(m[4], m[5]);
     cols[4] = ratio(m[0] + m[2], m[5]);
-}
-
-void mod_router_gather(const mod_router *rt, float *xs, const float *x, int d)
-{
-    for (int j = 0; j < rt->n_sel; j++)
-        memcpy(xs + (size_t)j * d, x + (size_t)rt->sel[j] * d, (size_t)d * sizeof(float));
-}
-
-void mod_router_scatter(const mod_router *rt, float *y, const float *x, const float *ys,
-                        const float *xs, int n_rows, int d)
-{
-    memcpy(y, x, (size_t)n_rows * d * sizeof(float));
-    for (int j = 0; j < rt->n_sel; j++) {
-        float *yr = y + (size_t)rt->sel[j] * d, g = rt->gate[j];
-        const float *o = ys + (size_t)j * d, *i = xs + (size_t)j * d;
-        for (int e = 0; e < d; e++)
-            yr[e] += g * (o[e] - i[e]);
-    }
-}
-
-void mod_router_scatter_backward(const mod_router *rt, float *dys, float *dgate, float *dx,
-                                 const float *dy, const float *ys, const float *xs, int n_rows,
-                                 int d)
-{
-    for (long i = 0; i < (long)n_rows * d; i++)
-        dx[i] += dy[i]; /* every row's identity path */
-    for (int j = 0; j < rt->n_sel; j++) {
-        const float *dyr = dy + (size_t)rt->sel[j] * d;
-        const float *o = ys + (size_t)j * d, *in = xs + (size_t)j * d;
-        float *g_out = dys + (size_t)j * d, g = rt->gate[j], dg = 0.0f;
-        for (int e = 0; e < d; e++) {
-            g_out[e] = g * dyr[e];
-            dg += dyr[e] * (o[e] - in[e]);
-        }
-        dgate[j] = dg;
-    }
-}
-
-void mod_router_gather_backward(const mod_router *rt, float *dx, const float *dxs,
-                                const float *dys, int d)
-{
-    /* D = Block(X~) - X~: the block's input gradient minus the direct one */
-    for (int j = 0; j < rt->n_sel; j++) {
-        float *o = dx + (size_t)rt->sel[j] * d;
-        const float *p = dxs + (size_t)j * d, *q = dys + (size_t)j * d;
-        for (int e = 0; e < d; e++)
-            o[e] += p[e] - q[e];
-    }
-}
-
-void free_routed_rows(routed_rows *r)
-{
-    free(r->block);
-    memset(r, 0, sizeof(*r));
-}
-
-int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows)
-{
-    if (rows <= r->cap_rows && r->block)
-        return 0;
-    free_routed_rows(r);
-    rows = rows ? rows : 1;
-    buf_plan p = buf_counting(BUF_ALIGN);
-    routed_rows_layout(&p, r, dims, f, rows);
-    if (buf_alloc(&p, &r->block)) {
-        free_routed_rows(r);
-        return -ENOMEM;
-    }
-    routed_rows_layout(&p, r, dims, f, rows);
-    return 0;
-}
-
-int mod_router_decode_kv(const mod_router *rt, kv_cache *kv, float *const *w,
-                         float *const *block, int layer_index, const fwd_args *a,
-                         const float *x, int32_t pos)
-{
-    float g;
-    int take = mod_router_decide(rt, w, layer_index, a, x, pos, &g);
-    if (take <= 0)
-        return take;
-    attn_weights aw = attn_weights_at(block);
-    int rc = attn_decode_kv(kv, x, pos, &aw, a);
-    return rc ? rc : 1;
 }

@@ -11,6 +11,7 @@
 
 #include "core/model/block.h"
 #include "core/model/kind.h"
+#include "mod/routed.h"
 
 #include <stdint.h>
 
@@ -50,6 +51,8 @@ typedef struct mod_router_cfg {
     int n_tensors;        /* router (learned) + the predictor's four */
 } mod_router_cfg;
 
+/* The router's own state: scores, decisions and the predictor's; the rows
+ * they select go to a routed set (routed.h) that the caller owns. */
 typedef struct mod_router {
     mod_router_cfg cfg;
     void *block;        /* the buffers below, one allocation (mod_router_layout) */
@@ -60,15 +63,16 @@ typedef struct mod_router {
     unsigned char *z;   /* [rows] top-k membership */
     unsigned char *c;   /* [rows] causal decision */
     int *scratch;       /* [S] */
-    int n_sel, nseq;
-    long sum_sq;        /* sum over sequences of (selected rows)^2 */
-    int *sel;           /* [rows] row index of each selected row, by sequence */
-    int *seq_start;     /* [max_seq+1] */
-    int32_t *pos;       /* [rows] original positions of the selected rows */
-    float *gate;        /* [rows] g(r) of the selected rows */
     float *dr, *dpa;    /* backward work: [rows], [rows][64] */
     double sums[6];     /* tp fp fn tn of the causal rule against top-k; causal taken; tokens */
 } mod_router;
+
+/* Which decisions form the selected set: those of the forward's mode
+ * (MoD: top-k in training and FWD_EVAL_TOPK, the causal rule in
+ * FWD_EVAL_CAUSAL), or the causal rule in every mode (tcmod: a token's
+ * decision never depends on another's; then no losses or statistics in
+ * training, and a counterfactual book's decisions are read as "causal"). */
+enum { ROUTER_TAKE_MODE, ROUTER_TAKE_CAUSAL };
 
 /* k = max(1, floor(capacity * S)). */
 int mod_k(double capacity, int seq_len);
@@ -93,48 +97,39 @@ int build_mod_router(mod_router *rt, const mod_router_params *params, const mode
 void free_mod_router(mod_router *rt);
 
 /* Scores, top-k membership and causal decisions of every row of x[nseq*S][d];
- * the selected set is top-k (FWD_TRAIN, FWD_EVAL_TOPK) or the causal rule
- * (FWD_EVAL_CAUSAL), with the gate value of each selected row.  In
- * FWD_TRAIN also the aux and predictor losses and the statistics.  w: the
- * router's tensors.  Adds the router's FLOPs to a->flops_executed.  In
- * evaluation, a counterfactual plan (a->route) replaces the decisions of
- * the mode (top-k or causal) in place; -ENOENT when its book lacks them. */
-int mod_router_forward(mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
-                       const float *x);
-/* Given dgate[j] = d loss / d g of selected row j: the router's and the
+ * into set, the rows that take the block (take: ROUTER_TAKE_*) with the
+ * gate value of each.  In training also the aux and predictor losses and
+ * the statistics.  w: the router's tensors.  Adds the router's FLOPs to
+ * a->flops_executed.  In evaluation, a counterfactual plan (a->route)
+ * replaces the decisions in place; -ENOENT when its book lacks them. */
+int mod_router_forward(mod_router *rt, routed_set *set, float *const *w, int layer_index,
+                       const fwd_args *a, const float *x, int take);
+/* Given dgate[j] = d loss / d g of the set's row j: the router's and the
  * predictor's gradients, and dx += the router's input gradient. */
-void mod_router_backward(mod_router *rt, float *const *w, float *const *dw, const fwd_args *a,
-                         float *dx, const float *x, const float *dgate);
+void mod_router_backward(mod_router *rt, const routed_set *set, float *const *w,
+                         float *const *dw, const fwd_args *a, float *dx, const float *x,
+                         const float *dgate);
 /* The same with dr_extra[rows] (a kind's own loss on the scores; NULL:
  * none) added to the scores' gradient before the router's products. */
-void mod_router_backward_extra(mod_router *rt, float *const *w, float *const *dw,
-                               const fwd_args *a, float *dx, const float *x, const float *dgate,
-                               const float *dr_extra);
+void mod_router_backward_extra(mod_router *rt, const routed_set *set, float *const *w,
+                               float *const *dw, const fwd_args *a, float *dx, const float *x,
+                               const float *dgate, const float *dr_extra);
 /* Decoding: does the row x[d] at position pos take the block?  1 yes (its
  * gate value in *gate), 0 no, negative on error.  Under ROUTE_RANDOM each
  * token takes it with probability capacity (keyed by window and position). */
 int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
                       const float *x, int32_t pos, float *gate);
-/* A token frozen at an exit point (kind.h decode_kv): where the causal rule
- * takes it, the keys and values of the routed block (tensors block) enter
- * kv as its decode would put them; 0 when the rule skips it, 1 when taken,
+/* Decoding a routed block behind the router (mod, tcmod, staged): y = x
+ * and 0 where mod_router_decide skips the row, else y = routed_decode's
+ * and 1; negative on error.  w: the layer's tensors, the router's first,
+ * the block's from t_block. */
+int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                      int layer_index, const fwd_args *a, float *y, const float *x, int32_t pos);
+/* A token frozen at an exit point (kind.h decode_kv): where the router
+ * takes it, only its keys and values into the block's cache (1), else 0;
  * negative on error. */
-int mod_router_decode_kv(const mod_router *rt, kv_cache *kv, float *const *w,
-                         float *const *block, int layer_index, const fwd_args *a,
-                         const float *x, int32_t pos);
-
-/* The routed block's data movement, shared by mod and staged (Eq. 1):
- * gather: xs[j] = x[sel[j]];  scatter: y = x, y[sel[j]] += g_j (ys - xs)[j];
- * scatter_backward: dys = g dy[sel], dgate = <dy[sel], ys - xs> (dx's
- * identity path is added too); gather_backward: dx[sel[j]] += dxs - dys. */
-void mod_router_gather(const mod_router *rt, float *xs, const float *x, int d);
-void mod_router_scatter(const mod_router *rt, float *y, const float *x, const float *ys,
-                        const float *xs, int n_rows, int d);
-void mod_router_scatter_backward(const mod_router *rt, float *dys, float *dgate, float *dx,
-                                 const float *dy, const float *ys, const float *xs, int n_rows,
-                                 int d);
-void mod_router_gather_backward(const mod_router *rt, float *dx, const float *dxs,
-                                const float *dys, int d);
+int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                         int layer_index, const fwd_args *a, const float *x, int32_t pos);
 
 /* The router's decisions (selected, scores, causal, pred_prob) into d, and
  * d with whatever else the caller put in it through the sink. */
@@ -144,38 +139,8 @@ int mod_router_stat_count(int *n_sums);
 void mod_router_stat_name(int col, char *buf, int len);
 void mod_router_stat_columns(const double *sums, double *cols);
 
-/* A routed block's buffers on its selected rows (mod, staged), grown to
- * what a batch needs and never shrunk: k rows a sequence in training,
- * whatever the causal rule takes in evaluation.  f is the MLP's hidden
- * width; 0 for staged, whose MLP is the experts, so that mlp holds the
- * norm's m and rstd only. */
-typedef struct routed_rows {
-    int cap_rows;
-    void *block;        /* the buffers below, one allocation (routed_rows_layout) */
-    float *xs, *h, *ys; /* [cap_rows][d] gathered input, after attention, block output */
-    attn_cache attn;
-    mlp_cache mlp;
-} routed_rows;
-void routed_rows_layout(buf_plan *p, routed_rows *r, const model_dims *dims, int f, int rows);
-int routed_rows_ensure(routed_rows *r, const model_dims *dims, int f, int rows);
-/* The bytes of the layouts above: routed_rows_ensure's for rows, and
- * build_mod_router's for max_seq sequences (mode-exp plan). */
-double routed_rows_bytes(const model_dims *dims, int f, long rows);
+/* The bytes of build_mod_router's buffers for max_seq sequences (mode-exp
+ * plan). */
 double mod_router_bytes(const model_dims *dims, const mod_router_params *params, int max_seq);
-void free_routed_rows(routed_rows *r);
-
-/* A routed block's backward work space for sel selected rows (of at most
- * k a sequence in training): the scatter's and the gather's gradients,
- * then the sublayers' share (the larger of attention's and the MLP's; f 0:
- * the MLP is the experts, which keep their own). */
-typedef struct routed_ws {
-    float *dys, *dxs, *dh; /* [sel][d] */
-    float *dmm;            /* [sel][d] the experts' input gradient (f 0), else NULL */
-    float *dgate;          /* [sel] */
-    float *sub;            /* attn_backward's or mlp_backward's */
-} routed_ws;
-void routed_ws_layout(buf_plan *p, routed_ws *w, const model_dims *dims, int f, long sel,
-                      int k);
-long routed_ws_floats(const model_dims *dims, int f, long sel, int k);
 
 #endif

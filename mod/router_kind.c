@@ -1,7 +1,6 @@
 /* What the MoD router is, apart from what it computes (router.c): the [mod]
  * keys, the configuration they give, the tensors, FLOPs and buffers of the
- * router and of a routed block's rows.  The kinds' descriptions link this
- * file alone. */
+ * router.  The kinds' descriptions link this file alone. */
 #include "core/util/num.h"
 #include "mod/router.h"
 
@@ -105,10 +104,6 @@ void mod_router_layout(buf_plan *p, mod_router *rt, const model_dims *dims, int 
     rt->z = BUF_BYTES(p, rows);
     rt->c = BUF_BYTES(p, rows);
     rt->scratch = BUF_INTS(p, S);
-    rt->sel = BUF_INTS(p, rows);
-    rt->seq_start = BUF_INTS(p, max_seq + 1);
-    rt->pos = BUF_I32(p, rows);
-    rt->gate = BUF_FLOATS(p, rows);
     rt->dr = BUF_FLOATS(p, rows);
     bool pred = rt->cfg.t_pred >= 0;
     rt->pa = pred ? BUF_FLOATS(p, rows * MOD_PRED_HIDDEN) : NULL;
@@ -122,52 +117,4 @@ double mod_router_bytes(const model_dims *dims, const mod_router_params *params,
     buf_plan p = buf_counting(BUF_ALIGN);
     mod_router_layout(&p, &rt, dims, max_seq);
     return (double)p.used;
-}
-
-void routed_rows_layout(buf_plan *p, routed_rows *r, const model_dims *dims, int f, int rows)
-{
-    size_t rd = (size_t)rows * dims->d_model;
-    r->cap_rows = rows;
-    r->xs = BUF_FLOATS(p, rd);
-    r->h = BUF_FLOATS(p, rd);
-    r->ys = BUF_FLOATS(p, rd);
-    attn_cache_layout(p, &r->attn, dims, rows);
-    mlp_cache_layout(p, &r->mlp, dims, rows, f);
-}
-
-double routed_rows_bytes(const model_dims *dims, int f, long rows)
-{
-    routed_rows r;
-    buf_plan p = buf_counting(BUF_ALIGN);
-    routed_rows_layout(&p, &r, dims, f, (int)rows);
-    return (double)p.used;
-}
-
-void routed_ws_layout(buf_plan *p, routed_ws *w, const model_dims *dims, int f, long sel, int k)
-{
-    size_t nd = (size_t)sel * dims->d_model;
-    long a = attn_ws_floats(dims, (int)sel, k);
-    w->dys = BUF_FLOATS(p, nd);
-    if (f > 0) { /* mod: the block's own MLP */
-        long m = mlp_ws_floats(dims, (int)sel, f);
-        w->dxs = BUF_FLOATS(p, nd);
-        w->dh = BUF_FLOATS(p, nd);
-        w->dmm = NULL;
-        w->dgate = BUF_FLOATS(p, sel);
-        w->sub = BUF_FLOATS(p, a > m ? a : m);
-    } else { /* staged: the experts, with their own work space */
-        w->dh = BUF_FLOATS(p, nd);
-        w->dmm = BUF_FLOATS(p, nd);
-        w->dxs = BUF_FLOATS(p, nd);
-        w->dgate = BUF_FLOATS(p, sel);
-        w->sub = BUF_FLOATS(p, a);
-    }
-}
-
-long routed_ws_floats(const model_dims *dims, int f, long sel, int k)
-{
-    routed_ws w;
-    buf_plan p = buf_counting(sizeof(float));
-    routed_ws_layout(&p, &w, dims, f, sel, k);
-    return (long)(p.used / sizeof(float));
 }

@@ -9,7 +9,6 @@
 #include "mod/mod.h"
 #include "mod/tcmod_state.h"
 
-#include "core/model/block.h"
 #include "core/util/ctx.h"
 
 #include <errno.h>
@@ -23,9 +22,8 @@ static void tcmod_free(layer *l)
     tcmod_state *s = l->state;
     if (!s)
         return;
-    free_routed_rows(&s->rows);
+    free_routed_block(&s->blk);
     free_mod_router(&s->rt);
-    free_block_decode(&s->kv, &s->mlp1, &s->dec);
     free(s->dr);
     free(s);
     l->state = NULL;
@@ -41,7 +39,8 @@ static int tcmod_build(layer *l, const model_dims *dims, int max_seq)
     int rc = build_mod_router(&s->rt, &rp, dims, max_seq);
     s->t_block = s->rt.cfg.n_tensors;
     s->dr = malloc((size_t)max_seq * dims->seq_len * sizeof(float));
-    if (rc || !s->dr || routed_rows_ensure(&s->rows, dims, dims->d_ff, max_seq * dims->seq_len)) {
+    if (rc || !s->dr ||
+        build_routed_block(&s->blk, &routed_dense, NULL, dims, max_seq, dims->seq_len)) {
         tcmod_free(l);
         return -ENOMEM;
     }
@@ -57,30 +56,13 @@ static int tcmod_forward(layer *l, const fwd_args *a, float *y, const float *x)
 {
     tcmod_state *s = l->state;
     mod_router *rt = &s->rt;
-    const model_dims *dm = a->dims;
-    int d = dm->d_model, S = a->seq_len, n = a->nseq * S;
+    int S = a->seq_len, n = a->nseq * S;
     double t0 = mode_now();
     /* the per-token rule in every mode: the router's causal selection */
-    fwd_args b = *a;
-    b.mode = FWD_EVAL_CAUSAL;
-    if (a->mode == FWD_TRAIN)
-        b.route = NULL;
-    int rc = mod_router_forward(rt, l->w, l->index, &b, x);
-    if (rc || (rc = routed_rows_ensure(&s->rows, dm, dm->d_ff, rt->n_sel)))
-        return rc;
-    mod_router_gather(rt, s->rows.xs, x, d);
+    int rc = mod_router_forward(rt, &s->blk.set, l->w, l->index, a, x, ROUTER_TAKE_CAUSAL);
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
-    row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
-    attn_weights aw = attn_weights_at(l->w + s->t_block);
-    ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
-    attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);
-    t0 = mode_now();
-    mlp_forward(&a->mm, &s->rows.mlp, s->rows.ys, s->rows.h, rt->n_sel,
-                l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff);
-    mode_time_add(a->ctx, PHASE_MATMUL, t0);
-    mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
-    if (a->flops_executed)
-        *a->flops_executed += mod_block_flops(dm, rt->n_sel, rt->sum_sq);
+    if (rc || (rc = routed_forward(&s->blk, l->w + s->t_block, a, y, x)))
+        return rc;
     if (a->mode != FWD_TRAIN)
         return 0;
     /* the penalty and its gradient on the scores; the statistics */
@@ -102,7 +84,7 @@ static int tcmod_forward(layer *l, const fwd_args *a, float *y, const float *x)
             s->dr[(size_t)q * S + i] = g * sv * (1.0f - sv);
         }
     }
-    s->sums[0] = rt->n_sel;
+    s->sums[0] = s->blk.set.n_sel;
     s->sums[1] = n;
     s->sums[2] = pen;
     s->sums[3] = sig;
@@ -115,27 +97,11 @@ static int tcmod_forward(layer *l, const fwd_args *a, float *y, const float *x)
 static int tcmod_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
 {
     tcmod_state *s = l->state;
-    mod_router *rt = &s->rt;
-    const model_dims *dm = a->dims;
-    int d = dm->d_model, n = a->nseq * a->seq_len, ns = rt->n_sel;
-    size_t nd = (size_t)ns * d;
-    routed_ws v;
-    buf_plan wp = buf_carving(a->ws);
-    routed_ws_layout(&wp, &v, dm, dm->d_ff, ns, a->seq_len);
-    mod_router_scatter_backward(rt, v.dys, v.dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
-    row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
-    attn_weights aw = attn_weights_at(l->w + s->t_block);
-    attn_weights daw = attn_weights_at(l->dw + s->t_block);
-    ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
-    ffn_weights dfw = ffn_weights_at(l->dw + s->t_block + BLOCK_ATTN_TENSORS + 1);
-    memset(v.dh, 0, nd * sizeof(float));
-    mlp_backward(&a->mm, v.dh, l->dw[s->t_block + BLOCK_ATTN_TENSORS], &dfw, v.dys, s->rows.h,
-                 &s->rows.mlp, ns, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d, dm->d_ff, v.sub);
-    memset(v.dxs, 0, nd * sizeof(float));
-    attn_backward(v.dxs, &daw, v.dh, s->rows.xs, &s->rows.attn, &rs, &aw, a, v.sub);
-    mod_router_gather_backward(rt, dx, v.dxs, v.dys, d);
-    mod_router_backward_extra(rt, l->w, l->dw, a, dx, x, v.dgate, s->dr);
-    return 0;
+    const float *dgate;
+    int rc = routed_backward(&s->blk, l->w + s->t_block, l->dw + s->t_block, a, dx, dy, &dgate);
+    if (!rc)
+        mod_router_backward_extra(&s->rt, &s->blk.set, l->w, l->dw, a, dx, x, dgate, s->dr);
+    return rc;
 }
 
 static int tcmod_record(const layer *l, const fwd_args *a, record_sink *sink)
@@ -178,36 +144,19 @@ static void tcmod_stat_columns(const layer *l, const double *m, double *cols)
 static int tcmod_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     tcmod_state *s = l->state;
-    return block_decode_begin(&s->kv, &s->mlp1, &s->dec, 2 * dims->d_model, dims, max_len);
+    return routed_decode_begin(&s->blk, dims, max_len);
 }
 
 static int tcmod_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     tcmod_state *s = l->state;
-    const model_dims *dm = a->dims;
-    int d = dm->d_model;
-    float g, *h = s->dec, *ys = h + d;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0) {
-        memcpy(y, x, (size_t)d * sizeof(float));
-        return take;
-    }
-    attn_weights aw = attn_weights_at(l->w + s->t_block);
-    ffn_weights fw = ffn_weights_at(l->w + s->t_block + BLOCK_ATTN_TENSORS + 1);
-    int rc = attn_decode(&s->kv, h, x, pos, &aw, a);
-    if (rc)
-        return rc;
-    mlp_forward(&a->mm, &s->mlp1, ys, h, 1, l->w[s->t_block + BLOCK_ATTN_TENSORS], &fw, d,
-                dm->d_ff);
-    for (int e = 0; e < d; e++)
-        y[e] = x[e] + g * (ys[e] - x[e]);
-    return 1;
+    return mod_router_decode(&s->rt, &s->blk, l->w, s->t_block, l->index, a, y, x, pos);
 }
 
 static int tcmod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
 {
     tcmod_state *s = l->state;
-    return mod_router_decode_kv(&s->rt, &s->kv, l->w, l->w + s->t_block, l->index, a, x, pos);
+    return mod_router_decode_kv(&s->rt, &s->blk, l->w, s->t_block, l->index, a, x, pos);
 }
 
 const kind_ops tcmod_ops = {

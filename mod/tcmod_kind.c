@@ -60,7 +60,8 @@ static double tcmod_state_bytes(const layer_spec *spec, const model_dims *dims, 
 {
     mod_router_params rp = tcmod_router_params(tcmod_params_of(spec));
     long rows = (long)max_seq * dims->seq_len;
-    return mod_router_bytes(dims, &rp, max_seq) + routed_rows_bytes(dims, dims->d_ff, rows) +
+    return mod_router_bytes(dims, &rp, max_seq) +
+           routed_block_bytes(dims, dims->d_ff, max_seq, dims->seq_len) +
            (double)rows * sizeof(float);
 }
 

@@ -3,6 +3,7 @@
 #ifndef MODE_MOD_TCMOD_STATE_H
 #define MODE_MOD_TCMOD_STATE_H
 
+#include "mod/routed.h"
 #include "mod/router.h"
 
 /* The [tcmod] keys' values. */
@@ -13,14 +14,11 @@ typedef struct tcmod_params {
 } tcmod_params;
 
 typedef struct tcmod_state {
-    mod_router rt;      /* scores, the selected set and its gather/scatter (router.h) */
+    mod_router rt;      /* scores and the per-token rule (router.h) */
     int t_block;        /* first block tensor (after the router) */
-    routed_rows rows;   /* the block on the selected rows */
+    routed_block blk;   /* the block on the selected rows (routed.h) */
     float *dr;          /* [rows] the penalty's gradient on the scores */
     double sums[5];     /* taken, tokens, penalty, sum of sigmoid(r), sequences */
-    kv_cache kv;        /* decoding */
-    mlp_cache mlp1;
-    float *dec;         /* [2d] decoding scratch */
 } tcmod_state;
 
 static inline const tcmod_params *tcmod_params_of(const layer_spec *s)

@@ -1,6 +1,7 @@
 /* Staged MoDE (Raposo et al. 2024, Sec. 4.3; MODEL.md `staged`): MoD routing
- * of a whole block, whose block is attention among the selected rows
- * followed by the MoE MLP on those rows only:
+ * (mod/router.c) of a whole block (mod/routed.c), whose block is attention
+ * among the selected rows followed by the MoE MLP on those rows only (the
+ * inner op below):
  *     X~ = x[T];  h = X~ + Attn(X~);  Y = h + sum_e p_e SwiGLU_e(RMSNorm(h));
  *     x_i <- x_i + g(r_i) (Y - X~)_i   for i in T.
  * Expert capacity counts the nominal k = max(1, floor(capacity S)) rows, in
@@ -25,14 +26,74 @@ static void staged_free(layer *l)
     staged_state *s = l->state;
     if (!s)
         return;
-    free_routed_rows(&s->rows);
+    free_routed_block(&s->blk);
     free_mod_router(&s->rt);
     free_experts(&s->ex);
     free(s->block);
-    free_kv_cache(&s->kv);
     free(s);
     l->state = NULL;
 }
+
+/* The experts' capacity over the k rows MoD selects in a sequence, in
+ * forward mode `mode` (decoding: FWD_EVAL_CAUSAL). */
+static int nominal_capacity(const staged_state *s, int mode)
+{
+    return experts_capacity_in(&s->ec, s->rt.cfg.k, mode);
+}
+
+/* The routed block's second half (routed.h): h's RMSNorm into the experts,
+ * Y = h + sum_e p_e SwiGLU_e(m).  w: the norm, then the gate and experts. */
+static int inner_forward(routed_block *b, const fwd_args *a, float *const *w)
+{
+    staged_state *s = b->self;
+    routed_rows *rr = &b->rows;
+    int n = b->set.n_sel, d = a->dims->d_model;
+    double t0 = mode_now();
+    rmsnorm_forward_pool(a->mm.pool, rr->mlp.m, rr->mlp.rstd, rr->h, w[0], n, d);
+    memcpy(rr->ys, rr->h, (size_t)n * d * sizeof(float));
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
+    row_set rs = routed_row_set(&b->set);
+    return experts_forward(s->ex, a, rr->ys, rr->mlp.m, &rs, w + 1, nominal_capacity(s, a->mode));
+}
+
+static int inner_backward(routed_block *b, const fwd_args *a, float *const *w, float *const *dw,
+                          const routed_ws *v)
+{
+    staged_state *s = b->self;
+    routed_rows *rr = &b->rows;
+    int n = b->set.n_sel, d = a->dims->d_model;
+    size_t nd = (size_t)n * d;
+    row_set rs = routed_row_set(&b->set);
+    memcpy(v->dh, v->dys, nd * sizeof(float)); /* Y = h + experts: the residual path */
+    memset(v->dmm, 0, nd * sizeof(float));
+    int rc = experts_backward(s->ex, a, v->dmm, v->dys, rr->mlp.m, &rs, w + 1, dw + 1);
+    if (rc)
+        return rc;
+    double t0 = mode_now();
+    rmsnorm_backward_pool(a->mm.pool, v->dh, dw[0], v->dmm, rr->h, w[0], rr->mlp.rstd, n, d);
+    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
+    return 0;
+}
+
+static int inner_decode(routed_block *b, const fwd_args *a, float *const *w, float *ys,
+                        const float *h, int32_t pos)
+{
+    staged_state *s = b->self;
+    int d = a->dims->d_model;
+    float rstd, *m = b->dec + 2 * (size_t)d; /* routed_decode's third row */
+    rmsnorm_forward(m, &rstd, h, w[0], 1, d);
+    memcpy(ys, h, (size_t)d * sizeof(float));
+    int rc = experts_decode(s->ex, a, ys, m, w + 1, nominal_capacity(s, FWD_EVAL_CAUSAL), pos);
+    return rc < 0 ? rc : 0;
+}
+
+/* The experts count their own FLOPs: no .flops. */
+static const routed_inner staged_inner = {
+    .mlp = false,
+    .forward = inner_forward,
+    .backward = inner_backward,
+    .decode = inner_decode,
+};
 
 static int staged_build(layer *l, const model_dims *dims, int max_seq)
 {
@@ -44,13 +105,10 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     s->ec = experts_cfg_of(&sp->experts, dims, false);
     int rc = build_mod_router(&s->rt, &sp->router, dims, max_seq);
     s->t_attn = s->rt.cfg.n_tensors;
-    s->t_norm = s->t_attn + BLOCK_ATTN_TENSORS;
-    s->t_gate = s->t_norm + 1;
-    int k = s->rt.cfg.k;
     buf_plan p = buf_counting(BUF_ALIGN);
     staged_layout(&p, s, dims, max_seq);
     if (rc || buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims, l->index) ||
-        routed_rows_ensure(&s->rows, dims, 0, max_seq * k)) {
+        build_routed_block(&s->blk, &staged_inner, s, dims, max_seq, s->rt.cfg.k)) {
         staged_free(l);
         return -ENOMEM;
     }
@@ -58,81 +116,29 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     return 0;
 }
 
-/* The experts' capacity over the k rows MoD selects in a sequence, in
- * forward mode `mode` (decoding: FWD_EVAL_CAUSAL). */
-static int nominal_capacity(const staged_state *s, int mode)
-{
-    return experts_capacity_in(&s->ec, s->rt.cfg.k, mode);
-}
-
 static int staged_forward(layer *l, const fwd_args *a, float *y, const float *x)
 {
     staged_state *s = l->state;
-    mod_router *rt = &s->rt;
-    const model_dims *dm = a->dims;
-    int d = dm->d_model, n = a->nseq * a->seq_len;
     double t0 = mode_now();
-    int rc = mod_router_forward(rt, l->w, l->index, a, x);
-    if (rc)
-        return rc;
-    rc = routed_rows_ensure(&s->rows, dm, 0, rt->n_sel);
-    if (rc)
-        return rc;
-    mod_router_gather(rt, s->rows.xs, x, d);
+    int rc = mod_router_forward(&s->rt, &s->blk.set, l->w, l->index, a, x, ROUTER_TAKE_MODE);
     mode_time_add(a->ctx, PHASE_ROUTING, t0);
-    row_set rs = { .n = rt->n_sel, .nseq = a->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
-    attn_weights aw = attn_weights_at(l->w + s->t_attn);
-    attn_forward(&s->rows.attn, s->rows.h, s->rows.xs, &rs, &aw, a);
-    t0 = mode_now();
-    rmsnorm_forward_pool(a->mm.pool, s->rows.mlp.m, s->rows.mlp.rstd, s->rows.h, l->w[s->t_norm],
-                         rt->n_sel, d);
-    memcpy(s->rows.ys, s->rows.h, (size_t)rt->n_sel * d * sizeof(float));
-    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
-    rc = experts_forward(s->ex, a, s->rows.ys, s->rows.mlp.m, &rs, l->w + s->t_gate,
-                         nominal_capacity(s, a->mode));
-    if (rc)
-        return rc;
-    mod_router_scatter(rt, y, x, s->rows.ys, s->rows.xs, n, d);
-    if (a->flops_executed)
-        *a->flops_executed += attn_flops_rows(dm, rt->n_sel, rt->sum_sq);
-    return 0;
+    return rc ? rc : routed_forward(&s->blk, l->w + s->t_attn, a, y, x);
 }
 
 static int staged_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
 {
     staged_state *s = l->state;
-    mod_router *rt = &s->rt;
-    const model_dims *dm = a->dims;
-    int d = dm->d_model, n = a->nseq * a->seq_len, ns = rt->n_sel;
-    size_t nd = (size_t)ns * d;
-    routed_ws v;
-    buf_plan wp = buf_carving(a->ws);
-    routed_ws_layout(&wp, &v, dm, 0, ns, rt->cfg.k);
-    float *dys = v.dys, *dh = v.dh, *dmm = v.dmm, *dxs = v.dxs, *dgate = v.dgate, *sub = v.sub;
-    mod_router_scatter_backward(rt, dys, dgate, dx, dy, s->rows.ys, s->rows.xs, n, d);
-    row_set rs = { .n = ns, .nseq = rt->nseq, .seq_start = rt->seq_start, .pos = rt->pos };
-    memcpy(dh, dys, nd * sizeof(float)); /* Y = h + experts: the residual path */
-    memset(dmm, 0, nd * sizeof(float));
-    int rc = experts_backward(s->ex, a, dmm, dys, s->rows.mlp.m, &rs, l->w + s->t_gate,
-                              l->dw + s->t_gate);
-    if (rc)
-        return rc;
-    double t0 = mode_now();
-    rmsnorm_backward_pool(a->mm.pool, dh, l->dw[s->t_norm], dmm, s->rows.h, l->w[s->t_norm],
-                          s->rows.mlp.rstd, ns, d);
-    mode_time_add(a->ctx, PHASE_EXPERTS, t0);
-    attn_weights aw = attn_weights_at(l->w + s->t_attn), daw = attn_weights_at(l->dw + s->t_attn);
-    memset(dxs, 0, nd * sizeof(float));
-    attn_backward(dxs, &daw, dh, s->rows.xs, &s->rows.attn, &rs, &aw, a, sub);
-    mod_router_gather_backward(rt, dx, dxs, dys, d);
-    mod_router_backward(rt, l->w, l->dw, a, dx, x, dgate);
-    return 0;
+    const float *dgate;
+    int rc = routed_backward(&s->blk, l->w + s->t_attn, l->dw + s->t_attn, a, dx, dy, &dgate);
+    if (!rc)
+        mod_router_backward(&s->rt, &s->blk.set, l->w, l->dw, a, dx, x, dgate);
+    return rc;
 }
 
 static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const staged_state *s = l->state;
-    const mod_router *rt = &s->rt;
+    const routed_set *set = &s->blk.set;
     int K = s->ec.top_k;
     long n = (long)a->nseq * a->seq_len;
     /* experts of the rows that took the block; -2 for rows that skipped it */
@@ -142,12 +148,12 @@ static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
     }
     const int32_t *ch = experts_choices(s->ex);
     const float *wt = experts_weights(s->ex);
-    for (int j = 0; j < rt->n_sel; j++) {
-        memcpy(s->rec_experts + (size_t)rt->sel[j] * K, ch + (size_t)j * K, K * sizeof(int32_t));
-        memcpy(s->rec_weights + (size_t)rt->sel[j] * K, wt + (size_t)j * K, K * sizeof(float));
+    for (int j = 0; j < set->n_sel; j++) {
+        memcpy(s->rec_experts + (size_t)set->sel[j] * K, ch + (size_t)j * K, K * sizeof(int32_t));
+        memcpy(s->rec_weights + (size_t)set->sel[j] * K, wt + (size_t)j * K, K * sizeof(float));
     }
     route_decision d = { .top_k = K, .experts = s->rec_experts, .weights = s->rec_weights };
-    return mod_router_record(rt, a, &d, sink);
+    return mod_router_record(&s->rt, a, &d, sink);
 }
 
 static int staged_stat_count(const layer *l, int *n_sums)
@@ -189,37 +195,19 @@ static int staged_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     staged_state *s = l->state;
     experts_decode_reset(s->ex);
-    return kv_cache_begin(&s->kv, dims, max_len);
+    return routed_decode_begin(&s->blk, dims, max_len);
 }
 
 static int staged_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     staged_state *s = l->state;
-    int d = a->dims->d_model;
-    float g, rstd, *h = s->dec, *m = h + d, *ys = m + d;
-    int take = mod_router_decide(&s->rt, l->w, l->index, a, x, pos, &g);
-    if (take <= 0) {
-        memcpy(y, x, (size_t)d * sizeof(float));
-        return take;
-    }
-    attn_weights aw = attn_weights_at(l->w + s->t_attn);
-    int rc = attn_decode(&s->kv, h, x, pos, &aw, a);
-    if (rc)
-        return rc;
-    rmsnorm_forward(m, &rstd, h, l->w[s->t_norm], 1, d);
-    memcpy(ys, h, (size_t)d * sizeof(float));
-    if ((rc = experts_decode(s->ex, a, ys, m, l->w + s->t_gate,
-                             nominal_capacity(s, FWD_EVAL_CAUSAL), pos)) < 0)
-        return rc;
-    for (int e = 0; e < d; e++)
-        y[e] = x[e] + g * (ys[e] - x[e]);
-    return 1;
+    return mod_router_decode(&s->rt, &s->blk, l->w, s->t_attn, l->index, a, y, x, pos);
 }
 
 static void staged_step_end(layer *l, bool updated)
 {
     staged_state *s = l->state;
-    experts_step_end(s->ex, l->w + s->t_gate, updated);
+    experts_step_end(s->ex, l->w + s->t_attn + BLOCK_ATTN_TENSORS + 1, updated);
 }
 
 const kind_ops staged_ops = {

@@ -19,7 +19,6 @@ void staged_layout(buf_plan *p, staged_state *s, const model_dims *dims, int max
     size_t rk = (size_t)max_seq * dims->seq_len * s->ec.top_k;
     s->rec_experts = BUF_I32(p, rk);
     s->rec_weights = BUF_FLOATS(p, rk);
-    s->dec = BUF_FLOATS(p, 3 * (size_t)dims->d_model);
 }
 
 static int staged_validate(const layer_spec *s, const model_dims *dims, char *err, int err_len)
@@ -53,10 +52,10 @@ static double staged_state_bytes(const layer_spec *spec, const model_dims *dims,
     long sel = (long)max_seq * k; /* top-k: k rows of each sequence */
     buf_plan p = buf_counting(BUF_ALIGN);
     staged_layout(&p, &s, dims, max_seq);
-    /* the router, the records' buffers and decoding's, the block on the
-     * selected rows (its MLP the experts) */
+    /* the router, the records' buffers, the block on the selected rows
+     * (its MLP the experts) */
     return mod_router_bytes(dims, &sp->router, max_seq) + (double)p.used +
-           routed_rows_bytes(dims, 0, sel) + experts_bytes(&s.ec, dims, sel);
+           routed_block_bytes(dims, 0, max_seq, k) + experts_bytes(&s.ec, dims, sel);
 }
 
 static long staged_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)

@@ -3,6 +3,7 @@
 #ifndef MODE_MOE_STAGED_STATE_H
 #define MODE_MOE_STAGED_STATE_H
 
+#include "mod/routed.h"
 #include "mod/router.h"
 #include "moe/experts_kind.h"
 
@@ -18,16 +19,14 @@ static inline const staged_params *staged_params_of(const layer_spec *s)
 }
 
 typedef struct staged_state {
-    void *block;           /* rec_experts, rec_weights, dec: one allocation (staged_layout) */
+    void *block;           /* rec_experts, rec_weights: one allocation (staged_layout) */
     mod_router rt;
     experts_cfg ec;
     experts *ex;           /* the experts' state (experts.c) */
-    int t_attn, t_norm, t_gate; /* tensor indices */
-    routed_rows rows; /* the block on the selected rows; mlp: the experts' norm */
+    int t_attn;            /* the block's first tensor (then the norm, the gate, experts) */
+    routed_block blk;      /* the block on the selected rows; rows.mlp: the experts' norm */
     int32_t *rec_experts;  /* [rows][top_k] record buffers */
     float *rec_weights;
-    kv_cache kv;           /* decoding */
-    float *dec;            /* [3d] */
 } staged_state;
 
 void staged_layout(buf_plan *p, staged_state *s, const model_dims *dims, int max_seq);
