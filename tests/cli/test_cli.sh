@@ -202,6 +202,25 @@ errors)
 	grep -q "missing.ini" out.txt || fail "missing config message: $(cat out.txt)"
 	mpirun -n 3 "$exe" "$config" --quiet >out.txt 2>&1 && fail "batch 8 on 3 ranks accepted"
 	grep -q "batch" out.txt || fail "rank message: $(cat out.txt)"
+	# SkipDecode's stack (docs/kinds/skipdecode.md): a schedule that rises,
+	# skipdecode layers apart, a layer above them the schedule skips, one
+	# that never runs, layers that disagree: each refused, naming why
+	sk='model.layers=dense, skipdecode, skipdecode, dense'
+	sk_refused() { # message args...
+		msg=$1
+		shift
+		"$exe" "$config" "$@" --quiet >out.txt 2>&1 && fail "skipdecode: $* accepted"
+		grep -q -- "$msg" out.txt || fail "skipdecode: $*: $(cat out.txt); expected: $msg"
+	}
+	sk_refused "never rise with position" "$sk" skipdecode.max_layers=1 skipdecode.min_layers=2
+	sk_refused "must be adjacent" "model.layers=dense, skipdecode, dense, skipdecode" \
+		skipdecode.min_layers=2
+	sk_refused "min_layers = 1, but layer 2 (dense)" "model.layers=dense, skipdecode, dense, dense"
+	sk_refused "layer 1 of 4 never runs" "$sk" skipdecode.min_layers=2 skipdecode.max_layers=2
+	sk_refused "different .skipdecode. keys" "$sk" skipdecode.min_layers=2 layer.2.max_layers=4
+	"$exe" "$config" "$sk" skipdecode.min_layers=2 run.out=sk --quiet ||
+		fail "skipdecode: a stack it reads refused"
+	rm -rf sk
 	[ -e out ] && fail "a refused run left output behind"
 	"$exe" --help | grep -q "usage: mode-exp" || fail "--help"
 	"$exe" eval --help | grep -q "usage: mode-exp eval" || fail "eval --help"
