@@ -49,6 +49,8 @@ void layer_spec_init(layer_spec *spec, const layer_kind *k)
 
 const kind_key *layer_key(const layer_kind *k, const char *name, const kind_group **group)
 {
+    if (!name) /* a declaration without that key (decision.h: share_key of skipdecode) */
+        return NULL;
     const char *dot = strchr(name, '.');
     if (dot) { /* "section.key": the key of that group */
         for (const kind_group *g = k ? k->groups : NULL; g && g->group; g++) {
