@@ -223,7 +223,7 @@ static int cmd_flops(int argc, char **argv)
     model_dims dims = config_dims(&cfg);
     double per_layer[MODE_MAX_LAYERS];
     double total = config_flops_per_seq(&cfg, per_layer);
-    double dense_layer = dense_kind.flops(&cfg.layers[0], &dims);
+    double dense_layer = dense_kind.flops(&cfg.layers[0], &dims, 0);
     double dense = model_head_flops_per_seq(&dims) + cfg.n_layers * dense_layer;
     printf("%-6s %-12s %16s %14s\n", "layer", "kind", "forward/seq", "vs dense");
     for (int l = 0; l < cfg.n_layers; l++)

@@ -63,7 +63,7 @@ static int drop_tensors(const layer_spec *s, const model_dims *dims, tensor_desc
     return BLOCK_TENSORS;
 }
 
-static double drop_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double drop_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     return routed_block_bytes(dims, dims->d_ff, max_seq, dims->seq_len);
 }
@@ -74,7 +74,7 @@ static long drop_ws_floats(const layer_spec *spec, const model_dims *dims, int m
 }
 
 /* Nominal: the whole block (a drop saves only what its draws skip). */
-static double drop_flops(const layer_spec *spec, const model_dims *dims)
+static double drop_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     long S = dims->seq_len;
     return mod_block_flops(dims, S, S * S);

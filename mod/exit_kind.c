@@ -72,7 +72,7 @@ static int exit_tensors(const layer_spec *s, const model_dims *dims, tensor_desc
     return 1;
 }
 
-static double exit_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double exit_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     exit_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
@@ -86,7 +86,7 @@ static long exit_ws_floats(const layer_spec *spec, const model_dims *dims, int m
 }
 
 /* The exit's head: 2 S d V a sequence. */
-static double exit_flops(const layer_spec *spec, const model_dims *dims)
+static double exit_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     return 2.0 * dims->seq_len * (double)dims->d_model * dims->vocab;
 }

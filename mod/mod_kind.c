@@ -25,7 +25,7 @@ static int mod_tensors(const layer_spec *s, const model_dims *dims, tensor_desc 
     return n + BLOCK_TENSORS;
 }
 
-static double mod_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double mod_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     const mod_router_params *rp = &mod_params_of(spec)->router;
     int k = mod_k(rp->capacity, dims->seq_len);
@@ -45,7 +45,7 @@ double mod_block_flops(const model_dims *dims, long rows, long sum_sq)
     return attn_flops_rows(dims, rows, sum_sq) + ffn_flops_rows(dims->d_model, dims->d_ff, rows);
 }
 
-static double mod_flops(const layer_spec *spec, const model_dims *dims)
+static double mod_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     mod_router_cfg c = mod_router_parse(&mod_params_of(spec)->router, dims);
     return mod_router_flops(&c, dims) + mod_block_flops(dims, c.k, (long)c.k * c.k);

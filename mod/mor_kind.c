@@ -58,7 +58,7 @@ static int mor_tensors(const layer_spec *s, const model_dims *dims, tensor_desc 
     return 1 + BLOCK_TENSORS;
 }
 
-static double mor_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double mor_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     const mor_params *p = mor_params_of(spec);
     double rows = (double)max_seq * dims->seq_len, b = 2.0 * rows * 4.0 * dims->d_model;
@@ -75,7 +75,7 @@ static long mor_ws_floats(const layer_spec *spec, const model_dims *dims, int ma
 }
 
 /* Nominal: step r's router on the tokens step r - 1 kept, its block on k_r. */
-static double mor_flops(const layer_spec *spec, const model_dims *dims)
+static double mor_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     const mor_params *p = mor_params_of(spec);
     long S = dims->seq_len, prev = S;

@@ -116,7 +116,7 @@ static int skipdecode_tensors(const layer_spec *spec, const model_dims *dims, te
     return block_tensors(out, dims, true);
 }
 
-static double skipdecode_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double skipdecode_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     skipdecode_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
@@ -132,14 +132,13 @@ static long skipdecode_ws_floats(const layer_spec *spec, const model_dims *dims,
     return (long)(p.used / sizeof(float));
 }
 
-/* Nominal: the whole block.  What the layer runs is T_l / S of it (T_l S
- * rows, T_l^2 attention pairs a sequence: forward's executed count), but
- * T_l follows from the layer's index, which layer_kind.flops is not given
+/* Nominal: the block on the T_l rows of a sequence the schedule gives layer
+ * li, T_l^2 attention pairs: forward's executed count a sequence
  * (docs/kinds/skipdecode.md "FLOPs"). */
-static double skipdecode_flops(const layer_spec *spec, const model_dims *dims)
+static double skipdecode_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
-    long S = dims->seq_len;
-    return attn_flops_rows(dims, S, S * S) + ffn_flops_rows(dims->d_model, dims->d_ff, S);
+    long T = skipdecode_rows(skipdecode_params_of(spec), li, dims->n_layers, dims->seq_len);
+    return attn_flops_rows(dims, T, T * T) + ffn_flops_rows(dims->d_model, dims->d_ff, T);
 }
 
 const layer_kind skipdecode_kind = {

@@ -56,7 +56,7 @@ static int tcmod_tensors(const layer_spec *s, const model_dims *dims, tensor_des
 }
 
 /* Every token may pass: the block's rows and work space for all S. */
-static double tcmod_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double tcmod_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     mod_router_params rp = tcmod_router_params(tcmod_params_of(spec));
     long rows = (long)max_seq * dims->seq_len;
@@ -73,7 +73,7 @@ static long tcmod_ws_floats(const layer_spec *spec, const model_dims *dims, int 
 /* Nominal: the config cannot know how many tokens pass, so every token is
  * charged (the upper bound; with run.flops_count = executed the budget
  * counts what passed). */
-static double tcmod_flops(const layer_spec *spec, const model_dims *dims)
+static double tcmod_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     mod_router_params rp = tcmod_router_params(tcmod_params_of(spec));
     mod_router_cfg c = mod_router_parse(&rp, dims);

@@ -23,12 +23,12 @@ static int ec_tensors(const layer_spec *s, const model_dims *dims, tensor_desc *
     return moe_tensors_of(s, dims, out, max, ec_cfg);
 }
 
-static double ec_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double ec_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     return moe_state_bytes_of(spec, dims, max_seq, ec_cfg);
 }
 
-static double ec_flops(const layer_spec *spec, const model_dims *dims)
+static double ec_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     return moe_flops_of(spec, dims, ec_cfg);
 }

@@ -121,12 +121,12 @@ double moe_state_bytes_of(const layer_spec *spec, const model_dims *dims, int ma
     return (double)p.used + experts_bytes(&c, dims, rows);
 }
 
-static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     return moe_state_bytes_of(spec, dims, max_seq, moe_cfg);
 }
 
-static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     return moe_state_bytes_of(spec, dims, max_seq, integrated_cfg);
 }
@@ -146,12 +146,12 @@ double moe_flops_of(const layer_spec *spec, const model_dims *dims, moe_cfg_fn c
     return attn_flops_rows(dims, S, S * S) + experts_flops(&c, dims, S);
 }
 
-static double moe_flops(const layer_spec *spec, const model_dims *dims)
+static double moe_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     return moe_flops_of(spec, dims, moe_cfg);
 }
 
-static double integrated_flops(const layer_spec *spec, const model_dims *dims)
+static double integrated_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     return moe_flops_of(spec, dims, integrated_cfg);
 }

@@ -44,7 +44,7 @@ static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_de
     return n;
 }
 
-static double staged_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double staged_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     const staged_params *sp = staged_params_of(spec);
     int k = mod_k(sp->router.capacity, dims->seq_len);
@@ -64,7 +64,7 @@ static long staged_ws_floats(const layer_spec *spec, const model_dims *dims, int
     return routed_ws_floats(dims, 0, (long)max_seq * k, k);
 }
 
-static double staged_flops(const layer_spec *spec, const model_dims *dims)
+static double staged_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     const staged_params *sp = staged_params_of(spec);
     mod_router_cfg rc = mod_router_parse(&sp->router, dims);

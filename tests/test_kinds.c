@@ -522,7 +522,7 @@ static void check_buffers(fixture *f)
     const layer *ly = &m->layers[1];
     const char *name = row_name;
     /* the description's sizes, from the layouts the build allocated with */
-    double bytes = ly->kind->state_bytes(&ly->spec, &m->dims, m->max_seq);
+    double bytes = ly->kind->state_bytes(&ly->spec, &m->dims, ly->index, m->max_seq);
     long ws = ly->kind->ws_floats(&ly->spec, &m->dims, m->max_seq);
     CHECK(bytes > 0 && ws > 0 && ws <= m->ws_floats, "%s: state %.0f bytes, work space %ld of %ld",
           name, bytes, ws, m->ws_floats);

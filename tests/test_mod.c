@@ -501,7 +501,7 @@ static void test_flops(void **state)
     double per_seq = 2 * dense + modf + head;
 
     /* the kind's nominal count, and the model's */
-    assert_rel_below(mod_kind.flops(&specs[1], &dims), modf, 1e-12);
+    assert_rel_below(mod_kind.flops(&specs[1], &dims, 1), modf, 1e-12);
     tl_fixture f;
     make(&f, dims, specs, nseq, 51);
     tl_scale_weights(f.m, 10.0f, 52);
@@ -513,14 +513,14 @@ static void test_flops(void **state)
      * random router has no matrix product */
     modcfg pc = { 0.25, "learned", "sigmoid", "predictor", 0.01 };
     layer_spec ps = mod_spec(&pc);
-    assert_rel_below(mod_kind.flops(&ps, &dims),
+    assert_rel_below(mod_kind.flops(&ps, &dims, 1),
                      modf + 2.0 * S * (d * MOD_PRED_HIDDEN + MOD_PRED_HIDDEN), 1e-12);
     modcfg rc = { 0.25, "random", "sigmoid", "aux", 0.01 };
     layer_spec rs = mod_spec(&rc);
-    assert_rel_below(mod_kind.flops(&rs, &dims), block_rows_flops(k, d, ff), 1e-12);
+    assert_rel_below(mod_kind.flops(&rs, &dims, 1), block_rows_flops(k, d, ff), 1e-12);
     layer_spec one = mod_spec(&mc);
     tl_set(&one, kinds, "capacity", "1");
-    assert_rel_below(mod_kind.flops(&one, &dims), 2.0 * S * d + dense, 1e-12);
+    assert_rel_below(mod_kind.flops(&one, &dims, 1), 2.0 * S * d + dense, 1e-12);
 
     /* executed, training and top-k evaluation: exactly k rows */
     fwd_result res;

@@ -444,7 +444,7 @@ static void integrated_vs_moe_case(int K, double cf, uint64_t seed)
     /* FLOPs: the one extra gate column, 2 S d per sequence */
     layer_spec si_spec = moe_spec(&mi), sm_spec = moe_spec(&mm);
     model_dims dims = tl_small_dims(1, S);
-    assert_true(fabs(integrated_kind.flops(&si_spec, &dims) - moe_kind.flops(&sm_spec, &dims) -
+    assert_true(fabs(integrated_kind.flops(&si_spec, &dims, 1) - moe_kind.flops(&sm_spec, &dims, 1) -
                      2.0 * S * d) < 1e-6);
     assert_true(fabs(ri.flops_executed - rm.flops_executed - nseq * 2.0 * S * d) < 1e-6);
     free(a);
@@ -495,14 +495,14 @@ static void flops_case(const moecfg *mc, uint64_t seed)
      * expert (the no-op charged as one) */
     double nominal = attn_hand(S, d) + 2.0 * S * d * N + (double)S * K * 6.0 * d * fe;
     const layer_kind *kind = is_integrated(mc) ? &integrated_kind : &moe_kind;
-    assert_rel_below(kind->flops(&specs[1], &dims), nominal, 1e-12);
+    assert_rel_below(kind->flops(&specs[1], &dims, 1), nominal, 1e-12);
     experts_cfg ec = experts_cfg_of(&moe_params_of(&specs[1])->experts, &dims, is_integrated(mc));
     assert_rel_below(experts_flops(&ec, &dims, S), 2.0 * S * d * N + (double)S * K * 6.0 * d * fe,
                      1e-12);
     /* expert d_ff 0 means the model's */
     layer_spec s0 = specs[1];
     tl_set(&s0, kinds, "d_ff", "0");
-    assert_rel_below(kind->flops(&s0, &dims),
+    assert_rel_below(kind->flops(&s0, &dims, 1),
                      attn_hand(S, d) + 2.0 * S * d * N + (double)S * K * 6.0 * d * ff, 1e-12);
 
     tl_fixture f;

@@ -503,7 +503,7 @@ static void flops_case(const char *label, const stcfg *c, uint64_t seed)
         router += 2.0 * S * (64.0 * d + 64.0);
     double nominal = router + attn_hand(k, d) + 2.0 * k * d * E + (double)k * K * 6.0 * d * fe;
     double dense = attn_hand(S, d) + 6.0 * S * d * ff, head = 2.0 * S * d * V;
-    assert_rel_below(staged_kind.flops(&specs[1], &dims), nominal, 1e-12);
+    assert_rel_below(staged_kind.flops(&specs[1], &dims, 1), nominal, 1e-12);
     tl_fixture f;
     dense_staged(&f, c, seed);
     tl_scale_if(f.m, 1, "gate", 3.0f);

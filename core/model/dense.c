@@ -55,7 +55,7 @@ static int dense_forward(layer *l, const fwd_args *a, float *y, const float *x)
                 dm->d_ff);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     if (a->flops_executed)
-        *a->flops_executed += a->nseq * l->kind->flops(&l->spec, dm);
+        *a->flops_executed += a->nseq * l->kind->flops(&l->spec, dm, l->index);
     return 0;
 }
 

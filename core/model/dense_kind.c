@@ -28,7 +28,7 @@ static int dense_tensors(const layer_spec *spec, const model_dims *dims, tensor_
     return block_tensors(out, dims, true);
 }
 
-static double dense_state_bytes(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double dense_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     dense_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
@@ -44,7 +44,7 @@ static long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int 
     return (long)(p.used / sizeof(float));
 }
 
-static double dense_flops(const layer_spec *spec, const model_dims *dims)
+static double dense_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     long S = dims->seq_len;
     return attn_flops_rows(dims, S, S * S) + ffn_flops_rows(dims->d_model, dims->d_ff, S);

@@ -116,15 +116,17 @@ typedef struct layer_kind {
     /* Write up to max tensor descriptors (out may be NULL to count); return
      * the count. */
     int (*tensors)(const layer_spec *spec, const model_dims *dims, tensor_desc *out, int max);
-    /* Nominal forward FLOPs of one sequence of S rows (MODEL.md "FLOPs"). */
-    double (*flops)(const layer_spec *spec, const model_dims *dims);
+    /* Nominal forward FLOPs of one sequence of S rows (MODEL.md "FLOPs") of
+     * the stack's layer li (0 .. dims n_layers - 1: what a kind whose
+     * work depends on its depth reads, as skipdecode's prefix does). */
+    double (*flops)(const layer_spec *spec, const model_dims *dims, int li);
     /* Bytes of the activations and buffers the kind keeps for batches of
      * max_seq sequences, from the same layout functions build() allocates
      * with (buf.h): what build() allocates and what the training passes
      * grow (rows a layer selects, buffers as the batch's routing fills them,
      * the expert slices this rank holds: dims ranks and rank), not the
      * parameters nor the backward work space.  For mode-exp plan. */
-    double (*state_bytes)(const layer_spec *spec, const model_dims *dims, int max_seq);
+    double (*state_bytes)(const layer_spec *spec, const model_dims *dims, int li, int max_seq);
     /* Floats of work space for max_seq sequences (fwd_args.ws), from the
      * layout its backward carves the work space with. */
     long (*ws_floats)(const layer_spec *spec, const model_dims *dims, int max_seq);

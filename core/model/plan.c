@@ -16,7 +16,7 @@ double stack_flops_per_seq(const model_dims *dims, int n, const layer_spec *spec
 {
     double total = model_head_flops_per_seq(dims);
     for (int l = 0; l < n; l++) {
-        double f = kinds[l]->flops(&specs[l], dims);
+        double f = kinds[l]->flops(&specs[l], dims, l);
         if (per_layer)
             per_layer[l] = f;
         total += f;
@@ -59,7 +59,7 @@ int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_
                 shared += numel;
             }
         }
-        out->activations += k->state_bytes ? k->state_bytes(&specs[l], &dims, max_seq) : 0.0;
+        out->activations += k->state_bytes ? k->state_bytes(&specs[l], &dims, l, max_seq) : 0.0;
         double w = (double)k->ws_floats(&specs[l], &dims, max_seq);
         ws = w > ws ? w : ws;
     }

@@ -242,7 +242,7 @@ static int add_model_records(run_record *r, bool record, const run_config *c, do
         for (int t = 0; t < n; t++)
             lp[l] += tensor_numel(&descs[t]);
         total += lp[l];
-        fl[l] = k->flops(&c->layers[l], &dims);
+        fl[l] = k->flops(&c->layers[l], &dims, l);
         all += fl[l];
     }
     if (!rc) {
