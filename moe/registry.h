@@ -33,7 +33,8 @@
     X(drop, KIND_DROP, drop_kind, drop_ops)                                                        \
     X(ec, KIND_EC, ec_kind, ec_ops)                                                                \
     X(mor, KIND_MOR, mor_kind, mor_ops)                                                            \
-    X(exit, KIND_EXIT, exit_kind, exit_ops)
+    X(exit, KIND_EXIT, exit_kind, exit_ops)                                                        \
+    X(cla, KIND_CLA, cla_kind, cla_ops)
 
 #define MODE_KIND_ID(name, id, kind, ops) id,
 enum { MODE_KIND_ROWS(MODE_KIND_ID) KIND_COUNT };

@@ -731,6 +731,8 @@ int main(int argc, char **argv)
         return 1;
     }
     rank = comm_rank(world);
+    /* test_kinds NAME: the rows of that kind alone (while working on one) */
+    const char *only = argc > 1 ? argv[1] : NULL;
     char dir[64] = "/tmp/mode-kinds-XXXXXX";
     int rows = 0;
     for (int i = 0; mode_kind_ops[i]; i++, rows++)
@@ -752,6 +754,8 @@ int main(int argc, char **argv)
      * tested by being declared */
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
+        if (only && strcmp(only, k->name))
+            continue;
         variant_key = variant_value = NULL;
         snprintf(row_name, sizeof(row_name), "%s", k->name);
         if (made)
@@ -789,7 +793,7 @@ int main(int argc, char **argv)
     };
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
-        for (int v = 0; numeric[v][0]; v++) {
+        for (int v = 0; numeric[v][0] && (!only || !strcmp(only, k->name)); v++) {
             const kind_group *g = NULL;
             const kind_key *key = layer_key(k, numeric[v][0], &g);
             if (!key)
@@ -812,7 +816,7 @@ int main(int argc, char **argv)
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
         static const char *const thresholds[] = { "0", "0.1" };
-        for (int t = 0; k->exit_point && t < 2; t++) {
+        for (int t = 0; k->exit_point && t < 2 && (!only || !strcmp(only, k->name)); t++) {
             variant_key = "threshold";
             variant_value = thresholds[t];
             snprintf(row_name, sizeof(row_name), "%s, threshold = %s", k->name, thresholds[t]);
