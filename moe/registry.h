@@ -34,7 +34,9 @@
     X(ec, KIND_EC, ec_kind, ec_ops)                                                                \
     X(mor, KIND_MOR, mor_kind, mor_ops)                                                            \
     X(exit, KIND_EXIT, exit_kind, exit_ops)                                                        \
-    X(skipdecode, KIND_SKIPDECODE, skipdecode_kind, skipdecode_ops)
+    X(skipdecode, KIND_SKIPDECODE, skipdecode_kind, skipdecode_ops)                                \
+    X(cla, KIND_CLA, cla_kind, cla_ops)                                                            \
+    /* the list's end: every row above ends with a backslash, so a new row is one line */
 
 #define MODE_KIND_ID(name, id, kind, ops) id,
 enum { MODE_KIND_ROWS(MODE_KIND_ID) KIND_COUNT };

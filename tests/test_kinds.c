@@ -42,6 +42,10 @@ static int failures, rank;
  * set to another of its choices (variant_key = variant_value). */
 static char row_name[128];
 static const char *variant_key, *variant_value;
+/* The stack the row is tested in: dense, KIND, dense, or these kinds'
+ * names (NULL-terminated; layer 1 the row under test), for a kind whose
+ * layers work together (cla's groups). */
+static const char *const *stack_names;
 
 #define S_LEN 16
 #define NSEQ 4
@@ -62,13 +66,17 @@ static int make(fixture *f, const kind_ops *ops, int P, int r, int nseq, uint64_
 {
     memset(f, 0, sizeof(*f));
     f->kind = ops->kind;
-    model_dims dims = tl_small_dims(3, S_LEN);
+    int L = 3;
+    while (stack_names && stack_names[L])
+        L++;
+    model_dims dims = tl_small_dims(L, S_LEN);
     dims.ranks = P;
     dims.rank = r;
-    layer_spec specs[3];
-    layer_spec_init(&specs[0], &dense_kind);
-    layer_spec_init(&specs[1], ops->kind);
-    layer_spec_init(&specs[2], &dense_kind);
+    layer_spec specs[8];
+    for (int l = 0; l < L; l++)
+        layer_spec_init(&specs[l], l == 1 ? ops->kind
+                                   : stack_names ? layer_kind_lookup(mode_kinds, stack_names[l])
+                                                 : &dense_kind);
     char err[512];
     if (variant_key &&
         layer_spec_set(&specs[1], ops->kind, variant_key, variant_value, err, sizeof(err))) {
@@ -731,6 +739,8 @@ int main(int argc, char **argv)
         return 1;
     }
     rank = comm_rank(world);
+    /* test_kinds NAME: the rows of that kind alone (while working on one) */
+    const char *only = argc > 1 ? argv[1] : NULL;
     char dir[64] = "/tmp/mode-kinds-XXXXXX";
     int rows = 0;
     for (int i = 0; mode_kind_ops[i]; i++, rows++)
@@ -752,6 +762,8 @@ int main(int argc, char **argv)
      * tested by being declared */
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
+        if (only && strcmp(only, k->name))
+            continue;
         variant_key = variant_value = NULL;
         snprintf(row_name, sizeof(row_name), "%s", k->name);
         if (made)
@@ -789,7 +801,7 @@ int main(int argc, char **argv)
     };
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
-        for (int v = 0; numeric[v][0]; v++) {
+        for (int v = 0; numeric[v][0] && (!only || !strcmp(only, k->name)); v++) {
             const kind_group *g = NULL;
             const kind_key *key = layer_key(k, numeric[v][0], &g);
             if (!key)
@@ -812,7 +824,7 @@ int main(int argc, char **argv)
     for (int i = 0; mode_kind_ops[i]; i++) {
         const layer_kind *k = mode_kind_ops[i]->kind;
         static const char *const thresholds[] = { "0", "0.1" };
-        for (int t = 0; k->exit_point && t < 2; t++) {
+        for (int t = 0; k->exit_point && t < 2 && (!only || !strcmp(only, k->name)); t++) {
             variant_key = "threshold";
             variant_value = thresholds[t];
             snprintf(row_name, sizeof(row_name), "%s, threshold = %s", k->name, thresholds[t]);
@@ -821,6 +833,30 @@ int main(int argc, char **argv)
             variants++;
         }
     }
+    /* Cross-Layer Attention's groups in a dense stack (s = 2) and in a
+     * mixed one: a routed layer between groups, a group of three whose
+     * readers' d k, d v meet in the first layer's backward */
+    static const char *const cla_dense[] = { "dense", "cla", "dense", "cla", NULL };
+    static const char *const cla_mixed[] = { "dense", "cla", "mod", "dense", "cla", "cla", NULL };
+    static const struct {
+        const char *kind;
+        const char *const *stack;
+    } stacks[] = { { "cla", cla_dense }, { "cla", cla_mixed } };
+    variant_key = variant_value = NULL;
+    for (size_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
+        const kind_ops *ops = kind_ops_lookup(mode_kind_ops, stacks[i].kind);
+        if (only && strcmp(only, stacks[i].kind))
+            continue;
+        stack_names = stacks[i].stack;
+        int n = snprintf(row_name, sizeof(row_name), "%s in", stacks[i].kind);
+        for (int l = 0; stack_names[l] && n < (int)sizeof(row_name); l++)
+            n += snprintf(row_name + n, sizeof(row_name) - (size_t)n, " %s", stack_names[l]);
+        if (made)
+            check_row(ops, dir);
+        check_ranks(ops, world);
+        variants++;
+    }
+    stack_names = NULL;
     if (made)
         rmdir(dir);
     int all = failures;

@@ -103,10 +103,13 @@ void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
     double t0 = mode_now();
     rmsnorm_forward_pool(a->mm.pool, c->u, c->rstd, x, w->norm, n, d);
     linear_forward(&a->mm, c->q, c->u, w->wq, n, d, d, 0.0f);
-    linear_forward(&a->mm, c->k, c->u, w->wk, n, d, d, 0.0f);
-    linear_forward(&a->mm, c->v, c->u, w->wv, n, d, d, 0.0f);
+    if (w->wk) { /* else a reader: c->k, c->v are its group's first layer's */
+        linear_forward(&a->mm, c->k, c->u, w->wk, n, d, d, 0.0f);
+        linear_forward(&a->mm, c->v, c->u, w->wv, n, d, d, 0.0f);
+    }
     rope_forward_pool(a->mm.pool, c->q, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_forward_pool(a->mm.pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+    if (w->wk)
+        rope_forward_pool(a->mm.pool, c->k, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     t0 = mode_now();
     attn_job job = { .c = c, .rs = rs, .n_heads = dm->n_heads, .dh = dm->d_head, .d = d,
@@ -152,12 +155,25 @@ void attn_backward(float *dx, const attn_weights *dw, const float *dh, const flo
     pool_run(a->mm.pool, rs->nseq * dm->n_heads, attn_backward_task, &job);
     mode_time_add(a->ctx, PHASE_ATTENTION, t0);
     t0 = mode_now();
+    if (!w->wk) { /* a reader: its k, v's gradients go to its group's first layer */
+        for (size_t i = 0; i < nd; i++) {
+            c->dk_read[i] = c->dkv_first ? dk[i] : c->dk_read[i] + dk[i];
+            c->dv_read[i] = c->dkv_first ? dv[i] : c->dv_read[i] + dv[i];
+        }
+    } else if (c->dk_read) { /* a first layer: its readers' share, complete (top-down) */
+        for (size_t i = 0; i < nd; i++) {
+            dk[i] += c->dk_read[i];
+            dv[i] += c->dv_read[i];
+        }
+    }
     rope_backward_pool(a->mm.pool, dq, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_backward_pool(a->mm.pool, dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
     float *du = datt; /* datt is spent: reuse it for d u */
     linear_backward(&a->mm, du, dw->wq, dq, c->u, w->wq, n, d, d, 0.0f);
-    linear_backward(&a->mm, du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
-    linear_backward(&a->mm, du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
+    if (w->wk) {
+        rope_backward_pool(a->mm.pool, dk, rs->pos, a->rope, n, dm->n_heads, dm->d_head);
+        linear_backward(&a->mm, du, dw->wk, dk, c->u, w->wk, n, d, d, 1.0f);
+        linear_backward(&a->mm, du, dw->wv, dv, c->u, w->wv, n, d, d, 1.0f);
+    }
     rmsnorm_backward_pool(a->mm.pool, dx, dw->norm, du, x, w->norm, c->rstd, n, d);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
 }
@@ -308,19 +324,27 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
                 const fwd_args *a)
 {
     const model_dims *dm = a->dims;
-    kv_slide(c, pos, dm->seq_len, dm->d_model);
     int d = dm->d_model, dh = dm->d_head, n = c->n;
-    if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
-        return -EINVAL;
-    float *k = c->k + (size_t)n * d, *v = c->v + (size_t)n * d;
+    if (!w->wk) { /* a reader: the first layer has slid the cache and added this row */
+        if (n == 0 || c->pos[n - 1] != pos)
+            return -EINVAL;
+    } else {
+        kv_slide(c, pos, dm->seq_len, d);
+        n = c->n;
+        if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
+            return -EINVAL;
+    }
     rmsnorm_forward(c->u, &c->rstd, x, w->norm, 1, d);
     linear_forward(NULL, c->q, c->u, w->wq, 1, d, d, 0.0f);
-    linear_forward(NULL, k, c->u, w->wk, 1, d, d, 0.0f);
-    linear_forward(NULL, v, c->u, w->wv, 1, d, d, 0.0f);
     rope_forward(c->q, &pos, a->rope, 1, dm->n_heads, dh);
-    rope_forward(k, &pos, a->rope, 1, dm->n_heads, dh);
-    c->pos[n] = pos;
-    c->n = ++n;
+    if (w->wk) {
+        float *k = c->k + (size_t)n * d, *v = c->v + (size_t)n * d;
+        linear_forward(NULL, k, c->u, w->wk, 1, d, d, 0.0f);
+        linear_forward(NULL, v, c->u, w->wv, 1, d, d, 0.0f);
+        rope_forward(k, &pos, a->rope, 1, dm->n_heads, dh);
+        c->pos[n] = pos;
+        c->n = ++n;
+    }
     float scale = 1.0f / sqrtf((float)dh);
     for (int hd = 0; hd < dm->n_heads; hd++) {
         /* scores against every cached row (all earlier, and itself) */

@@ -28,7 +28,8 @@ void row_set_fill_whole(int *seq_start, int32_t *pos, int nseq, int S);
 
 typedef struct attn_weights {
     float *norm;           /* [d] */
-    float *wq, *wk, *wv;   /* [d][d] */
+    float *wq, *wk, *wv;   /* [d][d]; wk = wv = NULL: a Cross-Layer Attention
+                            * reader, whose cache holds another layer's k, v */
     float *wo;             /* [d][d] */
 } attn_weights;
 
@@ -48,6 +49,14 @@ typedef struct attn_cache {
     float *q, *k, *v; /* [rows][d] after RoPE (q, k) */
     float *att;   /* [rows][d] heads concatenated, before Wo */
     float *lse;   /* [H rows]: sequence s's [H][n_s] from H seq_start[s] */
+    /* Cross-Layer Attention (docs/kinds/cla.md): d loss / d k and d v
+     * (after RoPE) from the layers that read this layer's keys and values
+     * [rows][d], NULL when none do.  A reader (attn_weights wk NULL: its k
+     * and v are its group's first layer's) adds its own into them, or
+     * writes them when it is the group's top reader (dkv_first: its
+     * backward runs first); the first layer adds them to its own. */
+    float *dk_read, *dv_read;
+    bool dkv_first;
 } attn_cache;
 
 typedef struct ffn_cache {
@@ -68,6 +77,9 @@ typedef struct mlp_cache {
  * one description that an owner's build allocates with and mode-exp plan
  * counts.  (f = 0: an mlp_cache that holds the norm only.) */
 void attn_cache_layout(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows);
+/* A reader's (Cross-Layer Attention): no k, v of its own (NULL: they are
+ * pointed at its group's first layer's), the rest as attn_cache_layout. */
+void attn_cache_layout_reader(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows);
 void ffn_cache_layout(buf_plan *p, ffn_cache *c, int cap_rows, int f);
 void mlp_cache_layout(buf_plan *p, mlp_cache *c, const model_dims *dims, int cap_rows, int f);
 
@@ -112,10 +124,12 @@ long attn_ws_floats(const model_dims *dims, int n, int max_seq_rows);
 long mlp_ws_floats(const model_dims *dims, int n, int f);
 
 /* h[rows][d] = x + Attn(x).  h must not alias x; a->ws holds at least
- * attn_ws_floats(dims, 0, 0) floats (scratch). */
+ * attn_ws_floats(dims, 0, 0) floats (scratch).  A reader (w->wk NULL)
+ * computes q alone and attends to the k, v its cache points at. */
 void attn_forward(attn_cache *c, float *h, const float *x, const row_set *rs,
                   const attn_weights *w, const fwd_args *a);
-/* dx += dh + (Attn's backward of dh); dw += ... */
+/* dx += dh + (Attn's backward of dh); dw += ...  A reader's dk, dv go to
+ * c->dk_read, dv_read; a first layer's c->dk_read, dv_read join its own. */
 void attn_backward(float *dx, const attn_weights *dw, const float *dh, const float *x,
                    const attn_cache *c, const row_set *rs, const attn_weights *w,
                    const fwd_args *a, float *ws);
@@ -159,7 +173,9 @@ int block_decode_begin(kv_cache *kv, mlp_cache *mlp1, float **scratch, int scrat
 void free_block_decode(kv_cache *kv, mlp_cache *mlp1, float **scratch);
 /* h[d] = x + Attn(x) for one new row at position pos, attending to the cached
  * rows and itself; its k and v join the cache.  The same maths as
- * attn_forward on the rows in the cache plus this one. */
+ * attn_forward on the rows in the cache plus this one.  A reader (w->wk
+ * NULL) passes its group's first layer's cache, which that layer's decode
+ * has just given this row's k and v, and adds nothing to it. */
 int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_weights *w,
                 const fwd_args *a);
 /* Only the row's k and v into the cache, as attn_decode would add them (a

@@ -12,17 +12,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-void attn_cache_layout(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows)
+static void attn_cache_lay(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows,
+                           bool kv)
 {
     size_t rd = (size_t)cap_rows * dims->d_model;
     c->cap_rows = cap_rows;
     c->u = BUF_FLOATS(p, rd);
     c->rstd = BUF_FLOATS(p, cap_rows);
     c->q = BUF_FLOATS(p, rd);
-    c->k = BUF_FLOATS(p, rd);
-    c->v = BUF_FLOATS(p, rd);
+    c->k = kv ? BUF_FLOATS(p, rd) : NULL;
+    c->v = kv ? BUF_FLOATS(p, rd) : NULL;
     c->att = BUF_FLOATS(p, rd);
     c->lse = BUF_FLOATS(p, (size_t)cap_rows * dims->n_heads);
+    c->dk_read = c->dv_read = NULL;
+    c->dkv_first = false;
+}
+
+void attn_cache_layout(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows)
+{
+    attn_cache_lay(p, c, dims, cap_rows, true);
+}
+
+void attn_cache_layout_reader(buf_plan *p, attn_cache *c, const model_dims *dims, int cap_rows)
+{
+    attn_cache_lay(p, c, dims, cap_rows, false);
 }
 
 void ffn_cache_layout(buf_plan *p, ffn_cache *c, int cap_rows, int f)

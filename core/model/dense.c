@@ -7,7 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void dense_free(layer *l)
+void dense_views(const layer *l, float *const *t, attn_weights *aw, float **mlp_norm,
+                 ffn_weights *fw)
+{
+    const dense_state *s = l->state;
+    if (s->reader) { /* attn_norm wq wo, then the MLP's */
+        *aw = (attn_weights){ .norm = t[0], .wq = t[1], .wo = t[2] };
+        t += 3;
+    } else {
+        *aw = attn_weights_at(t);
+        t += BLOCK_ATTN_TENSORS;
+    }
+    *mlp_norm = t[0];
+    *fw = ffn_weights_at(t + 1);
+}
+
+void dense_free(layer *l)
 {
     dense_state *s = l->state;
     if (!s)
@@ -18,21 +33,26 @@ static void dense_free(layer *l)
     l->state = NULL;
 }
 
-static int dense_build(layer *l, const model_dims *dims, int max_seq)
+int dense_build_as(layer *l, const model_dims *dims, int max_seq, bool reader)
 {
     dense_state *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     l->state = s;
     buf_plan p = buf_counting(BUF_ALIGN);
-    dense_layout(&p, s, dims, max_seq);
+    dense_layout(&p, s, dims, max_seq, reader);
     if (buf_alloc(&p, &s->block)) {
         dense_free(l);
         return -ENOMEM;
     }
-    dense_layout(&p, s, dims, max_seq);
+    dense_layout(&p, s, dims, max_seq, reader);
     row_set_fill_whole(s->seq_start, s->pos, max_seq, dims->seq_len);
     return 0;
+}
+
+static int dense_build(layer *l, const model_dims *dims, int max_seq)
+{
+    return dense_build_as(l, dims, max_seq, false);
 }
 
 static row_set dense_rows(const dense_state *s, const fwd_args *a)
@@ -42,39 +62,42 @@ static row_set dense_rows(const dense_state *s, const fwd_args *a)
     return rs;
 }
 
-static int dense_forward(layer *l, const fwd_args *a, float *y, const float *x)
+int dense_forward(layer *l, const fwd_args *a, float *y, const float *x)
 {
     dense_state *s = l->state;
     const model_dims *dm = a->dims;
     row_set rs = dense_rows(s, a);
-    attn_weights aw = attn_weights_at(l->w);
-    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
+    attn_weights aw;
+    ffn_weights fw;
+    float *mlp_norm;
+    dense_views(l, l->w, &aw, &mlp_norm, &fw);
     attn_forward(&s->attn, s->h, x, &rs, &aw, a);
     double t0 = mode_now();
-    mlp_forward(&a->mm, &s->mlp, y, s->h, rs.n, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model,
-                dm->d_ff);
+    mlp_forward(&a->mm, &s->mlp, y, s->h, rs.n, mlp_norm, &fw, dm->d_model, dm->d_ff);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     if (a->flops_executed)
         *a->flops_executed += a->nseq * l->kind->flops(&l->spec, dm, l->index);
     return 0;
 }
 
-static int dense_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
+int dense_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x)
 {
     dense_state *s = l->state;
     const model_dims *dm = a->dims;
     row_set rs = dense_rows(s, a);
-    attn_weights aw = attn_weights_at(l->w), daw = attn_weights_at(l->dw);
-    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
-    ffn_weights dfw = ffn_weights_at(l->dw + BLOCK_ATTN_TENSORS + 1);
+    attn_weights aw, daw;
+    ffn_weights fw, dfw;
+    float *mlp_norm, *dmlp_norm;
+    dense_views(l, l->w, &aw, &mlp_norm, &fw);
+    dense_views(l, l->dw, &daw, &dmlp_norm, &dfw);
     size_t nd = (size_t)rs.n * dm->d_model;
     dense_ws v;
     buf_plan wp = buf_carving(a->ws);
     dense_ws_layout(&wp, &v, dm, rs.n);
     double t0 = mode_now();
     memset(v.dh, 0, nd * sizeof(float));
-    mlp_backward(&a->mm, v.dh, l->dw[BLOCK_ATTN_TENSORS], &dfw, dy, s->h, &s->mlp, rs.n,
-                 l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model, dm->d_ff, v.sub);
+    mlp_backward(&a->mm, v.dh, dmlp_norm, &dfw, dy, s->h, &s->mlp, rs.n, mlp_norm, &fw,
+                 dm->d_model, dm->d_ff, v.sub);
     mode_time_add(a->ctx, PHASE_MATMUL, t0);
     attn_backward(dx, &daw, v.dh, x, &s->attn, &rs, &aw, a, v.sub);
     return 0;
@@ -86,17 +109,18 @@ static int dense_decode_begin(layer *l, const model_dims *dims, int max_len)
     return block_decode_begin(&s->kv, &s->mlp1, &s->h1, dims->d_model, dims, max_len);
 }
 
-static int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
+int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
 {
     dense_state *s = l->state;
     const model_dims *dm = a->dims;
-    attn_weights aw = attn_weights_at(l->w);
-    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
-    int rc = attn_decode(&s->kv, s->h1, x, pos, &aw, a);
+    attn_weights aw;
+    ffn_weights fw;
+    float *mlp_norm;
+    dense_views(l, l->w, &aw, &mlp_norm, &fw);
+    int rc = attn_decode(s->reader ? s->kv_read : &s->kv, s->h1, x, pos, &aw, a);
     if (rc)
         return rc;
-    mlp_forward(&a->mm, &s->mlp1, y, s->h1, 1, l->w[BLOCK_ATTN_TENSORS], &fw, dm->d_model,
-                dm->d_ff);
+    mlp_forward(&a->mm, &s->mlp1, y, s->h1, 1, mlp_norm, &fw, dm->d_model, dm->d_ff);
     return 1;
 }
 

@@ -17,10 +17,31 @@ typedef struct dense_state {
     kv_cache kv;      /* decoding */
     mlp_cache mlp1;   /* one row of MLP activations for decoding */
     float *h1;        /* [d] */
+    /* Cross-Layer Attention (cla.c, docs/kinds/cla.md): a reader computes
+     * queries alone; attn.k, v and kv_read are its group's first layer's
+     * (kv unused), and dk_read, dv_read [rows][d] its buffers for the
+     * group's d k, d v (the top reader's serve the group). */
+    bool reader;
+    kv_cache *kv_read;
+    float *dk_read, *dv_read;
 } dense_state;
 
-/* The buffers of batches of max_seq sequences. */
-void dense_layout(buf_plan *p, dense_state *s, const model_dims *dims, int max_seq);
+/* The buffers of batches of max_seq sequences (a reader's: no k, v, and
+ * the buffers of the group's gradients). */
+void dense_layout(buf_plan *p, dense_state *s, const model_dims *dims, int max_seq, bool reader);
+
+/* The compute both dense and cla run (dense.c): the views of the layer's
+ * tensors (a reader's have no wk, wv) and the passes. */
+void dense_views(const layer *l, float *const *t, attn_weights *aw, float **mlp_norm,
+                 ffn_weights *fw);
+int dense_build_as(layer *l, const model_dims *dims, int max_seq, bool reader);
+void dense_free(layer *l);
+int dense_forward(layer *l, const fwd_args *a, float *y, const float *x);
+int dense_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
+int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
+
+/* The reader's tensors: attn_norm wq wo mlp_norm w1 w3 w2. */
+enum { CLA_TENSORS = BLOCK_TENSORS - 2 };
 
 /* Backward's work space for n rows: dh, then the sublayers' share. */
 typedef struct dense_ws {

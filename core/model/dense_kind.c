@@ -3,14 +3,21 @@
 
 #include <errno.h>
 
-void dense_layout(buf_plan *p, dense_state *s, const model_dims *dims, int max_seq)
+void dense_layout(buf_plan *p, dense_state *s, const model_dims *dims, int max_seq, bool reader)
 {
     int S = dims->seq_len, rows = max_seq * S;
     s->max_seq = max_seq;
+    s->reader = reader;
     s->h = BUF_FLOATS(p, (size_t)rows * dims->d_model);
     s->seq_start = BUF_INTS(p, max_seq + 1);
     s->pos = BUF_I32(p, rows);
-    attn_cache_layout(p, &s->attn, dims, rows);
+    if (reader) {
+        attn_cache_layout_reader(p, &s->attn, dims, rows);
+        s->dk_read = BUF_FLOATS(p, (size_t)rows * dims->d_model);
+        s->dv_read = BUF_FLOATS(p, (size_t)rows * dims->d_model);
+    } else {
+        attn_cache_layout(p, &s->attn, dims, rows);
+    }
     mlp_cache_layout(p, &s->mlp, dims, rows, dims->d_ff);
 }
 
@@ -32,7 +39,7 @@ static double dense_state_bytes(const layer_spec *spec, const model_dims *dims, 
 {
     dense_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
-    dense_layout(&p, &s, dims, max_seq);
+    dense_layout(&p, &s, dims, max_seq, false);
     return (double)p.used;
 }
 

@@ -100,6 +100,8 @@ typedef struct stack_call {
     const float *tok_emb;  /* [V][d] the tied head */
     float *dtok_emb;       /* [V][d] its gradient */
     const token_t *targets; /* [max_seq*S] each forward's next tokens */
+    char *err;             /* STACK_BUILT: where a kind that refuses the stack says why */
+    int err_len;
 } stack_call;
 
 /* One row of the table: the description. */
@@ -251,5 +253,7 @@ static inline const void *layer_group_cvalues(const layer_spec *spec, const kind
 /* The kinds core provides itself. */
 extern const layer_kind dense_kind;
 extern const kind_ops dense_ops;
+extern const layer_kind cla_kind; /* Cross-Layer Attention's reader (cla.c) */
+extern const kind_ops cla_ops;
 
 #endif

@@ -339,9 +339,13 @@ int build_model(model **out, const model_dims *dims, const layer_spec *specs,
     if (build_rope_table(&m->rope, dims->seq_len, dims->d_head))
         goto fail_nomem;
     stack_call built = { .event = STACK_BUILT, .layers = m->layers, .n_layers = L,
-                         .tok_emb = m->tok_emb, .dtok_emb = m->dtok_emb, .targets = m->targets };
+                         .tok_emb = m->tok_emb, .dtok_emb = m->dtok_emb, .targets = m->targets,
+                         .err = err, .err_len = err_len };
+    if (err_len > 0)
+        err[0] = '\0';
     if ((rc = stack_at(m, NULL, &built)) < 0) {
-        snprintf(err, (size_t)err_len, "the stack's layers cannot be joined (error %d)", rc);
+        if (err_len > 0 && !err[0])
+            snprintf(err, (size_t)err_len, "the stack's layers cannot be joined (error %d)", rc);
         goto fail;
     }
     *out = m;
