@@ -263,7 +263,7 @@ static void capacities(const run_info *ri, char *buf, int len)
         if (!(run_layer_decides(ri, l) & DECIDES_TAKE))
             continue;
         double c = run_layer_capacity(ri, l);
-        bool dup = false;
+        bool dup = isnan(c); /* no share key: the share follows from the depth */
         for (int j = 0; j < n; j++)
             dup |= seen[j] == c;
         if (!dup) {

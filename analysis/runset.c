@@ -22,7 +22,7 @@ static void capacity_text(const run_info *ri, char *buf, int len)
         bool dup = false;
         for (int j = 0; j < n; j++)
             dup |= seen[j] == c;
-        if (!(run_layer_decides(ri, l) & DECIDES_TAKE) || dup)
+        if (!(run_layer_decides(ri, l) & DECIDES_TAKE) || dup || isnan(c))
             continue;
         seen[n++] = c;
         w += snprintf(buf + w, (size_t)(len - w), "%s%g", n > 1 ? "/" : "", c);

@@ -43,7 +43,7 @@ static void capacity_lines(cairo_t *cr, const tokens_fig *f, const plot_axes *ax
     for (int k = 0; k < f->t->n_layers; k++) {
         const run_info *ri = f->t->ri;
         int l = f->t->layers[k].layer;
-        if (!(run_layer_decides(ri, l) & DECIDES_TAKE))
+        if (!(run_layer_decides(ri, l) & DECIDES_TAKE) || isnan(run_layer_capacity(ri, l)))
             continue;
         double y = round(axes_py(ax, run_layer_capacity(ri, l))) + 0.5;
         cairo_set_dash(cr, dash, 2, 0);

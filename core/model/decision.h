@@ -33,7 +33,8 @@ enum {
  * most recursions without knowing the kind. */
 typedef struct decision_decl {
     unsigned decides;        /* DECIDES_* bits; 0: every row takes the block once */
-    const char *share_key;   /* DECIDES_TAKE: the share of rows that take the block */
+    const char *share_key;   /* DECIDES_TAKE: the share of rows that take the block (NULL: it
+                              * follows from the layer's depth, as skipdecode's) */
     const char *most_key;    /* DECIDES_DEPTH: the most times a row runs the block */
     const char *experts_key; /* DECIDES_EXPERTS: the experts a row chooses among */
     const char *split_key;   /* the parts each expert is split in (granularity), or NULL */
