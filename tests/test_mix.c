@@ -43,6 +43,20 @@ static void write_docs(const tmp_dir *t, char *path, size_t n, long *starts, lon
     free(text);
 }
 
+/* The documents written and scored beside them (path.difficulty). */
+static void scored_docs(const tmp_dir *t, char *path, char *scores, long *starts, long *lens)
+{
+    char err[1024];
+    long n_docs = 0;
+    write_docs(t, path, 512, starts, lens);
+    snprintf(scores, 600, "%s.difficulty", path);
+    dataset *d = NULL;
+    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, S, NULL, err, sizeof(err)), 0);
+    assert_int_equal(mix_score_write(d, scores, &n_docs, err, sizeof(err)), 0);
+    assert_int_equal(n_docs, N_DOCS);
+    free_dataset(&d);
+}
+
 static dataset *load_mixed(const char *path, const char *scores, int seq_len)
 {
     dataset *d = NULL;
@@ -67,16 +81,10 @@ static int doc_of(long off, const long *starts)
 static void test_halves(void **state)
 {
     tmp_dir *t = *state;
-    char path[512], scores[600], err[1024];
-    long starts[N_DOCS], lens[N_DOCS], n_docs = 0;
-    write_docs(t, path, sizeof(path), starts, lens);
-    snprintf(scores, sizeof(scores), "%s.difficulty", path);
-    dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, S, NULL, err, sizeof(err)), 0);
-    assert_int_equal(mix_score_write(d, scores, &n_docs, err, sizeof(err)), 0);
-    assert_int_equal(n_docs, N_DOCS);
-    free_dataset(&d);
-    d = load_mixed(path, scores, S);
+    char path[512], scores[600];
+    long starts[N_DOCS], lens[N_DOCS];
+    scored_docs(t, path, scores, starts, lens);
+    dataset *d = load_mixed(path, scores, S);
     /* the last document lies partly in the held-out tail: clipped, and
      * still holds windows (its head is in the training split) */
     assert_int_equal(d->mix->n_docs[MIX_EASY] + d->mix->n_docs[MIX_HARD], N_DOCS);
@@ -108,17 +116,12 @@ static void test_halves(void **state)
 static void test_deterministic(void **state)
 {
     tmp_dir *t = *state;
-    char path[512], scores[600], err[1024];
-    long starts[N_DOCS], lens[N_DOCS], n = 0;
-    write_docs(t, path, sizeof(path), starts, lens);
-    snprintf(scores, sizeof(scores), "%s.difficulty", path);
-    dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, S, NULL, err, sizeof(err)), 0);
-    assert_int_equal(mix_score_write(d, scores, &n, err, sizeof(err)), 0);
-    free_dataset(&d);
+    char path[512], scores[600];
+    long starts[N_DOCS], lens[N_DOCS];
+    scored_docs(t, path, scores, starts, lens);
     enum { B = 8 };
     long ref[5][B];
-    d = load_mixed(path, scores, S);
+    dataset *d = load_mixed(path, scores, S);
     for (long step = 0; step < 5; step++)
         for (long g = 0; g < B; g++)
             ref[step][g] = dataset_sample_offset(d, S, 3, step, g);
@@ -176,16 +179,11 @@ static void expect_refused(const char *path, const char *scores, int seq_len, co
 static void test_refused(void **state)
 {
     tmp_dir *t = *state;
-    char path[512], scores[600], err[1024], copy[700];
-    long starts[N_DOCS], lens[N_DOCS], n = 0;
-    write_docs(t, path, sizeof(path), starts, lens);
-    snprintf(scores, sizeof(scores), "%s/none.difficulty", t->path);
-    expect_refused(path, scores, S, "cannot open");
-    snprintf(scores, sizeof(scores), "%s.difficulty", path);
-    dataset *d = NULL;
-    assert_int_equal(load_dataset(&d, path, NULL, 256, 0.1, S, NULL, err, sizeof(err)), 0);
-    assert_int_equal(mix_score_write(d, scores, &n, err, sizeof(err)), 0);
-    free_dataset(&d);
+    char path[512], scores[600], missing[600], copy[700];
+    long starts[N_DOCS], lens[N_DOCS];
+    scored_docs(t, path, scores, starts, lens);
+    snprintf(missing, sizeof(missing), "%s/none.difficulty", t->path);
+    expect_refused(path, missing, S, "cannot open");
     /* a window longer than every document of the training split (the
      * longest there 498 tokens, separator included) */
     expect_refused(path, scores, 500, "below the median");
