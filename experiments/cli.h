@@ -129,6 +129,7 @@ void cli_fatal_stop(mode_ctx *ctx, const char *msg);
 int cmd_eval(mode_ctx *ctx, int argc, char **argv);
 int cmd_sample(mode_ctx *ctx, int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_score(int argc, char **argv);
 int cmd_bench(mode_ctx *ctx, int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_sweep(mode_ctx *ctx, int argc, char **argv);

@@ -41,6 +41,7 @@ static const char usage_main[] =
     "       mode-exp plan CONFIG.ini [section.key=value ...] [--ranks P]  memory per rank\n"
     "       mode-exp tokenize TEXT OUT --vocab V [options]            a SentencePiece tokenizer\n"
     "       mode-exp export CKPT OUT [--with-optim]                   to safetensors and back\n"
+    "       mode-exp score SOURCE [--out PATH]                        documents' difficulty\n"
     "       mode-exp --version                                        build, libraries, kernels\n"
     "       mode-exp --help-keys [--markdown]                         the declared keys\n"
     "\n"
@@ -279,7 +280,7 @@ static int cmd_version(void)
 static int finish_output(int rc, int argc, char **argv)
 {
     static const char *const subcommands[] = { "eval", "flops", "sample", "bench", "sweep", "tokenize",
-                                               "plan", "export", "--version", "version", "--help", "-h",
+                                               "score", "plan", "export", "--version", "version", "--help", "-h",
                                                "help", "--help-keys", NULL };
     const char *sub = NULL;
     for (int i = 0; argc >= 2 && subcommands[i]; i++)
@@ -359,6 +360,8 @@ static int run_command(int argc, char **argv)
                                     argc > 2 && !strcmp(argv[2], "--markdown")) ? 1 : 0;
     if (!strcmp(argv[1], "tokenize"))
         return cmd_tokenize(argc, argv);
+    if (!strcmp(argv[1], "score"))
+        return cmd_score(argc, argv);
     if (!strcmp(argv[1], "flops") || !strcmp(argv[1], "plan") || !strcmp(argv[1], "--version") ||
         !strcmp(argv[1], "version")) {
         if (path_rc) {

@@ -681,6 +681,28 @@ static int check_source(loader *L)
     return 0;
 }
 
+/* A mixed batch is half below the median, half above (docs/data-mix.md):
+ * an even batch of a corpus with documents. */
+static int check_mix(loader *L)
+{
+    const run_config *c = L->c;
+    if (strcmp(c->mix, "difficulty") != 0)
+        return 0;
+    char va[VALUE_LEN], vb[VALUE_LEN];
+    cfg_ref m = key_ref(L, key_index(SEC_DATA, "mix"), vb, sizeof(vb));
+    if (c->batch % 2) {
+        cfg_ref a = key_ref(L, key_index(SEC_DATA, "batch"), va, sizeof(va));
+        return fail_pair(L, &a, " to be even (half below the median, half above) with ", &m,
+                         "");
+    }
+    if (!strcmp(c->source, "synthetic") || !text_source(c->source)) {
+        cfg_ref a = key_ref(L, key_index(SEC_DATA, "source"), va, sizeof(va));
+        return fail_pair(L, &a, " to be byte text of documents (brown, a .txt) with ", &m,
+                         ": the synthetic corpus and token files keep no document boundaries");
+    }
+    return 0;
+}
+
 static int check_steps(loader *L)
 {
     if (L->c->steps > 0 || L->c->flops_budget > 0.0)
@@ -916,7 +938,7 @@ static void resolve_seeds(loader *L)
 
 static int resolve(loader *L, int ranks)
 {
-    if (check_source(L) || check_steps(L) || check_positions(L) || check_heads(L) ||
+    if (check_source(L) || check_mix(L) || check_steps(L) || check_positions(L) || check_heads(L) ||
         check_ranks(L, ranks) || check_sections(L) || resolve_layers(L) ||
         check_expert_ranks(L, ranks))
         return -EINVAL;

@@ -57,6 +57,9 @@ typedef struct run_config {
     char val_source[CFG_PATH_LEN]; /* none | brown | path to .txt, .bin or .u32: held out whole */
     int vocab;                 /* for .bin (<= 65536) and .u32 sources; 256 for text */
     char tokenizer[CFG_PATH_LEN]; /* none | the SentencePiece model of a token file */
+    char mix[16];              /* uniform | difficulty: half of each batch below the median
+                                  document score, half above (docs/data-mix.md) */
+    char difficulty[CFG_PATH_LEN]; /* auto (SOURCE.difficulty) | the score file */
     /* [model] */
     int d_model, n_heads, d_ff;
     int n_layers;

@@ -13,6 +13,7 @@ const char *const section_names[SEC_COUNT] = { "run", "data", "model" };
 static const char *const nonfinite_policies[] = { "stop", "skip", NULL };
 static const char *const precisions[] = { "fp32", "bf16", NULL };
 static const char *const flops_counts[] = { "nominal", "executed", NULL };
+static const char *const data_mixes[] = { "uniform", "difficulty", NULL };
 
 #define FIELD_SIZE(T, f) sizeof(((T *)0)->f)
 #define RC(f) offsetof(run_config, f), FIELD_SIZE(run_config, f)
@@ -43,6 +44,8 @@ const cfg_key config_keys[N_KEYS] = {
     { SEC_DATA, "val_source", K_HELD_OUT, RC(val_source), 0, 0, 0, NULL },
     { SEC_DATA, "vocab", K_INT, RC(vocab), 2, INT_MAX, 0, NULL },
     { SEC_DATA, "tokenizer", K_STR, RC(tokenizer), 0, 0, 0, NULL },
+    { SEC_DATA, "mix", K_ENUM, RC(mix), 0, 0, OMIT_DEFAULT, data_mixes },
+    { SEC_DATA, "difficulty", K_STR, RC(difficulty), 0, 0, OMIT_DEFAULT, NULL },
     { SEC_MODEL, "d_model", K_INT, RC(d_model), 1, MODE_MAX_WIDTH, 0, NULL },
     { SEC_MODEL, "n_heads", K_INT, RC(n_heads), 1, NO_MAX, 0, NULL },
     { SEC_MODEL, "d_ff", K_INT, RC(d_ff), 1, MODE_MAX_WIDTH, 0, NULL },
@@ -122,6 +125,8 @@ void config_defaults(run_config *c, const config_schema *schema)
     c->val_fraction = 0.1;
     snprintf(c->val_source, sizeof(c->val_source), "none");
     snprintf(c->tokenizer, sizeof(c->tokenizer), "none");
+    snprintf(c->mix, sizeof(c->mix), "uniform");
+    snprintf(c->difficulty, sizeof(c->difficulty), "auto");
     c->vocab = 256;
     c->d_model = 128;
     c->n_heads = 4;

@@ -36,6 +36,9 @@ typedef enum cfg_type {
 
 #define MIN_OPEN 1u /* min itself is excluded */
 #define MAX_OPEN 2u
+/* Written by config_to_ini only when not its default: keys added after run
+ * files existed (data.mix), so those runs' configs keep their bits. */
+#define OMIT_DEFAULT 4u
 #define NO_MAX HUGE_VAL /* only the type bounds the value */
 
 typedef struct cfg_key {
@@ -45,12 +48,12 @@ typedef struct cfg_key {
     size_t offset; /* into run_config */
     size_t size;   /* of the field */
     double min, max;
-    unsigned open; /* MIN_OPEN | MAX_OPEN */
+    unsigned open; /* MIN_OPEN | MAX_OPEN | OMIT_DEFAULT */
     const char *const *allowed; /* K_ENUM: NULL-terminated */
 } cfg_key;
 
 /* The table, in the order config_to_ini() writes. */
-#define N_KEYS 28
+#define N_KEYS 30
 extern const cfg_key config_keys[N_KEYS];
 
 /* schema == NULL: the kinds core provides itself, no other section. */

@@ -40,20 +40,27 @@ char *config_to_ini(const run_config *c)
 {
     char *buf = NULL;
     size_t size = 0;
-    FILE *f = open_memstream(&buf, &size);
-    if (!f)
+    run_config *def = malloc(sizeof(*def));
+    FILE *f = def ? open_memstream(&buf, &size) : NULL;
+    if (!f) {
+        free(def);
         return NULL;
+    }
+    config_defaults(def, NULL);
     for (int s = 0; s < SEC_COUNT; s++) {
         fprintf(f, "%s[%s]\n", s ? "\n" : "", section_names[s]);
         for (int k = 0; k < N_KEYS; k++) {
             const cfg_key *key = &config_keys[k];
             if (key->section != s)
                 continue;
-            char value[VALUE_LEN];
+            char value[VALUE_LEN], fallback[VALUE_LEN];
             config_format_value(key, c, value, sizeof(value));
-            fprintf(f, "%s = %s\n", key->name, value);
+            config_format_value(key, def, fallback, sizeof(fallback));
+            if (!(key->open & OMIT_DEFAULT) || strcmp(value, fallback) != 0)
+                fprintf(f, "%s = %s\n", key->name, value);
         }
     }
+    free(def);
     for (int g = 0; g < c->n_groups; g++) {
         fprintf(f, "\n[%s]\n", c->groups[g]->section);
         for (const kind_key *k = c->groups[g]->keys; k->name; k++) {

@@ -2,6 +2,7 @@
  * held-out split, training samples and evaluation windows (MODEL.md "Data";
  * data.h says what is checked when). */
 #include "core/data/data.h"
+#include "core/data/mix.h"
 #include "core/data/tokenizer.h"
 
 #include "core/rng/pcg32.h"
@@ -129,7 +130,7 @@ static void free_corpus(corpus **c)
 
 /* "bytes 6012345 fnv1a64 0123456789abcdef (whole)"; non-zero and err on a
  * read that fails. */
-static int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len)
+int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len)
 {
     long size = corpus_bytes(c); /* an llm.c header too: the whole file */
     bool whole = size <= DATA_FINGERPRINT_WHOLE;
@@ -182,6 +183,11 @@ int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int
             return rc;
         size_t at = strlen(out);
         snprintf(out + at, (size_t)out_len - at, "; tokenizer %s: %s", d->tok_path, t);
+    }
+    if (d->mix) { /* "; difficulty PATH: bytes ..." */
+        size_t at = strlen(out);
+        snprintf(out + at, (size_t)out_len - at, "; difficulty %s: %s", d->mix->path,
+                 d->mix->fingerprint);
     }
     return 0;
 }
@@ -631,6 +637,7 @@ void free_dataset(dataset **d)
         return;
     free((*d)->token_bytes);
     tokenizer_free(&(*d)->tok);
+    free_data_mix(&(*d)->mix);
     free_corpus(&(*d)->source);
     free_corpus(&(*d)->held_out);
     free(*d);
@@ -706,6 +713,11 @@ long dataset_sample_offset(const dataset *d, int seq_len, uint64_t seed, long st
     assert(span >= 1);
     pcg32 rng;
     pcg32_keyed(&rng, seed, DATA_KEY, (uint64_t)step, (uint64_t)global_seq);
+    if (d->mix) { /* even rows below the median, odd rows above (mix.h) */
+        int half = (int)(global_seq & 1);
+        long r = (long)bounded64(&rng, (uint64_t)mix_windows(d->mix, half));
+        return mix_window_offset(d->mix, half, r);
+    }
     return (long)bounded64(&rng, (uint64_t)span);
 }
 

@@ -126,6 +126,8 @@ typedef struct dataset {
     float *token_bytes;
     struct tokenizer *tok;     /* dataset_use_tokenizer's, or NULL */
     char tok_path[512];
+    /* dataset_use_mix's halves (core/data/mix.h), or NULL: uniform samples */
+    struct data_mix *mix;
 } dataset;
 
 /* source: "brown", "synthetic", or a path ending in .txt, .bin or .u32.
@@ -149,9 +151,11 @@ int dataset_use_tokenizer(dataset *d, const char *path, char *err, int err_len);
 /* The fingerprint of a file as corpus_fingerprint gives it: "bytes N
  * fnv1a64 H (whole)" (a tokenizer model, the data). */
 int file_fingerprint(const char *path, char *out, int out_len, char *err, int err_len);
+/* The fingerprint of corpus c's file, "bytes N fnv1a64 H (whole)". */
+int corpus_fingerprint(const corpus *c, char *out, int out_len, char *err, int err_len);
 /* The fingerprints of what a dataset reads (corpus_fingerprint), as
  * "PATH: bytes N fnv1a64 H (whole)", and "; " and the held-out file's with
- * val_source. */
+ * val_source; "; difficulty PATH: ..." with a mix. */
 int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int err_len);
 /* What ranks compare before they compute (comm_agree_text): one item a
  * line, the split first ("data.source=PATH with N tokens held out", or
@@ -171,7 +175,9 @@ int dataset_read(const dataset *d, const token_split *s, long at, long n, token_
 
 /* Training sample: S+1 tokens from a uniformly random offset of the training
  * split, the offset drawn from pcg32_keyed(seed, DATA_KEY, step, global_seq).
- * Non-zero (and err) on a token >= V. */
+ * With a mix (dataset_use_mix), from the same stream: uniformly among the
+ * windows inside documents below the median for an even global_seq, above
+ * it for an odd one (docs/data-mix.md).  Non-zero (and err) on a token >= V. */
 #define DATA_KEY PCG_KEY_DATA
 int dataset_sample(const dataset *d, token_t *out, int seq_len, uint64_t seed, long step,
                    long global_seq, char *err, int err_len);

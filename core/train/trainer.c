@@ -1,6 +1,7 @@
 #include "core/train/trainer_impl.h"
 
 #include "core/util/file.h"
+#include "core/data/mix.h"
 #include "core/comm/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/runfile.h"
@@ -155,6 +156,18 @@ static int resume_from(trainer *t, char *err, int err_len)
         }
     }
     return rc;
+}
+
+/* data.mix = difficulty: the scores of data.difficulty (auto: beside the
+ * source) split the training documents at their median. */
+static int use_mix(dataset *d, const run_config *cfg, char *err, int err_len)
+{
+    char path[CFG_PATH_LEN + 16];
+    if (!strcmp(cfg->difficulty, "auto"))
+        mix_default_path(d->source, path, (int)sizeof(path));
+    else
+        snprintf(path, sizeof(path), "%s", cfg->difficulty);
+    return dataset_use_mix(d, path, cfg->seq_len, err, err_len);
 }
 
 static int sample_batch(const trainer *t, token_t *tok, int local, long step, long seq0,
@@ -709,6 +722,8 @@ int train(const run_config *cfg, const kind_ops *const *kinds, mode_ctx *ctx,
                       cfg->seq_len, o->data_dir, err, err_len);
     if (!rc && strcmp(cfg->tokenizer, "none") != 0)
         rc = dataset_use_tokenizer(t.d, cfg->tokenizer, err, err_len);
+    if (!rc && !strcmp(cfg->mix, "difficulty"))
+        rc = use_mix(t.d, cfg, err, err_len);
     if (!rc)
         rc = dataset_fingerprint(t.d, t.data, sizeof(t.data), err, err_len);
     /* every rank reads the same config and data, or none computes: the

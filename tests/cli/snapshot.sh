@@ -27,7 +27,7 @@ take() {
         grep -q '^\[sweep\]' "$ini" && continue
         local name
         name=$(basename "$ini" .ini)
-        if ! mpirun -n "$np" "$build/experiments/mode-exp" "$ini" data.source=synthetic \
+        if ! mpirun -n "$np" "$build/experiments/mode-exp" "$ini" data.source=synthetic data.mix=uniform \
             run.name="$name" run.out=runs run.steps=20 run.ckpt_every=10 run.routing_every=10 \
             run.eval_every=10 run.eval_windows=4 run.final_eval_windows=8 --quiet --overwrite \
             > "$name.log" 2>&1; then

@@ -227,6 +227,35 @@ errors)
 	"$exe" eval nothing.h5 >out.txt 2>&1 && fail "eval of a missing file"
 	grep -q "nothing.h5" out.txt || fail "eval message: $(cat out.txt)"
 	;;
+mix)
+	# Difficulty-mixed batches (docs/data-mix.md) on a corpus of 40
+	# documents, half repetitive and half random letters: scored once,
+	# trained at 1 and 2 ranks to the same losses, the mix in the run's
+	# config and the score file in its data fingerprint; refusals name the
+	# key or the file.
+	awk 'BEGIN { srand(3); for (d = 0; d < 40; d++) { if (d) printf "\n\n";
+		for (i = 0; i < 900 + 7 * d; i++) printf "%c", d % 2 ? 97 + int(26 * rand()) : (i % 2 ? 98 : 97) } }' >docs.txt
+	expect 2 "data.batch=7: expected \[data\] batch to be even" "$exe" "$config" data.source=docs.txt data.mix=difficulty \
+		data.batch=7 --quiet run.out=odd
+	nothing_left odd
+	expect 1 "mode-exp score docs.txt" "$exe" "$config" data.source=docs.txt data.mix=difficulty \
+		--quiet run.out=none
+	expect 2 "no document boundaries" "$exe" "$config" data.mix=difficulty --quiet run.out=syn
+	expect 0 "40 documents" "$exe" score docs.txt
+	[ -s docs.txt.difficulty ] || fail "no docs.txt.difficulty"
+	for n in 1 2; do run "x$n" "$n" data.source=docs.txt data.mix=difficulty; done
+	"$compare" x1/tiny/run.h5 x2/tiny/run.h5 1e-4 || fail "mix: -n 1 and -n 2 differ"
+	h5dump -a config x1/tiny/run.h5 | grep -q "mix = difficulty" || fail "the mix is not in the config"
+	h5dump x1/tiny/run.h5 | grep -q "difficulty docs.txt.difficulty" ||
+		fail "the score file is not in the data fingerprint"
+	# uniform batches on the same corpus differ, and say nothing of a mix
+	run u 1 data.source=docs.txt
+	"$compare" x1/tiny/run.h5 u/tiny/run.h5 0 >/dev/null 2>&1 && fail "the mix changed nothing"
+	h5dump -a config u/tiny/run.h5 | grep -q "mix" && fail "a uniform run's config names a mix"
+	# the corpus changed under its scores: stale
+	printf 'more' >>docs.txt
+	expect 1 "stale" "$exe" "$config" data.source=docs.txt data.mix=difficulty --quiet run.out=st
+	;;
 mod)
 	# MoD layers: statistics, routing records, both eval modes, sampling
 	run m 2 'model.layers=(dense, mod) x 2' mod.capacity=0.25

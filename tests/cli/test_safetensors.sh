@@ -29,7 +29,7 @@ kinds)
 	for ini in "$experiments"/*.ini; do
 		grep -q '^\[sweep\]' "$ini" && continue
 		name=$(basename "$ini" .ini)
-		"$exe" "$ini" data.source=synthetic data.tokenizer=none run.name="$name" run.out=runs \
+		"$exe" "$ini" data.source=synthetic data.mix=uniform data.tokenizer=none run.name="$name" run.out=runs \
 			run.steps=3 run.ckpt_every=3 run.eval_every=0 run.routing_every=0 \
 			run.final_eval_windows=4 --quiet > "$name.log" 2>&1 ||
 			fail "$name: training: $(tail -3 "$name.log")"
