@@ -116,6 +116,10 @@ char *config_to_lines(const run_config *c);
  * key this build does not know makes it another config); a run.out that
  * names c's folder another way (absolute or relative) is c's. */
 bool config_same_as(const run_config *c, const char *ini, const char *stored);
+/* stored as this build resolves it with c's schema (keys it lacks at their
+ * defaults), malloc'd; NULL when it does not read.  What resume's message
+ * compares, so that a key added since is not named as a difference. */
+char *config_stored_as(const run_config *c, const char *stored);
 /* Whether the model of the stored config (a checkpoint's, named label in
  * messages) has c's head count, layer count, vocabulary and sequence
  * length, which a tensor's shape does not show (--init-from): 0, or

@@ -58,12 +58,11 @@ int config_same_widths(const run_config *c, const char *stored, const char *labe
     return rc;
 }
 
-bool config_same_as(const run_config *c, const char *ini, const char *stored)
+char *config_stored_as(const run_config *c, const char *stored)
 {
-    if (!strcmp(stored, ini))
-        return true;
     /* read by this build with c's schema, then written out as c's own
-     * resolved text is */
+     * resolved text is: a key an older build did not know takes its
+     * default, as it did there */
     run_config *o = malloc(sizeof(*o));
     char err[512], *text = NULL;
     if (o && !load_stored(o, c, stored, "stored config", err, (int)sizeof(err))) {
@@ -71,8 +70,16 @@ bool config_same_as(const run_config *c, const char *ini, const char *stored)
             memcpy(o->out, c->out, sizeof(o->out));
         text = config_to_ini(o);
     }
+    free(o);
+    return text;
+}
+
+bool config_same_as(const run_config *c, const char *ini, const char *stored)
+{
+    if (!strcmp(stored, ini))
+        return true;
+    char *text = config_stored_as(c, stored);
     bool same = text && !strcmp(text, ini);
     free(text);
-    free(o);
     return same;
 }

@@ -84,7 +84,9 @@ static int resume_from(trainer *t, char *err, int err_len)
         return rc;
     if (!config_same_as(t->cfg, t->ini, meta.config)) {
         char diff[700];
-        config_differences(meta.config, t->ini, diff, sizeof(diff));
+        char *was = config_stored_as(t->cfg, meta.config);
+        config_differences(was ? was : meta.config, t->ini, diff, sizeof(diff));
+        free(was);
         snprintf(err, (size_t)err_len,
                  "%s: its config does not match this run's (resume needs the same resolved "
                  "config); differing keys, checkpoint -> now: %s", t->ckpt_h5,
