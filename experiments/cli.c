@@ -595,9 +595,12 @@ int checkpoint_tokenizer(const char *ckpt, const run_config *cfg, const char *re
     struct stat st;
     /* an export's copy (mode-exp export: OUT.tokenizer.model beside
      * OUT.safetensors), else the run's beside its checkpoint */
-    if (n > 12 && !strcmp(ckpt + n - 12, ".safetensors"))
+    bool copy = n > 12 && !strcmp(ckpt + n - 12, ".safetensors");
+    if (copy) {
         snprintf(path, len, "%.*s.tokenizer.model", (int)(n - 12), ckpt);
-    if (!path[0] || stat(path, &st) != 0)
+        copy = stat(path, &st) == 0;
+    }
+    if (!copy)
         snprintf(path, len, "%.*stokenizer.model", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
     if (stat(path, &st) != 0)
         snprintf(path, len, "%s", cfg->tokenizer);

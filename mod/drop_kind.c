@@ -87,5 +87,5 @@ const layer_kind drop_kind = {
     .flops = drop_flops,
     .state_bytes = drop_state_bytes,
     .ws_floats = drop_ws_floats,
-    .decides = { DECIDES_DRAW }, /* Bernoulli skips, not recorded */
+    .decides = { .decides = DECIDES_DRAW }, /* Bernoulli skips, not recorded */
 };

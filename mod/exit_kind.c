@@ -99,6 +99,6 @@ const layer_kind exit_kind = {
     .state_bytes = exit_state_bytes,
     .ws_floats = exit_ws_floats,
     .exit_point = true,
-    .decides = { DECIDES_EXIT },
+    .decides = { .decides = DECIDES_EXIT },
     .shared_bytes = exit_shared_bytes,
 };

@@ -58,5 +58,5 @@ const layer_kind mod_kind = {
     .flops = mod_flops,
     .state_bytes = mod_state_bytes,
     .ws_floats = mod_ws_floats,
-    .decides = { DECIDES_TAKE, .share_key = "capacity" },
+    .decides = { .decides = DECIDES_TAKE, .share_key = "capacity" },
 };

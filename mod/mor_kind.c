@@ -96,6 +96,6 @@ const layer_kind mor_kind = {
     .flops = mor_flops,
     .state_bytes = mor_state_bytes,
     .ws_floats = mor_ws_floats,
-    .decides = { DECIDES_TAKE | DECIDES_DEPTH, .share_key = "capacity",
+    .decides = { .decides = DECIDES_TAKE | DECIDES_DEPTH, .share_key = "capacity",
                  .most_key = "recursions" },
 };

@@ -116,7 +116,8 @@ static int skipdecode_tensors(const layer_spec *spec, const model_dims *dims, te
     return block_tensors(out, dims, true);
 }
 
-static double skipdecode_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+static double skipdecode_state_bytes(const layer_spec *spec, const model_dims *dims, int li,
+                                     int max_seq)
 {
     skipdecode_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
@@ -149,5 +150,5 @@ const layer_kind skipdecode_kind = {
     .flops = skipdecode_flops,
     .state_bytes = skipdecode_state_bytes,
     .ws_floats = skipdecode_ws_floats,
-    .decides = { DECIDES_TAKE }, /* selected: t < T_l, the same in every sequence */
+    .decides = { .decides = DECIDES_TAKE }, /* selected: t < T_l, the same in every sequence */
 };

@@ -88,5 +88,5 @@ const layer_kind tcmod_kind = {
     .flops = tcmod_flops,
     .state_bytes = tcmod_state_bytes,
     .ws_floats = tcmod_ws_floats,
-    .decides = { DECIDES_TAKE, .share_key = "capacity" },
+    .decides = { .decides = DECIDES_TAKE, .share_key = "capacity" },
 };

@@ -40,5 +40,5 @@ const layer_kind ec_kind = {
     .flops = ec_flops,
     .state_bytes = ec_state_bytes,
     .ws_floats = moe_ws_floats,
-    .decides = { DECIDES_EXPERTS, .experts_key = "experts" },
+    .decides = { .decides = DECIDES_EXPERTS, .experts_key = "experts" },
 };

@@ -121,12 +121,14 @@ double moe_state_bytes_of(const layer_spec *spec, const model_dims *dims, int ma
     return (double)p.used + experts_bytes(&c, dims, rows);
 }
 
-static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+static double moe_state_bytes(const layer_spec *spec, const model_dims *dims, int li,
+                              int max_seq)
 {
     return moe_state_bytes_of(spec, dims, max_seq, moe_cfg);
 }
 
-static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+static double integrated_state_bytes(const layer_spec *spec, const model_dims *dims, int li,
+                                     int max_seq)
 {
     return moe_state_bytes_of(spec, dims, max_seq, integrated_cfg);
 }
@@ -164,7 +166,8 @@ const layer_kind moe_kind = {
     .flops = moe_flops,
     .state_bytes = moe_state_bytes,
     .ws_floats = moe_ws_floats,
-    .decides = { DECIDES_EXPERTS, .experts_key = "experts", .split_key = "granularity" },
+    .decides = { .decides = DECIDES_EXPERTS, .experts_key = "experts",
+                 .split_key = "granularity" },
 };
 
 const layer_kind integrated_kind = {
@@ -175,5 +178,6 @@ const layer_kind integrated_kind = {
     .flops = integrated_flops,
     .state_bytes = integrated_state_bytes,
     .ws_floats = moe_ws_floats,
-    .decides = { DECIDES_EXPERTS, .experts_key = "experts", .split_key = "granularity" },
+    .decides = { .decides = DECIDES_EXPERTS, .experts_key = "experts",
+                 .split_key = "granularity" },
 };

@@ -44,7 +44,8 @@ static int staged_tensors(const layer_spec *s, const model_dims *dims, tensor_de
     return n;
 }
 
-static double staged_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+static double staged_state_bytes(const layer_spec *spec, const model_dims *dims, int li,
+                                 int max_seq)
 {
     const staged_params *sp = staged_params_of(spec);
     int k = mod_k(sp->router.capacity, dims->seq_len);
@@ -81,6 +82,6 @@ const layer_kind staged_kind = {
     .flops = staged_flops,
     .state_bytes = staged_state_bytes,
     .ws_floats = staged_ws_floats,
-    .decides = { DECIDES_TAKE | DECIDES_EXPERTS, .share_key = "capacity",
+    .decides = { .decides = DECIDES_TAKE | DECIDES_EXPERTS, .share_key = "capacity",
                  .experts_key = "experts", .split_key = "granularity" },
 };

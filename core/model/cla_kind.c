@@ -24,7 +24,8 @@ static int cla_tensors(const layer_spec *spec, const model_dims *dims, tensor_de
     return CLA_TENSORS;
 }
 
-static double cla_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+static double cla_state_bytes(const layer_spec *spec, const model_dims *dims, int li,
+                              int max_seq)
 {
     (void)spec;
     dense_state s;
