@@ -246,7 +246,12 @@ static int cmd_flops(int argc, char **argv)
     }
     printf("training steps          %ld%s\n", steps,
            cfg.flops_budget > 0 ? " (from run.flops_budget)" : "");
-    printf("training in all         %.4g FLOPs\n", train_step * (double)steps);
+    long steady = 0;
+    config_train_flops_at(&cfg, 0, &steady);
+    if (steady > 0) /* a capacity schedule: its steps cost more, the budget sums them */
+        printf("first step              %.4g FLOPs (a schedule until step %ld)\n",
+               config_train_flops_at(&cfg, 0, &steady), steady);
+    printf("training in all         %.4g FLOPs\n", config_train_flops_through(&cfg, steps));
     free(c.over);
     return 0;
 }

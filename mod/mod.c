@@ -33,7 +33,7 @@ static int mod_build(layer *l, const model_dims *dims, int max_seq)
     l->state = s;
     int rc = build_mod_router(&s->rt, &mod_params_of(&l->spec)->router, dims, max_seq);
     s->t_block = s->rt.cfg.n_tensors;
-    if (rc || build_routed_block(&s->blk, &routed_dense, NULL, dims, max_seq, s->rt.cfg.k)) {
+    if (rc || build_routed_block(&s->blk, &routed_dense, NULL, dims, max_seq, s->rt.cfg.max_k)) {
         mod_free(l);
         return -ENOMEM;
     }

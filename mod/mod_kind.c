@@ -28,15 +28,16 @@ static int mod_tensors(const layer_spec *s, const model_dims *dims, tensor_desc 
 static double mod_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
 {
     const mod_router_params *rp = &mod_params_of(spec)->router;
-    int k = mod_k(rp->capacity, dims->seq_len);
+    int k = mod_router_parse(rp, dims).max_k;
     /* the router's buffers, and the block on k rows of each sequence (top-k:
-     * exactly k; the causal rule of an evaluation may take more) */
+     * exactly k, the schedule's first steps all S; the causal rule of an
+     * evaluation may take more) */
     return mod_router_bytes(dims, rp, max_seq) + routed_block_bytes(dims, dims->d_ff, max_seq, k);
 }
 
 static long mod_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    int k = mod_k(mod_params_of(spec)->router.capacity, dims->seq_len);
+    int k = mod_router_parse(&mod_params_of(spec)->router, dims).max_k;
     return routed_ws_floats(dims, dims->d_ff, (long)max_seq * k, k);
 }
 
@@ -51,11 +52,22 @@ static double mod_flops(const layer_spec *spec, const model_dims *dims, int li)
     return mod_router_flops(&c, dims) + mod_block_flops(dims, c.k, (long)c.k * c.k);
 }
 
+/* Training's under the capacity schedule: the block on the step's k rows. */
+static double mod_flops_at(const layer_spec *spec, const model_dims *dims, long step,
+                           long *steady)
+{
+    mod_router_cfg c = mod_router_parse(&mod_params_of(spec)->router, dims);
+    int k = mod_router_k(&c, dims->seq_len, true, step);
+    *steady = c.schedule == SCHEDULE_NONE ? 0 : c.schedule_steps;
+    return mod_router_flops(&c, dims) + mod_block_flops(dims, k, (long)k * k);
+}
+
 const layer_kind mod_kind = {
     .name = "mod",
     .groups = mod_groups,
     .tensors = mod_tensors,
     .flops = mod_flops,
+    .flops_at = mod_flops_at,
     .state_bytes = mod_state_bytes,
     .ws_floats = mod_ws_floats,
     .decides = { .decides = DECIDES_TAKE, .share_key = "capacity" },

@@ -167,10 +167,12 @@ static float gate_of(const mod_router_cfg *c, float r)
     return c->gate == GATE_RAW ? r : sigmoidf(r);
 }
 
-static float causal_threshold(const mod_router_cfg *c)
+/* w: the router's tensors (the fitted threshold's, causal = threshold). */
+static float causal_threshold(const mod_router_cfg *c, float *const *w)
 {
-    return c->router == ROUTER_RANDOM ? (float)mod_normal_quantile(1.0 - c->capacity)
-                                      : (float)c->threshold;
+    if (c->router == ROUTER_RANDOM)
+        return (float)mod_normal_quantile(1.0 - c->capacity);
+    return c->t_thr >= 0 ? w[c->t_thr][0] + (float)c->threshold : (float)c->threshold;
 }
 
 /* A counterfactual policy (route.h) in place of the learned decisions
@@ -235,11 +237,13 @@ int mod_router_forward(mod_router *rt, routed_set *set, float *const *w, int lay
                           a->window ? a->window[b] : a->seq0 + b, S);
     if (c->t_pred >= 0)
         predictor_forward(rt->pa, rt->ph, rt->pl, x, w + c->t_pred, n, d);
+    int k = mod_router_k(c, S, a->mode == FWD_TRAIN, a->step);
     for (int b = 0; b < a->nseq; b++)
-        mod_topk(rt->z + (size_t)b * S, rt->r + (size_t)b * S, S, c->k, rt->scratch);
+        mod_topk(rt->z + (size_t)b * S, rt->r + (size_t)b * S, S, k, rt->scratch);
     /* the causal rule: sign of the router logit (aux, none), of the
-     * predictor's logit, or the random score above the capacity quantile */
-    float thr = causal_threshold(c);
+     * predictor's logit, the router logit above the fitted threshold, or
+     * the random score above the capacity quantile */
+    float thr = causal_threshold(c, w);
     const float *sc = c->t_pred >= 0 ? rt->pl : rt->r;
     for (int i = 0; i < n; i++)
         rt->c[i] = sc[i] > thr;
@@ -271,6 +275,8 @@ int mod_router_forward(mod_router *rt, routed_set *set, float *const *w, int lay
             aux += bce_logit(rt->r[i], rt->z[i]);
         if (c->t_pred >= 0)
             side += bce_logit(rt->pl[i], rt->z[i]);
+        if (c->t_thr >= 0) /* tau at the (1 - capacity) quantile of stop-gradient(r) */
+            side += mod_pinball((double)rt->r[i] - (double)w[c->t_thr][0], 1.0 - c->capacity);
         rt->sums[(rt->c[i] ? 0 : 2) + (rt->z[i] ? 0 : 1)] += 1.0; /* tp fp fn tn */
         rt->sums[4] += rt->c[i];
     }
@@ -317,6 +323,12 @@ void mod_router_backward_extra(mod_router *rt, const routed_set *set, float *con
             dr[i] = bscale * (sigmoidf(rt->pl[i]) - (float)rt->z[i]);
         predictor_backward(dw + c->t_pred, dr, x, rt->pa, rt->ph, w + c->t_pred, n, d, rt->dpa);
     }
+    if (c->t_thr >= 0) {
+        double g = 0.0, tau = w[c->t_thr][0];
+        for (int i = 0; i < n; i++)
+            g += mod_pinball_dtau((double)rt->r[i] - tau, 1.0 - c->capacity);
+        dw[c->t_thr][0] += bscale * (float)g;
+    }
 }
 
 int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, const fwd_args *a,
@@ -354,7 +366,7 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
     }
     if (route_applies(a->route, layer_index))
         return -EINVAL; /* the driver refuses other policies in decoding */
-    return score > causal_threshold(c);
+    return score > causal_threshold(c, w);
 }
 
 int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, int t_block,

@@ -19,7 +19,8 @@
  * names them once, by these values). */
 enum { ROUTER_LEARNED, ROUTER_RANDOM, ROUTER_COUNT };
 enum { GATE_RAW, GATE_SIGMOID, GATE_COUNT };
-enum { CAUSAL_AUX, CAUSAL_PREDICTOR, CAUSAL_NONE, CAUSAL_COUNT };
+enum { CAUSAL_AUX, CAUSAL_PREDICTOR, CAUSAL_NONE, CAUSAL_THRESHOLD, CAUSAL_COUNT };
+enum { SCHEDULE_NONE, SCHEDULE_LINEAR, SCHEDULE_COSINE, SCHEDULE_COUNT };
 
 /* The counterfactual policies depth routing takes (kind_ops.routes). */
 #define MOD_ROUTES                                                                              \
@@ -40,15 +41,21 @@ typedef struct mod_router_params {
     int causal;        /* CAUSAL_* */
     double aux_weight;
     double causal_threshold; /* the causal rule's threshold on the score (learned router) */
+    int capacity_schedule;   /* SCHEDULE_*: training's capacity from 1 down to capacity */
+    long schedule_steps;     /* the steps the schedule takes to reach capacity */
 } mod_router_params;
 extern const key_group mod_router_group; /* [mod] */
 
 typedef struct mod_router_cfg {
     int router, gate, causal;
     double capacity, aux_weight, threshold;
-    int k;
+    int k;                /* top-k's k at capacity (evaluation; training after the schedule) */
+    int max_k;            /* the largest k of any step (S under a schedule) */
+    int schedule;         /* SCHEDULE_* */
+    long schedule_steps;
     int t_router, t_pred; /* tensor index within the router's tensors, -1 if absent */
-    int n_tensors;        /* router (learned) + the predictor's four */
+    int t_thr;            /* the fitted threshold (causal = threshold), -1 if absent */
+    int n_tensors;        /* router (learned) + the predictor's four or the threshold */
 } mod_router_cfg;
 
 /* The router's own state: scores, decisions and the predictor's; the rows
@@ -78,6 +85,15 @@ enum { ROUTER_TAKE_MODE, ROUTER_TAKE_CAUSAL };
 int mod_k(double capacity, int seq_len);
 /* z[i] = 1 for the k largest scores of n (ties to the lower position). */
 void mod_topk(unsigned char *z, const float *scores, int n, int k, int *scratch);
+/* Training's capacity at step (0-based) under the schedule: 1 at step 0,
+ * capacity from schedule_steps on (docs/kinds/mod-schedule.md). */
+double mod_capacity_at(int schedule, long schedule_steps, double capacity, long step);
+/* Top-k's k at step: in training the schedule's, else c->k. */
+int mod_router_k(const mod_router_cfg *c, int seq_len, bool training, long step);
+/* The pinball (quantile) loss rho_q(u) = u (q - [u < 0]) of u = r - tau at
+ * level q, and its derivative in tau ([u < 0] - q). */
+double mod_pinball(double u, double q);
+double mod_pinball_dtau(double u, double q);
 /* Phi^-1(p), the standard normal quantile. */
 double mod_normal_quantile(double p);
 

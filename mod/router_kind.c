@@ -14,10 +14,16 @@ static const char *const router_names[] = { [ROUTER_LEARNED] = "learned",
                                             [ROUTER_RANDOM] = "random", NULL };
 static const char *const gate_names[] = { [GATE_RAW] = "raw", [GATE_SIGMOID] = "sigmoid", NULL };
 static const char *const causal_names[] = { [CAUSAL_AUX] = "aux", [CAUSAL_PREDICTOR] = "predictor",
-                                            [CAUSAL_NONE] = "none", NULL };
+                                            [CAUSAL_NONE] = "none",
+                                            [CAUSAL_THRESHOLD] = "threshold", NULL };
+static const char *const schedule_names[] = { [SCHEDULE_NONE] = "none",
+                                              [SCHEDULE_LINEAR] = "linear",
+                                              [SCHEDULE_COSINE] = "cosine", NULL };
 _Static_assert(sizeof(router_names) / sizeof(router_names[0]) == ROUTER_COUNT + 1, "a name each");
 _Static_assert(sizeof(gate_names) / sizeof(gate_names[0]) == GATE_COUNT + 1, "a name each");
 _Static_assert(sizeof(causal_names) / sizeof(causal_names[0]) == CAUSAL_COUNT + 1, "a name each");
+_Static_assert(sizeof(schedule_names) / sizeof(schedule_names[0]) == SCHEDULE_COUNT + 1,
+               "a name each");
 
 #define P(f) offsetof(mod_router_params, f)
 static const kind_key mod_keys[] = {
@@ -32,20 +38,84 @@ static const kind_key mod_keys[] = {
     { "causal", KEY_CHOICE, P(causal), "aux", 0, 0, 0, causal_names,
       "the causal rule of evaluation and sampling: aux (BCE of sigmoid(r) against top-k "
       "membership, threshold r > 0), predictor (a separate MLP d -> 64 -> 1 on stop-gradient(x)), "
-      "none (threshold r > 0)", 0 },
+      "none (threshold r > 0), threshold (r > tau, tau a tensor fitted in training by the "
+      "quantile loss at level 1 - capacity, so that the share of tokens passing it matches the "
+      "capacity: docs/kinds/mod-schedule.md)", 0 },
     { "causal_threshold", KEY_REAL, P(causal_threshold), "0", -1e6, 1e6, 0, NULL,
       "the causal rule takes token i when its score (r_i, or the predictor's logit) is above "
       "it (MODEL.md: 0); a dial of evaluation and sampling: higher, fewer tokens take the "
-      "block (router = random: Phi^-1(1 - capacity) instead)", 0 },
+      "block (router = random: Phi^-1(1 - capacity) instead; causal = threshold: added to the "
+      "fitted tau)", 0 },
     { "aux_weight", KEY_REAL, P(aux_weight), "0.01", 0, KEY_NO_MAX, 0, NULL,
       "weight of the aux BCE in the training loss (causal = aux)", 0 },
+    { "capacity_schedule", KEY_CHOICE, P(capacity_schedule), "none", 0, 0, 0, schedule_names,
+      "training's capacity: none (capacity from the first step), linear or cosine from 1 at "
+      "step 0 down to capacity at mod.schedule_steps (evaluation always at capacity; "
+      "run.flops_budget buys the steps the schedule's FLOPs sum to)", 0 },
+    { "schedule_steps", KEY_LONG, P(schedule_steps), "0", 0, KEY_NO_MAX, 0, NULL,
+      "the steps capacity_schedule takes to reach capacity (>= 1 with a schedule, 0 without)",
+      0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
 };
 #undef P
 
+/* Schedules and fitted thresholds that would mean nothing. */
+static int router_check(const void *values, key_problem *p)
+{
+    const mod_router_params *r = values;
+    if (r->capacity_schedule != SCHEDULE_NONE && r->schedule_steps < 1) {
+        *p = (key_problem){ .key = "schedule_steps", .rel = " to be >= 1 with ",
+                            .other = "capacity_schedule", .tail = " (the steps it decays over)" };
+        return -EINVAL;
+    }
+    if (r->capacity_schedule == SCHEDULE_NONE && r->schedule_steps != 0) {
+        *p = (key_problem){ .key = "schedule_steps", .rel = " to be 0 with ",
+                            .other = "capacity_schedule", .tail = " (no schedule to take steps)" };
+        return -EINVAL;
+    }
+    if (r->capacity_schedule != SCHEDULE_NONE && r->capacity >= 1.0) {
+        *p = (key_problem){ .key = "capacity_schedule", .rel = " to be none with ",
+                            .other = "capacity", .tail = " (a schedule decays from 1 to capacity)" };
+        return -EINVAL;
+    }
+    if (r->causal == CAUSAL_THRESHOLD && r->router != ROUTER_LEARNED) {
+        *p = (key_problem){ .key = "causal", .rel = " to be other than threshold with ",
+                            .other = "router",
+                            .tail = " (a random router's threshold is Phi^-1(1 - capacity) already)" };
+        return -EINVAL;
+    }
+    return 0;
+}
+
 const key_group mod_router_group = {
-    .section = "mod", .keys = mod_keys, .size = sizeof(mod_router_params), .check = NULL,
+    .section = "mod", .keys = mod_keys, .size = sizeof(mod_router_params), .check = router_check,
 };
+
+double mod_capacity_at(int schedule, long schedule_steps, double capacity, long step)
+{
+    if (schedule == SCHEDULE_NONE || step >= schedule_steps)
+        return capacity;
+    double t = step <= 0 ? 0.0 : (double)step / (double)schedule_steps;
+    double w = schedule == SCHEDULE_LINEAR ? 1.0 - t : 0.5 * (1.0 + cos(3.14159265358979323846 * t));
+    return capacity + (1.0 - capacity) * w;
+}
+
+int mod_router_k(const mod_router_cfg *c, int seq_len, bool training, long step)
+{
+    if (!training || c->schedule == SCHEDULE_NONE)
+        return c->k;
+    return mod_k(mod_capacity_at(c->schedule, c->schedule_steps, c->capacity, step), seq_len);
+}
+
+double mod_pinball(double u, double q)
+{
+    return u * (q - (u < 0.0 ? 1.0 : 0.0));
+}
+
+double mod_pinball_dtau(double u, double q)
+{
+    return (u < 0.0 ? 1.0 : 0.0) - q;
+}
 
 int mod_k(double capacity, int seq_len)
 {
@@ -59,7 +129,9 @@ mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *di
         .router = p->router, .gate = p->gate, .causal = p->causal,
         .capacity = p->capacity, .aux_weight = p->aux_weight, .threshold = p->causal_threshold,
         .k = mod_k(p->capacity, dims->seq_len),
+        .schedule = p->capacity_schedule, .schedule_steps = p->schedule_steps,
     };
+    c.max_k = c.schedule == SCHEDULE_NONE ? c.k : mod_k(1.0, dims->seq_len);
     int t = 0;
     c.t_router = c.router == ROUTER_LEARNED ? t++ : -1;
     /* the random router is the ablation control: no parameters, gate 1, and
@@ -67,6 +139,7 @@ mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *di
     c.t_pred = c.router == ROUTER_LEARNED && c.causal == CAUSAL_PREDICTOR ? t : -1;
     if (c.t_pred >= 0)
         t += 4;
+    c.t_thr = c.router == ROUTER_LEARNED && c.causal == CAUSAL_THRESHOLD ? t++ : -1;
     c.n_tensors = t;
     return c;
 }
@@ -82,6 +155,8 @@ int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_d
         out[c->t_pred + 2] = make_tensor_desc("pred_w2", 1, MOD_PRED_HIDDEN, 0, 0, INIT_NORMAL, 0.02f);
         out[c->t_pred + 3] = make_tensor_desc("pred_b2", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
     }
+    if (out && c->t_thr >= 0)
+        out[c->t_thr] = make_tensor_desc("threshold", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
     return c->n_tensors;
 }
 

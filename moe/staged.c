@@ -34,11 +34,13 @@ static void staged_free(layer *l)
     l->state = NULL;
 }
 
-/* The experts' capacity over the k rows MoD selects in a sequence, in
- * forward mode `mode` (decoding: FWD_EVAL_CAUSAL). */
-static int nominal_capacity(const staged_state *s, int mode)
+/* The experts' capacity over the k rows MoD selects in a sequence (in
+ * training, the capacity schedule's k at the step), in forward mode
+ * `mode` (decoding: FWD_EVAL_CAUSAL). */
+static int nominal_capacity(const staged_state *s, const fwd_args *a, int mode)
 {
-    return experts_capacity_in(&s->ec, s->rt.cfg.k, mode);
+    int k = mod_router_k(&s->rt.cfg, a->dims->seq_len, mode == FWD_TRAIN, a->step);
+    return experts_capacity_in(&s->ec, k, mode);
 }
 
 /* The routed block's second half (routed.h): h's RMSNorm into the experts,
@@ -53,7 +55,7 @@ static int inner_forward(routed_block *b, const fwd_args *a, float *const *w)
     memcpy(rr->ys, rr->h, (size_t)n * d * sizeof(float));
     mode_time_add(a->ctx, PHASE_EXPERTS, t0);
     row_set rs = routed_row_set(&b->set);
-    return experts_forward(s->ex, a, rr->ys, rr->mlp.m, &rs, w + 1, nominal_capacity(s, a->mode));
+    return experts_forward(s->ex, a, rr->ys, rr->mlp.m, &rs, w + 1, nominal_capacity(s, a, a->mode));
 }
 
 static int inner_backward(routed_block *b, const fwd_args *a, float *const *w, float *const *dw,
@@ -83,7 +85,7 @@ static int inner_decode(routed_block *b, const fwd_args *a, float *const *w, flo
     float rstd, *m = b->dec + 2 * (size_t)d; /* routed_decode's third row */
     rmsnorm_forward(m, &rstd, h, w[0], 1, d);
     memcpy(ys, h, (size_t)d * sizeof(float));
-    int rc = experts_decode(s->ex, a, ys, m, w + 1, nominal_capacity(s, FWD_EVAL_CAUSAL), pos);
+    int rc = experts_decode(s->ex, a, ys, m, w + 1, nominal_capacity(s, a, FWD_EVAL_CAUSAL), pos);
     return rc < 0 ? rc : 0;
 }
 
@@ -108,7 +110,7 @@ static int staged_build(layer *l, const model_dims *dims, int max_seq)
     buf_plan p = buf_counting(BUF_ALIGN);
     staged_layout(&p, s, dims, max_seq);
     if (rc || buf_alloc(&p, &s->block) || build_experts(&s->ex, &s->ec, dims, l->index) ||
-        build_routed_block(&s->blk, &staged_inner, s, dims, max_seq, s->rt.cfg.k)) {
+        build_routed_block(&s->blk, &staged_inner, s, dims, max_seq, s->rt.cfg.max_k)) {
         staged_free(l);
         return -ENOMEM;
     }

@@ -48,7 +48,7 @@ static double staged_state_bytes(const layer_spec *spec, const model_dims *dims,
                                  int max_seq)
 {
     const staged_params *sp = staged_params_of(spec);
-    int k = mod_k(sp->router.capacity, dims->seq_len);
+    int k = mod_router_parse(&sp->router, dims).max_k; /* the schedule's first steps: S */
     staged_state s = { .ec = experts_cfg_of(&sp->experts, dims, false) };
     long sel = (long)max_seq * k; /* top-k: k rows of each sequence */
     buf_plan p = buf_counting(BUF_ALIGN);
@@ -61,17 +61,28 @@ static double staged_state_bytes(const layer_spec *spec, const model_dims *dims,
 
 static long staged_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
-    int k = mod_k(staged_params_of(spec)->router.capacity, dims->seq_len);
+    int k = mod_router_parse(&staged_params_of(spec)->router, dims).max_k;
     return routed_ws_floats(dims, 0, (long)max_seq * k, k);
 }
 
-static double staged_flops(const layer_spec *spec, const model_dims *dims, int li)
+/* Training's at step under the capacity schedule (steady: from which
+ * step they are staged_flops'), the block on the step's k rows. */
+static double staged_flops_at(const layer_spec *spec, const model_dims *dims, long step,
+                              long *steady)
 {
     const staged_params *sp = staged_params_of(spec);
     mod_router_cfg rc = mod_router_parse(&sp->router, dims);
     experts_cfg ec = experts_cfg_of(&sp->experts, dims, false);
-    return mod_router_flops(&rc, dims) + attn_flops_rows(dims, rc.k, (long)rc.k * rc.k) +
-           experts_flops(&ec, dims, rc.k);
+    int k = mod_router_k(&rc, dims->seq_len, step >= 0, step);
+    *steady = rc.schedule == SCHEDULE_NONE ? 0 : rc.schedule_steps;
+    return mod_router_flops(&rc, dims) + attn_flops_rows(dims, k, (long)k * k) +
+           experts_flops(&ec, dims, k);
+}
+
+static double staged_flops(const layer_spec *spec, const model_dims *dims, int li)
+{
+    long steady;
+    return staged_flops_at(spec, dims, -1, &steady); /* evaluation's: k at capacity */
 }
 
 const layer_kind staged_kind = {
@@ -80,6 +91,7 @@ const layer_kind staged_kind = {
     .validate = staged_validate,
     .tensors = staged_tensors,
     .flops = staged_flops,
+    .flops_at = staged_flops_at,
     .state_bytes = staged_state_bytes,
     .ws_floats = staged_ws_floats,
     .decides = { .decides = DECIDES_TAKE | DECIDES_EXPERTS, .share_key = "capacity",

@@ -158,5 +158,11 @@ double config_train_flops_per_step(const run_config *c);
 /* Steps the config asks for: run.steps, or what run.flops_budget buys at
  * train_flops_per_step; -1 when that is more than MODE_MAX_STEPS. */
 long config_planned_steps(const run_config *c, double train_flops_per_step);
+/* Training FLOPs at step (0-based) under the layers' schedules
+ * (layer_kind.flops_at), and *steady the first step from which every
+ * step costs config_train_flops_per_step (0: no schedule); the sum of the
+ * first `steps` steps' (what run.flops_budget buys integrates it). */
+double config_train_flops_at(const run_config *c, long step, long *steady);
+double config_train_flops_through(const run_config *c, long steps);
 
 #endif

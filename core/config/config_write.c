@@ -134,10 +134,48 @@ double config_train_flops_per_step(const run_config *c)
     return MODE_TRAIN_FLOPS_PER_FORWARD * config_flops_per_seq(c, NULL) * c->batch;
 }
 
+double config_train_flops_at(const run_config *c, long step, long *steady)
+{
+    const layer_kind *kinds[MODE_MAX_LAYERS];
+    *steady = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        if (!(kinds[l] = layer_kind_lookup(c->kinds, c->layers[l].kind)))
+            return (double)NAN;
+    model_dims dims = config_dims(c);
+    double f = stack_flops_per_seq_at(&dims, c->n_layers, c->layers, kinds, step, steady);
+    return MODE_TRAIN_FLOPS_PER_FORWARD * f * c->batch;
+}
+
+double config_train_flops_through(const run_config *c, long steps)
+{
+    long steady = 0;
+    config_train_flops_at(c, 0, &steady);
+    double sum = 0.0;
+    long s = 0;
+    for (; s < steps && s < steady; s++)
+        sum += config_train_flops_at(c, s, &steady);
+    return sum + config_train_flops_per_step(c) * (double)(steps - s);
+}
+
 long config_planned_steps(const run_config *c, double train_flops_per_step)
 {
     if (c->flops_budget <= 0.0)
         return c->steps;
+    long steady = 0;
+    config_train_flops_at(c, 0, &steady);
+    if (steady > 0) {
+        /* a schedule: its steps one by one while the budget lasts, then
+         * steady steps of train_flops_per_step */
+        double spent = 0.0;
+        for (long s = 0; s < steady; s++) {
+            double f = config_train_flops_at(c, s, &steady);
+            if (!(spent + f <= c->flops_budget))
+                return s;
+            spent += f;
+        }
+        double more = floor((c->flops_budget - spent) / train_flops_per_step) + (double)steady;
+        return more > (double)MODE_MAX_STEPS || !(more == more) ? -1 : (long)more;
+    }
     double steps = floor(c->flops_budget / train_flops_per_step);
     return steps > (double)MODE_MAX_STEPS || !(steps == steps) ? -1 : (long)steps;
 }

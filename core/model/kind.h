@@ -122,6 +122,11 @@ typedef struct layer_kind {
      * the stack's layer li (0 .. dims n_layers - 1: what a kind whose
      * work depends on its depth reads, as skipdecode's prefix does). */
     double (*flops)(const layer_spec *spec, const model_dims *dims, int li);
+    /* Training's nominal forward FLOPs of one sequence at step (0-based)
+     * of a kind whose work follows a schedule (mod's capacity_schedule);
+     * *steady: the first step from which they are flops()'s (0: always).
+     * NULL: flops() at every step. */
+    double (*flops_at)(const layer_spec *spec, const model_dims *dims, long step, long *steady);
     /* Bytes of the activations and buffers the kind keeps for batches of
      * max_seq sequences, from the same layout functions build() allocates
      * with (buf.h): what build() allocates and what the training passes

@@ -24,6 +24,21 @@ double stack_flops_per_seq(const model_dims *dims, int n, const layer_spec *spec
     return total;
 }
 
+double stack_flops_per_seq_at(const model_dims *dims, int n, const layer_spec *specs,
+                              const layer_kind *const *kinds, long step, long *steady)
+{
+    double total = model_head_flops_per_seq(dims);
+    *steady = 0;
+    for (int l = 0; l < n; l++) {
+        long from = 0;
+        total += kinds[l]->flops_at ? kinds[l]->flops_at(&specs[l], dims, step, &from)
+                                    : kinds[l]->flops(&specs[l], dims, l);
+        if (from > *steady)
+            *steady = from;
+    }
+    return total;
+}
+
 int model_plan_memory(model_memory *out, const model_dims *dims_in, const layer_spec *specs,
                       const layer_kind *const *table, int max_seq, bool shard_optim, char *err,
                       int err_len)

@@ -20,6 +20,10 @@ double model_head_flops_per_seq(const model_dims *dims);
 /* The one count of nominal forward FLOPs of one sequence (MODEL.md): the LM
  * head, then layer l of kind kinds[l] and spec specs[l] for l < n (into
  * per_layer[l] when not NULL), summed in that order. */
+/* The same in training at step (layer_kind.flops_at); *steady: the first
+ * step from which every layer's are its nominal ones. */
+double stack_flops_per_seq_at(const model_dims *dims, int n, const layer_spec *specs,
+                              const layer_kind *const *kinds, long step, long *steady);
 double stack_flops_per_seq(const model_dims *dims, int n, const layer_spec *specs,
                            const layer_kind *const *kinds, double *per_layer);
 /* What a model of these dims (ranks and rank placing the experts) takes on

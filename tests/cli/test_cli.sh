@@ -256,6 +256,38 @@ mix)
 	printf 'more' >>docs.txt
 	expect 1 "stale" "$exe" "$config" data.source=docs.txt data.mix=difficulty --quiet run.out=st
 	;;
+sched)
+	# MoD's capacity schedule and fitted threshold (docs/kinds/mod-schedule.md):
+	# each schedule trains, its checkpoint holds the threshold, evaluation
+	# and decoding take the threshold rule; the run file's nominal FLOPs
+	# follow the schedule (the first step's above the last's) and a budget
+	# buys fewer steps with the schedule's fuller early steps than without
+	mods='model.layers=(dense, mod) x 2'
+	for s in linear cosine; do
+		run "$s" 1 "$mods" mod.capacity=0.25 mod.causal=threshold \
+			mod.capacity_schedule=$s mod.schedule_steps=12
+		h5ls "$s/tiny/ckpt.h5/layers/1" | grep -q "^threshold .*{1}" || fail "$s: no threshold"
+		"$exe" eval "$s/tiny/ckpt.h5" --mode causal >e.txt || fail "$s: eval threshold"
+		grep -q "(causal)" e.txt || fail "$s: eval: $(cat e.txt)"
+		"$exe" sample "$s/tiny/ckpt.h5" --prompt "?K=" --tokens 8 --bench 2 >b.txt ||
+			fail "$s: sample --bench"
+		grep -q "# layer 1 (mod): .* took the block" b.txt || fail "$s: sample report"
+		f=$(h5dump -d metrics/train_flops "$s/tiny/run.h5" | tr -s ' ,' '\n\n' |
+			grep -E '^[0-9.]+e\+[0-9]+$') || fail "$s: train_flops"
+		first=$(echo "$f" | sed -n 1p) second=$(echo "$f" | sed -n 2p)
+		l1=$(echo "$f" | tail -n 2 | sed -n 1p) l2=$(echo "$f" | tail -n 1)
+		awk -v a="$first" -v b="$second" -v c="$l1" -v d="$l2" \
+			'BEGIN { exit !(b - a > 1.3 * (d - c)) }' || fail "$s: nominal FLOPs ignore the schedule"
+	done
+	steps() { "$exe" flops "$config" "$mods" mod.capacity=0.25 run.flops_budget=2e9 "$@" |
+		sed -n 's/^training steps *\([0-9]*\).*/\1/p'; }
+	plain=$(steps) sched=$(steps mod.capacity_schedule=linear mod.schedule_steps=12)
+	[ -n "$plain" ] && [ -n "$sched" ] && [ "$sched" -lt "$plain" ] ||
+		fail "budget steps: $sched with the schedule, $plain without"
+	"$exe" "$config" "$mods" mod.capacity_schedule=linear run.out=bad >out.txt 2>&1 &&
+		fail "a schedule of no steps ran"
+	grep -q "schedule_steps" out.txt || fail "refusal: $(cat out.txt)"
+	;;
 mod)
 	# MoD layers: statistics, routing records, both eval modes, sampling
 	run m 2 'model.layers=(dense, mod) x 2' mod.capacity=0.25
