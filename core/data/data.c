@@ -2,7 +2,7 @@
  * held-out split, training samples and evaluation windows (MODEL.md "Data";
  * data.h says what is checked when). */
 #include "core/data/data.h"
-#include "core/data/mix.h"
+#include "core/data/mix_draw.h"
 #include "core/data/tokenizer.h"
 
 #include "core/rng/pcg32.h"

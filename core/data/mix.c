@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(sizeof(((data_mix *)0)->fingerprint) == DATA_FINGERPRINT_LEN,
+               "data_mix's fingerprint holds a data fingerprint");
+
 #define MIX_READ (1L << 20) /* tokens read at a time while scoring */
 
 void mix_default_path(const corpus *c, char *out, int out_len)
@@ -278,18 +281,6 @@ static int read_docs(FILE *f, const char *path, const dataset *d, doc **out, lon
     return 0;
 }
 
-void free_data_mix(data_mix **m)
-{
-    if (!*m)
-        return;
-    for (int h = 0; h < MIX_HALVES; h++) {
-        free((*m)->first[h]);
-        free((*m)->cum[h]);
-    }
-    free(*m);
-    *m = NULL;
-}
-
 int dataset_use_mix(dataset *d, const char *path, int seq_len, char *err, int err_len)
 {
     char why[600];
@@ -364,25 +355,4 @@ fail:
     free(docs);
     free_data_mix(&m);
     return rc;
-}
-
-long mix_windows(const data_mix *m, int half)
-{
-    return m->cum[half][m->n_docs[half] - 1];
-}
-
-long mix_window_offset(const data_mix *m, int half, long r)
-{
-    /* the first document whose cumulative count passes r */
-    const long *cum = m->cum[half];
-    long lo = 0, hi = m->n_docs[half] - 1;
-    while (lo < hi) {
-        long mid = lo + (hi - lo) / 2;
-        if (cum[mid] > r)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    long before = lo ? cum[lo - 1] : 0;
-    return m->first[half][lo] + (r - before);
 }

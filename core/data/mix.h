@@ -17,6 +17,7 @@
 #define MODE_CORE_DATA_MIX_H
 
 #include "core/data/data.h"
+#include "core/data/mix_draw.h"
 
 #include <stdint.h>
 
@@ -25,16 +26,7 @@
 #define MIX_SCORER "bigram-laplace-bits-v1"
 #define MIX_FORMAT "mode-difficulty 1"
 
-/* The two halves of a mix: 0 below the median, 1 at or above it. */
-enum { MIX_EASY, MIX_HARD, MIX_HALVES };
 
-typedef struct data_mix {
-    char path[512];             /* the score file */
-    char fingerprint[DATA_FINGERPRINT_LEN]; /* of the score file itself */
-    long n_docs[MIX_HALVES];    /* documents that hold a window, per half */
-    long *first[MIX_HALVES];    /* [n_docs]: each one's first window, in the training split */
-    long *cum[MIX_HALVES];      /* [n_docs]: windows of documents 0..i together */
-} data_mix;
 
 /* "SOURCE_PATH.difficulty": where the score file of corpus c lies. */
 void mix_default_path(const corpus *c, char *out, int out_len);
@@ -52,11 +44,6 @@ int mix_score_write(const dataset *d, const char *path, long *n_docs, char *err,
  * fingerprint or another scorer), documents that do not tile the corpus,
  * a half without a window.  Sets d->mix. */
 int dataset_use_mix(dataset *d, const char *path, int seq_len, char *err, int err_len);
-void free_data_mix(data_mix **m);
 
-/* Windows (offsets in the training split) of one half, and the offset of
- * its window r (0 <= r < mix_windows). */
-long mix_windows(const data_mix *m, int half);
-long mix_window_offset(const data_mix *m, int half, long r);
 
 #endif

@@ -333,13 +333,6 @@ int checkpoint_save(const char *path, const model *m, const ckpt_header *h, comm
     return rc;
 }
 
-void ckpt_meta_clear(ckpt_meta *meta)
-{
-    free(meta->config);
-    free(meta->data);
-    memset(meta, 0, sizeof(*meta));
-}
-
 /* ---- reading: one open per rank, one version for all ------------------ */
 
 struct ckpt_file {

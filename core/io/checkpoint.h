@@ -9,29 +9,13 @@
 #ifndef MODE_CORE_IO_CHECKPOINT_H
 #define MODE_CORE_IO_CHECKPOINT_H
 
+#include "core/io/ckpt_meta.h"
 #include "core/model/model.h"
 
 #include <stdbool.h>
 
 struct comm;
 
-typedef struct ckpt_meta {
-    long step;      /* optimizer updates done */
-    uint64_t seed;
-    char *config;   /* malloc'd resolved INI text */
-    char *data;     /* malloc'd fingerprint of the data the run read, or NULL
-                       (files written before it was kept) */
-    double train_flops_executed; /* spent by the step (0 in files written before) */
-} ckpt_meta;
-
-/* What a checkpoint says about itself beside the tensors. */
-typedef struct ckpt_header {
-    const char *config; /* the resolved INI text */
-    long step;
-    uint64_t seed;
-    const char *data;   /* dataset_fingerprint of what the run reads, or NULL */
-    double train_flops_executed; /* the executed training FLOPs spent so far (every rank's) */
-} ckpt_header;
 
 /* Write the checkpoint, collectively over cm (NULL: one process): one file,
  * MODEL.md's names and whole shapes (experts_w1 is [E][d][f] whatever the
@@ -76,7 +60,6 @@ int checkpoint_layer_attrs(const layer *ly, ckpt_attr_fn fn, void *user);
  * (the seal checked too). */
 int checkpoint_read_meta(const char *path, ckpt_meta *meta, struct comm *cm, char *err,
                          int err_len);
-void ckpt_meta_clear(ckpt_meta *meta);
 int checkpoint_load(const char *path, model *m, bool with_optim, struct comm *cm, char *err,
                     int err_len);
 

@@ -8,7 +8,8 @@
 #ifndef MODE_CORE_IO_CHECKPOINT_ST_H
 #define MODE_CORE_IO_CHECKPOINT_ST_H
 
-#include "core/io/checkpoint.h"
+#include "core/io/ckpt_meta.h"
+#include "core/model/model.h"
 #include "core/io/safetensors.h"
 
 #include <stdbool.h>
