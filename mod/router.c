@@ -324,7 +324,7 @@ void mod_router_backward_extra(mod_router *rt, const routed_set *set, float *con
         predictor_backward(dw + c->t_pred, dr, x, rt->pa, rt->ph, w + c->t_pred, n, d, rt->dpa);
     }
     if (c->t_thr >= 0) {
-        double g = 0.0, tau = w[c->t_thr][0];
+        double g = 0.0, tau = (double)w[c->t_thr][0];
         for (int i = 0; i < n; i++)
             g += mod_pinball_dtau((double)rt->r[i] - tau, 1.0 - c->capacity);
         dw[c->t_thr][0] += bscale * (float)g;

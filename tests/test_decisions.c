@@ -59,7 +59,7 @@ static int seen_put(record_sink *s, const char *name, int type, int ndim,
 /* Layer l's value of one of its declared keys. */
 static double key_value(const layer *ly, const char *key)
 {
-    double v = NAN;
+    double v = (double)NAN;
     assert_non_null(key);
     assert_non_null(layer_key(ly->kind, key, NULL));
     assert_int_equal(layer_spec_number(&ly->spec, ly->kind, key, &v), 0);

@@ -175,7 +175,7 @@ static void test_training_keeps_every_token(void **state)
         float u[64], rstd;
         rmsnorm_forward(u, &rstd, stream(m, L, i), m->final_norm, 1, d);
         for (int j = 0; j < d; j++)
-            assert_at_most(fabsf(u[j] - m->final_u[(size_t)i * d + j]), 1e-6);
+            assert_at_most((double)fabsf(u[j] - m->final_u[(size_t)i * d + j]), 1e-6);
         assert_memory_not_equal(stream(m, L, i), stream(m, FIRST, i), (size_t)d * sizeof(float));
     }
     assert_int_equal(left_at(m, FIRST), 0);

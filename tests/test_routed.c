@@ -187,7 +187,7 @@ static void test_steps(void **state)
     select_steps_bce(&sel, S, &aux);
     for (int i = 0; i < S; i++)
         if (elig[i]) {
-            double v = sel.s[i];
+            double v = (double)sel.s[i];
             want += fmax(v, 0.0) + log1p(exp(-fabs(v))) - (takec[i] ? v : 0.0);
         }
     assert_true(aux == want);
