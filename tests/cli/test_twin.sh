@@ -73,6 +73,6 @@ check exit-divergence 'dense, exit, dense, exit, dense' exit.confidence=divergen
 # mod's fitted threshold (tau + theta, theta a dial) trained under a schedule
 check skipdecode 'dense, skipdecode, skipdecode, dense'
 check cla 'dense, cla, cla, dense, cla'
-check mod-threshold 'dense, mod' mod.causal=threshold mod.causal_threshold=0.05 \
+check mod-threshold 'dense, mod' mod.causal=threshold mod.causal_threshold=0.3 \
 	mod.capacity_schedule=cosine mod.schedule_steps=50
 [ "$ran" -gt 0 ] || fail "no check is named:$only"
