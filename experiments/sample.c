@@ -34,7 +34,8 @@ static const char usage_sample[] =
     "  --prompt-ids L   the prompt as token ids, comma-separated, each below the vocab\n"
     "  --bench R        then the decode benchmark: R more sequences from the prompt, each\n"
     "                   of --tokens tokens, timed (tokens/s, ms a token, the routed\n"
-    "                   layers' shares); batch 1\n"
+    "                   layers' shares, the key-value cache's bytes a position as\n"
+    "                   allocated); batch 1\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
     "                   only output of a model whose vocabulary is not bytes and whose\n"
     "                   run had no tokenizer (data.tokenizer)\n"
@@ -285,6 +286,12 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             m->route = &plan;
         }
     }
+    /* the benchmark's key-value cache a position, measured at the allocator
+     * before the caches' first use (they are then sized for S positions:
+     * the same numbers, the caches only grow) */
+    double cache_bytes = 0.0;
+    if (!rc && c.bench > 0 && (rc = model_decode_cache_bytes(m, &cache_bytes)))
+        snprintf(err, sizeof(err), "cannot measure the decoding caches: %s", strerror(-rc));
     /* past the context (S) each layer attends to the last S positions */
     if (!rc && (rc = model_decode_begin(m, (int)(plen + c.tokens))))
         snprintf(err, sizeof(err), "cannot start decoding: %s", strerror(-rc));
@@ -372,6 +379,9 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
                    "%ld-token prompt: %.1f tokens/s (sequences %.1f to %.1f), %.3f ms a "
                    "token\n", db.seqs, db.tokens, plen, (double)db.tokens / db.seconds,
                    db.worst, db.best, 1e3 * db.seconds / (double)db.tokens);
+            printf("# decode benchmark: key-value cache %.1f bytes a position (what decoding "
+                   "allocates for %d positions less for %d, measured at the allocator)\n",
+                   cache_bytes, S, S / 2);
             long ran_b = db.tokens - db.seqs; /* the first token of each came from the prompt */
             for (int l = 0; l < L; l++) {
                 const char *k = cfg.layers[l].kind;

@@ -16,6 +16,7 @@
 #include "moe/registry.h"
 #include "testlib.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,33 +26,21 @@
 
 enum { L = 4, S = 1024 };
 
-static double heap_bytes(void)
-{
-    struct mallinfo2 mi = mallinfo2();
-    return (double)mi.uordblks + (double)mi.hblkhd;
-}
-
-/* Bytes a fresh model's decode_begin allocates for len positions. */
-static double decode_bytes(const char *const *kinds, int len)
+/* Bytes the decoding caches of a fresh model of the stack take per
+ * position, as model_decode_cache_bytes measures them at the allocator. */
+static double cache_bytes_per_token(const char *const *kinds)
 {
     layer_spec specs[L];
     for (int l = 0; l < L; l++)
         specs[l] = tl_spec(mode_kind_ops, kinds[l]);
     tl_fixture f;
     tl_make(&f, mode_kind_ops, tl_small_dims(L, S), specs, 1, 3);
-    double before = heap_bytes();
-    assert_int_equal(model_decode_begin(f.m, len), 0);
-    double after = heap_bytes();
+    double bytes = 0.0;
+    assert_int_equal(model_decode_cache_bytes(f.m, &bytes), 0);
+    /* measured once: the caches only grow */
+    assert_int_equal(model_decode_cache_bytes(f.m, &bytes), -EINVAL);
     tl_unmake(&f);
-    return after - before;
-}
-
-/* Bytes the decoding caches of the stack take per position: what
- * decode_begin allocates for S positions less what it allocates for S/2
- * (the caches grow with the positions; the rest is fixed). */
-static double cache_bytes_per_token(const char *const *kinds)
-{
-    return (decode_bytes(kinds, S) - decode_bytes(kinds, S / 2)) / (S - S / 2);
+    return bytes;
 }
 
 static void test_cache_bytes(void **state)
@@ -67,8 +56,13 @@ static void test_cache_bytes(void **state)
     /* the plain stack's holds at least every layer's k and v */
     assert_true(b1 >= (double)L * 2 * d * sizeof(float));
     assert_true(b2 > 0.0 && b4 > 0.0);
-    assert_true(fabs(b2 / b1 - 0.5) < 1e-9);
-    assert_true(fabs(b4 / b1 - 0.25) < 1e-9);
+    /* docs/kinds/cla.md: a cache keeps 2 d floats, a score and a position
+     * a position; measured on threads of their own (model.c), the reading
+     * is within a few bytes of S/2 positions' */
+    double want = 2.0 * d * sizeof(float) + 8.0;
+    assert_true(fabs(b1 / (L * want) - 1.0) < 1e-3);
+    assert_true(fabs(b2 / (L / 2 * want) - 1.0) < 1e-3);
+    assert_true(fabs(b4 / (L / 4 * want) - 1.0) < 1e-3);
 }
 
 /* The stack of n layers must not build; its message names want1 and want2. */

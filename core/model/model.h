@@ -158,6 +158,13 @@ int model_backward_hooked(model *m, mode_ctx *ctx, const batch *b, const backwar
 int model_decode_begin(model *m, int max_len);
 int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float *logits,
                       unsigned char *taken);
+/* The decoding caches' bytes a position, measured at the allocator
+ * (core/util/heap.h): what model_decode_begin allocates for S positions
+ * less what it allocates for S/2, over S - S/2 (the caches grow with the
+ * positions, the rest is fixed).  Before the model's first
+ * model_decode_begin (-EINVAL after: its caches only grow); leaves the
+ * caches sized for S positions. */
+int model_decode_cache_bytes(model *m, double *bytes);
 
 /* Where the last forward first went non-finite, for nseq sequences: the
  * index l+1 of the first layer whose output has a NaN or infinity, L+1 for

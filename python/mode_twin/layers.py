@@ -42,8 +42,12 @@ def rope(t, pos):
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
 
 
-def attention(x, pos, P, n_heads):
-    """MODEL.md's Attn on the rows x whose original positions are pos (ascending)."""
+def attention(x, pos, P, n_heads, kv=None, keep=None):
+    """MODEL.md's Attn on the rows x whose original positions are pos (ascending).
+
+    kv: keys (after RoPE) and values [H][n][dh] to attend to instead of the
+    layer's own (cla's readers: the group's first layer's); keep: a list the
+    layer's own (k, v) are appended to (cla's first layer)."""
     n, d = x.shape
     dh = d // n_heads
     u = rmsnorm(x, P.t("attn_norm"))
@@ -51,8 +55,11 @@ def attention(x, pos, P, n_heads):
     def heads(w):
         return (u @ w).view(n, n_heads, dh).transpose(0, 1)
     q = rope(heads(P.t("wq")), pos)
-    k = rope(heads(P.t("wk")), pos)
-    v = heads(P.t("wv"))
+    if kv is None:
+        kv = (rope(heads(P.t("wk")), pos), heads(P.t("wv")))
+    if keep is not None:
+        keep.append(kv)
+    k, v = kv
     s = q @ k.transpose(1, 2) / math.sqrt(dh)
     allowed = pos[None, :] <= pos[:, None]  # row j sees row m iff p_m <= p_j
     s = s.masked_fill(~allowed, float("-inf"))
@@ -94,6 +101,25 @@ def dense(x, P, cfg, mode):
     return block(x, torch.arange(x.shape[0]), P, cfg)
 
 
+# ---------------------------------------------------------------- cla
+
+def dense_kv(x, P, cfg, mode, kv):
+    """dense as a cla group's first layer: the block, and its (k, v) kept."""
+    keep = []
+    pos = torch.arange(x.shape[0])
+    h = x + attention(x, pos, P, cfg.n_heads, keep=keep)
+    return h + dense_mlp(h, P), keep[0]
+
+
+def cla(x, P, cfg, mode, kv):
+    """docs/kinds/cla.md: queries of its own, the group's first layer's k
+    (after RoPE) and v, on every row; the group's k, v passed on."""
+    if kv is None:
+        raise ValueError(f"layer {P.l}: cla without a dense layer (or cla) right below it")
+    h = x + attention(x, torch.arange(x.shape[0]), P, cfg.n_heads, kv=kv)
+    return h + dense_mlp(h, P), kv
+
+
 # ---------------------------------------------------------------- mod
 
 def mod_predictor_logit(x, P):
@@ -111,8 +137,11 @@ def mod_select(x, P, cfg, mode):
     if mode == "topk":
         k = max(1, math.floor(P.f("capacity") * cfg.seq_len))
         return r, top_rows(r, min(k, S))
-    s = mod_predictor_logit(x, P) if P.s("causal", "aux") == "predictor" else r
+    causal = P.s("causal", "aux")
+    s = mod_predictor_logit(x, P) if causal == "predictor" else r
     thr = P.f("causal_threshold", 0.0)
+    if causal == "threshold":  # docs/kinds/mod-schedule.md: r_i > tau + theta
+        thr = P.t("threshold").reshape(()).item() + thr
     return r, torch.nonzero(s > thr).reshape(-1)
 
 
@@ -269,6 +298,40 @@ def drop(x, P, cfg, mode):
     return run_block_on(x, rows, P, cfg, torch.full((x.shape[0],), b, dtype=x.dtype))
 
 
+# ---------------------------------------------------------------- skipdecode
+
+def skipdecode_rows(L, l, S, hi, lo):
+    """docs/kinds/skipdecode.md: T_l = #{t < S : n(t) >= L - l}, with
+    n(t) = hi - round((hi - lo) t / (S - 1)) (halves down), lo from S - 1 on."""
+    hi = hi if hi > 0 else L
+    T = 0
+    for t in range(S):
+        if t >= S - 1:
+            n = lo
+        else:
+            num, den = (hi - lo) * t, S - 1
+            n = hi - (-((den - 2 * num) // (2 * den)))  # round half down: ceil(num/den - 1/2)
+        T += n >= L - l
+    return T
+
+
+def skipdecode(x, P, cfg, mode):
+    """The dense block on the first T_l rows (attention among them), the
+    others copied: every mode and decoding alike."""
+    T = skipdecode_rows(cfg.n_layers, P.l, cfg.seq_len, int(P.f("max_layers", 0)),
+                        int(P.f("min_layers", 1)))
+    m = min(T, x.shape[0])
+    if m == 0:
+        return x
+    y = x.clone()
+    y[:m] = block(x[:m], torch.arange(m), P, cfg)
+    return y
+
+
+# the kinds that share keys and values along a cla group: (x, P, cfg, mode,
+# kv) -> (y, kv); every other kind ends a group (kv None after it)
+KV_KINDS = {"dense": dense_kv, "cla": cla}
+
 KINDS = {
     "dense": dense,
     "mod": mod,
@@ -279,5 +342,7 @@ KINDS = {
     "tcmod": tcmod,
     "mor": mor,
     "drop": drop,
+    "skipdecode": skipdecode,
+    # the model runs "dense" and "cla" through KV_KINDS;
     # "exit" is handled by the model: it changes the logits, not the stream
 }

@@ -64,7 +64,7 @@ class Model:
         self.layers = []
         for l in range(self.cfg.n_layers):
             kind = str(ckpt.layers[l].get("kind"))
-            if kind != "exit" and kind not in K.KINDS:
+            if kind != "exit" and kind not in K.KINDS and kind not in K.KV_KINDS:
                 raise NotImplementedError(f"{ckpt.path}: layer {l}: kind {kind} is not in the twin")
             self.layers.append((kind, LayerParams(ckpt, l)))
         self.tok_emb = ckpt.get("tok_emb")
@@ -78,6 +78,7 @@ class Model:
         exited = torch.zeros(n, dtype=torch.bool)
         exit_logits = torch.zeros(n, self.cfg.vocab, dtype=torch.float64)
         prev_p = None
+        kv = None  # the keys and values of the cla group the layer is in
         for kind, P in self.layers:
             if kind == "exit":
                 u = K.rmsnorm(x, P.t("exit_norm"))
@@ -98,8 +99,12 @@ class Model:
                 leave = leave & ~exited
                 exit_logits[leave] = lg[leave]
                 exited = exited | leave
+                kv = None
                 continue
-            y = K.KINDS[kind](x, P, self.cfg, mode)
+            if kind in K.KV_KINDS:
+                y, kv = K.KV_KINDS[kind](x, P, self.cfg, mode, kv)
+            else:
+                y, kv = K.KINDS[kind](x, P, self.cfg, mode), None
             # a token that left keeps its frozen state; the layer saw it for its K/V
             x = torch.where(exited[:, None], x, y)
         out = K.rmsnorm(x, self.final_norm) @ self.tok_emb.T

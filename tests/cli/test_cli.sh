@@ -456,6 +456,22 @@ bench)
 	done
 	mpirun -n 2 "$exe" bench "$config" 'model.layers=(dense, mod) x 2' --steps 2 | grep -q "steps/s" ||
 		fail "bench -n 2"
+	# cla's key-value cache (docs/kinds/cla.md, issue 45): sample --bench
+	# measures the decoding caches' bytes a position at the allocator; a
+	# group of two keeps half the plain stack's caches
+	for layers in 'dense, dense' 'dense, cla'; do
+		stack=$(echo "$layers" | tr -dc a-z)
+		run "$stack" 1 "model.layers=$layers" run.steps=2
+		"$exe" sample "$stack/tiny/ckpt.h5" --prompt "ab" --tokens 4 --bench 1 >"$stack.txt" ||
+			fail "$stack: sample --bench"
+		sed -n 's/^# decode benchmark: key-value cache \([0-9.]*\) bytes a position.*/\1/p' \
+			"$stack.txt" >"$stack.bytes"
+		[ -s "$stack.bytes" ] || fail "$stack: sample --bench prints no cache bytes: $(cat "$stack.txt")"
+	done
+	plain=$(cat densedense.bytes) cla=$(cat densecla.bytes)
+	echo "key-value cache a position: dense, dense $plain bytes; dense, cla $cla"
+	awk -v p="$plain" -v c="$cla" 'BEGIN { r = c / p; exit !(p > 0 && r > 0.49 && r < 0.51) }' ||
+		fail "cla's cache is not half the plain stack's: $cla against $plain bytes"
 	;;
 keys)
 	# the README's table of declared keys is what the declarations print:

@@ -68,4 +68,11 @@ check mor 'dense, mor' mor.schedule=geometric
 check drop 'drop x 3' drop.rescale=false drop.prune_every=3
 check exit 'dense, exit, dense, exit, dense' exit.threshold=0.3
 check exit-divergence 'dense, exit, dense, exit, dense' exit.confidence=divergence exit.threshold=0.05
+# the kinds of issue 45: skipdecode's schedule (T_1, T_2 = 16, 26 of 32: the
+# greedy tokens past 16 skip layer 1), cla's groups of three and two, and
+# mod's fitted threshold (tau + theta, theta a dial) trained under a schedule
+check skipdecode 'dense, skipdecode, skipdecode, dense'
+check cla 'dense, cla, cla, dense, cla'
+check mod-threshold 'dense, mod' mod.causal=threshold mod.causal_threshold=0.3 \
+	mod.capacity_schedule=cosine mod.schedule_steps=50
 [ "$ran" -gt 0 ] || fail "no check is named:$only"

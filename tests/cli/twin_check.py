@@ -15,6 +15,7 @@ import numpy as np
 import struct
 
 from mode_twin import CheckpointError, Model, evaluate, load_h5, load_safetensors, read_tokens
+from mode_twin.layers import skipdecode_rows
 
 
 def recorded(path):
@@ -30,7 +31,18 @@ def close(what, c, t):
     return True
 
 
+def skipdecode_example():
+    """docs/kinds/skipdecode.md's example (L 8, S 128, max 0, min 2): T_1..T_5."""
+    got = [skipdecode_rows(8, l, 128, 0, 2) for l in range(1, 6)]
+    if got != [32, 53, 75, 96, 117]:
+        print(f"FAIL: skipdecode's schedule on the document's example: {got}, not 32 53 75 96 117")
+        return False
+    return True
+
+
 def check(name, ckpt, d):
+    if name == "skipdecode" and not skipdecode_example():
+        return False
     # the model as `mode-exp export` wrote it (OUT.safetensors + OUT.json)
     model = Model(load_safetensors(os.path.join(d, "export.safetensors")))
     ok = True
