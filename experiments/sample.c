@@ -1,5 +1,6 @@
 /* mode-exp sample: generation with a KV cache per layer. */
 #include "experiments/cli.h"
+#include "experiments/speculative.h"
 #include "core/data/tokenizer.h"
 #include "core/kernels/matmul.h"
 #include "core/train/counterfactual.h"
@@ -45,6 +46,14 @@ static const char usage_sample[] =
     "                   each token takes the block with probability capacity; experts: a\n"
     "                   random real expert), noop-none, noop-all (integrated); --seed keys\n"
     "                   the draws; --routing-layers L only in layers L\n"
+    "  --speculative E  self-speculative greedy decoding (LayerSkip; docs/speculative.md):\n"
+    "                   layers 0..E and exit point E's head draft --draft K tokens (default\n"
+    "                   4), the whole model (every layer, no token leaving at an exit)\n"
+    "                   verifies them; its output equals the whole model's greedy tokens.\n"
+    "                   auto: the deepest exit point before the last layer.  Needs\n"
+    "                   --temperature 0, no --routing, and the prompt and tokens within S;\n"
+    "                   prints the acceptance rate; with --bench R, tokens/s against the\n"
+    "                   whole model decoding a token at a time\n"
     "  Generation goes on past the model's sequence length S: each layer then attends\n"
     "  to the last S positions (a sliding window), and the output says so.\n";
 
@@ -156,9 +165,101 @@ static int bench_decode(model *m, mode_ctx *ctx, const cli *c, const token_t *pr
     return rc;
 }
 
+static int refuse(const char *why, cli *c, model **m, token_t *prompt)
+{
+    fprintf(stderr, "mode-exp sample: %s\n", why);
+    free_model(m);
+    free(prompt);
+    free(c->over);
+    return 2;
+}
+
+/* sample --speculative: the tokens, the acceptance rate and, with --bench,
+ * tokens/s against the whole model a token at a time. */
+static int sample_speculative(model *m, mode_ctx *ctx, const cli *c, const char *spec,
+                              long draft, const token_t *prompt, long plen, bool ids)
+{
+    char err[1024] = "";
+    int E = spec_exit_layer(m, spec, err, sizeof(err));
+    if (E < 0) {
+        fprintf(stderr, "mode-exp sample: %s\n", err);
+        return 2;
+    }
+    token_t *out = malloc((size_t)c->tokens * sizeof(token_t));
+    spec_stats st, plain;
+    int rc = out ? spec_generate(m, ctx, prompt, plen, c->tokens, E, (int)draft, out, &st, err,
+                                 sizeof(err))
+                 : -ENOMEM;
+    if (rc == -ENOTSUP)
+        rc = 2; /* a kind that cannot roll back its cache */
+    for (long i = 0; !rc && i < plen; i++)
+        ids ? printf("%s%u", i ? " " : "", (unsigned)prompt[i]) : putchar((int)prompt[i]);
+    for (long i = 0; !rc && i < c->tokens; i++)
+        ids ? printf(" %u", (unsigned)out[i]) : putchar((int)out[i]);
+    if (!rc) {
+        long ran = c->tokens > 0 ? c->tokens : 1;
+        printf("\n# speculative decoding: exit point %d drafts %ld tokens a round: %ld rounds, "
+               "%ld of %ld drafted tokens accepted (acceptance rate %.4f), %.3f tokens a round\n",
+               E, draft, st.rounds, st.accepted, st.drafted,
+               st.drafted ? (double)st.accepted / (double)st.drafted : 0.0,
+               st.rounds ? (double)c->tokens / (double)st.rounds : 0.0);
+        printf("# decoding ran %.4g FLOPs a generated token (counted at its products, drafts "
+               "rolled back included)\n", st.flops / (double)ran);
+        printf("# %ld tokens generated\n", c->tokens);
+    }
+    double ts = 0.0, tp = 0.0, fp = 0.0;
+    for (long r = 0; !rc && r < c->bench; r++) {
+        if (!(rc = spec_generate(m, ctx, prompt, plen, c->tokens, E, (int)draft, out, &st, err,
+                                 sizeof(err))))
+            rc = spec_generate(m, ctx, prompt, plen, c->tokens, E, 0, out, &plain, err,
+                               sizeof(err));
+        ts += st.seconds;
+        tp += plain.seconds;
+        fp = plain.flops;
+    }
+    if (!rc && c->bench > 0 && ts > 0.0 && tp > 0.0)
+        printf("# decode benchmark: %ld sequences of batch 1, %ld generated tokens each from a "
+               "%ld-token prompt: speculative %.1f tokens/s, whole model a token at a time %.1f "
+               "tokens/s (%.3fx); FLOPs a token %.4g against %.4g\n", c->bench, c->tokens, plen,
+               (double)c->bench * c->tokens / ts, (double)c->bench * c->tokens / tp, tp / ts,
+               st.flops / (double)c->tokens, fp / (double)c->tokens);
+    if (rc)
+        fprintf(stderr, "mode-exp sample: --speculative %s: %s\n", spec, err);
+    free(out);
+    return rc == 2 ? 2 : rc ? 1 : 0;
+}
+
 int cmd_sample(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
+    /* --speculative E|auto and --draft K, sample's own */
+    const char *spec = NULL, *draft_s = NULL;
+    int kept = 2;
+    for (int i = 2; i < argc; i++) {
+        bool sp = !strcmp(argv[i], "--speculative"), dr = !strcmp(argv[i], "--draft");
+        if ((sp || dr) && i + 1 >= argc) {
+            fprintf(stderr, "mode-exp sample: %s needs a value\n%s", argv[i], usage_sample);
+            return 2;
+        }
+        if (sp || dr) {
+            *(sp ? &spec : &draft_s) = argv[++i];
+            continue;
+        }
+        argv[kept++] = argv[i];
+    }
+    argc = kept;
+    long draft = 4;
+    if (draft_s) {
+        char *end = NULL;
+        errno = 0;
+        draft = strtol(draft_s, &end, 10);
+        if (!spec || end == draft_s || *end || errno || draft < 1 || draft > 64) {
+            fprintf(stderr, "mode-exp sample: --draft %s: %s\n", draft_s,
+                    spec ? "expected draft tokens a round, 1..64"
+                         : "goes with --speculative E|auto");
+            return 2;
+        }
+    }
     static const cli_opts opts = { "sample", CLI_THREADS | CLI_PROMPT | CLI_PROMPT_IDS |
                                    CLI_TOKENS | CLI_TEMPERATURE | CLI_TOP_K | CLI_SEED | CLI_IDS |
                                    CLI_ROUTING | CLI_ROUTING_LAYERS | CLI_BENCH };
@@ -266,6 +367,31 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
         snprintf(err, sizeof(err), "prompt of %ld tokens and --tokens %ld: expected at most "
                  "%ld positions in all", plen, c.tokens, 1L << 30);
         rc = -EINVAL;
+    }
+    if (!rc && spec) {
+        /* the whole model's greedy tokens, so nothing drawn or steered */
+        const char *no = c.temperature > 0.0
+                              ? "--speculative: needs --temperature 0 (greedy decoding, the "
+                                "whole model's tokens it reproduces)"
+                          : c.routing ? "--speculative: not with --routing (the whole model's "
+                                        "learned decisions are what it reproduces)"
+                          : tk ? "--speculative: a model with a tokenizer (use a byte-level or "
+                                 "--prompt-ids model)"
+                          : plen + c.tokens > S ? "--speculative: the prompt and --tokens must "
+                                                  "fit the model's sequence length S (a "
+                                                  "sliding window cannot roll back)"
+                                                : NULL;
+        if (no) {
+            tokenizer_free(&tk);
+            free(seq);
+            return refuse(no, &c, &m, prompt);
+        }
+        rc = sample_speculative(m, ctx, &c, spec, draft, prompt, plen, ids);
+        tokenizer_free(&tk);
+        free_model(&m);
+        free(prompt);
+        free(c.over);
+        return rc;
     }
     routing_cli rt;
     route_plan plan = { .seed = (uint64_t)c.seed };

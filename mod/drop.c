@@ -113,6 +113,13 @@ static int drop_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t p
     return routed_decode_kv(&s->blk, l->w, a, x, pos);
 }
 
+static int drop_decode_truncate(layer *l, int32_t pos)
+{
+    drop_state *s = l->state;
+    kv_cache_truncate(&s->blk.kv, pos);
+    return 0;
+}
+
 const kind_ops drop_ops = {
     .kind = &drop_kind,
     .build = drop_build,
@@ -122,6 +129,7 @@ const kind_ops drop_ops = {
     .decode_begin = drop_decode_begin,
     .decode = drop_decode,
     .decode_kv = drop_decode_kv,
+    .decode_truncate = drop_decode_truncate,
     .stat_count = drop_stat_count,
     .stat_name = drop_stat_name,
     .stat_sums = drop_stat_sums,

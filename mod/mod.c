@@ -110,6 +110,13 @@ static int mod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t po
     return mod_router_decode_kv(&s->rt, &s->blk, l->w, s->t_block, l->index, a, x, pos);
 }
 
+static int mod_decode_truncate(layer *l, int32_t pos)
+{
+    mod_state *s = l->state;
+    kv_cache_truncate(&s->blk.kv, pos);
+    return 0;
+}
+
 const kind_ops mod_ops = {
     .kind = &mod_kind,
     .build = mod_build,
@@ -119,6 +126,7 @@ const kind_ops mod_ops = {
     .decode_begin = mod_decode_begin,
     .decode = mod_decode,
     .decode_kv = mod_decode_kv,
+    .decode_truncate = mod_decode_truncate,
     .record = mod_record,
     .stat_count = mod_stat_count,
     .stat_name = mod_stat_name,

@@ -265,6 +265,12 @@ int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len)
     return 0;
 }
 
+void kv_cache_truncate(kv_cache *c, int32_t pos)
+{
+    while (c->n > 0 && c->pos[c->n - 1] >= pos)
+        c->n--;
+}
+
 int block_decode_begin(kv_cache *kv, mlp_cache *mlp1, float **scratch, int scratch_floats,
                        const model_dims *dims, int max_len)
 {

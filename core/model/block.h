@@ -164,6 +164,8 @@ typedef struct kv_cache {
 void free_kv_cache(kv_cache *c);
 /* A new sequence of at most max_len rows: grow c when it is smaller, empty it. */
 int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len);
+/* Drop the cached rows at positions >= pos (a rolled-back draft). */
+void kv_cache_truncate(kv_cache *c, int32_t pos);
 /* A dense block's decoding state (dense, and the kinds that run one block
  * on the tokens they choose): its key-value cache, a one-row MLP cache and
  * scratch floats.  begin() sizes them for max_len positions (growing them

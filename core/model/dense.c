@@ -131,6 +131,15 @@ static int dense_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t 
     return attn_decode_kv(&s->kv, x, pos, &aw, a);
 }
 
+static int dense_decode_truncate(layer *l, int32_t pos)
+{
+    dense_state *s = l->state;
+    if (s->reader)
+        return -ENOTSUP; /* its group's first layer owns the cache */
+    kv_cache_truncate(&s->kv, pos);
+    return 0;
+}
+
 const kind_ops dense_ops = {
     .kind = &dense_kind,
     .build = dense_build,
@@ -140,4 +149,5 @@ const kind_ops dense_ops = {
     .decode_begin = dense_decode_begin,
     .decode = dense_decode,
     .decode_kv = dense_decode_kv,
+    .decode_truncate = dense_decode_truncate,
 };

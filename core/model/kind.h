@@ -175,6 +175,11 @@ typedef struct kind_ops {
      * always runs attention says in its docs what its 1 and 0 mean.) */
     int (*decode_begin)(layer *l, const model_dims *dims, int max_len);
     int (*decode)(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
+    /* Forget what decode() cached for positions >= pos (self-speculative
+     * decoding rolls back a rejected draft, docs/speculative.md): the
+     * layer's state is then as if decoding had stopped before pos.  NULL:
+     * the kind cannot roll back (sample --speculative refuses it). */
+    int (*decode_truncate)(layer *l, int32_t pos);
     /* Routing records: after a forward, the batch's decisions (the parts
      * layer_kind.decides declares) through route_decision_record (NULL for
      * kinds that record none). */

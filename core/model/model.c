@@ -662,6 +662,66 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
     return 0;
 }
 
+int model_decode_part(model *m, mode_ctx *ctx, token_t token, float *x, int from, int to,
+                      int32_t pos)
+{
+    const model_dims *dm = &m->dims;
+    size_t d = (size_t)dm->d_model;
+    if (from < 0 || to > dm->n_layers || from > to || pos < 0 || pos >= m->dec_len ||
+        (from == 0 && token >= (token_t)dm->vocab))
+        return -ERANGE;
+    batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
+    fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
+    a.tokens = &token;
+    if (from == 0)
+        embedding_forward(x, m->tok_emb, &token, 1, (int)d);
+    for (int l = from; l < to; l++) {
+        layer *ly = &m->layers[l];
+        if (ly->kind->exit_point)
+            continue; /* y = x: the whole model, no token leaves */
+        int rc = ly->ops->decode(ly, &a, m->dec_x[0], x, pos);
+        if (rc < 0)
+            return rc;
+        memcpy(x, m->dec_x[0], d * sizeof(float));
+    }
+    return 0;
+}
+
+int model_decode_head(model *m, const float *x, int at, float *logits)
+{
+    const model_dims *dm = &m->dims;
+    int d = dm->d_model;
+    const float *norm = m->final_norm;
+    if (at >= 0) {
+        char path[MODE_TENSOR_PATH];
+        snprintf(path, sizeof(path), "layers/%d/exit_norm", at);
+        const model_tensor *t = at < dm->n_layers && m->layers[at].kind->exit_point
+                                    ? model_find_tensor(m, path) : NULL;
+        if (!t)
+            return -ENOTSUP;
+        norm = m->params + t->offset;
+    }
+    float rstd;
+    rmsnorm_forward(m->dec_u, &rstd, x, norm, 1, d);
+    matmul(logits, dm->vocab, m->dec_u, d, false, m->tok_emb, d, true, 1, dm->vocab, d, 0.0f);
+    return 0;
+}
+
+int model_decode_truncate(model *m, int from, int to, int32_t pos)
+{
+    for (int l = from; l < to; l++) {
+        layer *ly = &m->layers[l];
+        if (ly->kind->exit_point)
+            continue; /* caches nothing */
+        if (!ly->ops->decode_truncate)
+            return -ENOTSUP;
+        int rc = ly->ops->decode_truncate(ly, pos);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static bool all_finite(const float *p, size_t n)
 {
     return first_nonfinite(p, n) < 0;

@@ -166,6 +166,21 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
  * caches sized for S positions. */
 int model_decode_cache_bytes(model *m, double *bytes);
 
+/* Self-speculative decoding (docs/speculative.md) takes the stack in
+ * parts, after model_decode_begin, every layer running its block (the
+ * whole model: an exit point passes the stream on, no token leaves).
+ * decode_part() runs layers [from, to) on the row x[d] at position pos
+ * (from == 0: x is first the embedding of token); decode_head() writes
+ * logits[V] from x[d], the output of layer at (at < 0: of the last layer,
+ * through the final norm; else through exit point at's norm, the draft
+ * head), both through the tied embedding; decode_truncate() forgets the
+ * positions >= pos in layers [from, to).  -ENOTSUP when a layer's kind
+ * cannot (no decode_truncate, or at not an exit point). */
+int model_decode_part(model *m, mode_ctx *ctx, token_t token, float *x, int from, int to,
+                      int32_t pos);
+int model_decode_head(model *m, const float *x, int at, float *logits);
+int model_decode_truncate(model *m, int from, int to, int32_t pos);
+
 /* Where the last forward first went non-finite, for nseq sequences: the
  * index l+1 of the first layer whose output has a NaN or infinity, L+1 for
  * the logits, 0 when everything is finite. */
