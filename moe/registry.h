@@ -36,6 +36,7 @@
     X(exit, KIND_EXIT, exit_kind, exit_ops)                                                        \
     X(skipdecode, KIND_SKIPDECODE, skipdecode_kind, skipdecode_ops)                                \
     X(cla, KIND_CLA, cla_kind, cla_ops)                                                            \
+    X(attnres, KIND_ATTNRES, attnres_kind, attnres_ops)                                            \
     /* the list's end: every row above ends with a backslash, so a new row is one line */
 
 #define MODE_KIND_ID(name, id, kind, ops) id,

@@ -839,10 +839,13 @@ int main(int argc, char **argv)
      * readers' d k, d v meet in the first layer's backward */
     static const char *const cla_dense[] = { "dense", "cla", "dense", "cla", NULL };
     static const char *const cla_mixed[] = { "dense", "cla", "mod", "dense", "cla", "cla", NULL };
+    /* attention residual's run of three (alpha fixed): the top's d A into
+     * the middle's, the middle's into the first's q, k */
+    static const char *const attnres_run[] = { "dense", "attnres", "attnres", "attnres", NULL };
     static const struct {
         const char *kind;
         const char *const *stack;
-    } stacks[] = { { "cla", cla_dense }, { "cla", cla_mixed } };
+    } stacks[] = { { "cla", cla_dense }, { "cla", cla_mixed }, { "attnres", attnres_run } };
     variant_key = variant_value = NULL;
     for (size_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
         const kind_ops *ops = kind_ops_lookup(mode_kind_ops, stacks[i].kind);

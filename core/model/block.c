@@ -66,7 +66,10 @@ static void attn_forward_task(void *arg, int t, int worker)
     size_t o;
     float *lse;
     int ns = attn_task_rows(j, t, &o, &lse);
-    if (ns > 0)
+    if (ns > 0 && c->core)
+        c->core->fwd(c->core, c, t / j->n_heads, t % j->n_heads, j->rs->seq_start[t / j->n_heads],
+                     ns);
+    else if (ns > 0)
         attention_forward_head(c->att + o, lse, j->scratch + (size_t)worker * j->scratch_floats,
                                c->q + o, c->k + o, c->v + o, ns, t % j->n_heads, j->dh, j->d);
 }
@@ -78,7 +81,10 @@ static void attn_backward_task(void *arg, int t, int worker)
     size_t o;
     float *lse;
     int ns = attn_task_rows(j, t, &o, &lse);
-    if (ns > 0)
+    if (ns > 0 && c->core)
+        c->core->bwd(c->core, c, t / j->n_heads, t % j->n_heads, j->rs->seq_start[t / j->n_heads],
+                     ns, j->dq, j->dk, j->dv, j->datt);
+    else if (ns > 0)
         attention_backward_head(j->dq + o, j->dk + o, j->dv + o,
                                 j->scratch + (size_t)worker * j->scratch_floats, j->datt + o,
                                 c->att + o, c->q + o, c->k + o, c->v + o, lse, ns,
@@ -355,6 +361,10 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
     for (int hd = 0; hd < dm->n_heads; hd++) {
         /* scores against every cached row (all earlier, and itself) */
         matmul(c->scores, n, c->q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh, 0.0f);
+        if (c->core) {
+            c->core->decode(c->core, c, hd, n, scale);
+            continue;
+        }
         softmax_scaled(c->scores, n, scale);
         matmul(c->att + hd * dh, d, c->scores, n, false, c->v + hd * dh, d, false, 1, dh, n, 0.0f);
     }

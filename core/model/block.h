@@ -38,6 +38,23 @@ typedef struct ffn_weights {
     float *w2;      /* [f][d] */
 } ffn_weights;
 
+/* An attention that keeps its probabilities (attnres.c, docs/kinds/
+ * attnres.md): when an attn_cache (kv_cache in decoding) points at one,
+ * each (sequence, head) task runs fwd / bwd instead of the FlashAttention
+ * kernel, on the head's columns of the sequence's rows r0 .. r0 + ns - 1
+ * (bwd adds into dq, dk, dv); decoding's head runs decode after the
+ * scores (c->scores[0 .. n-1] = q k_j) in place of softmax and P V. */
+struct attn_cache;
+struct kv_cache;
+typedef struct attn_core {
+    void (*fwd)(const struct attn_core *core, const struct attn_cache *c, int seq, int head,
+                int r0, int ns);
+    void (*bwd)(const struct attn_core *core, const struct attn_cache *c, int seq, int head,
+                int r0, int ns, float *dq, float *dk, float *dv, const float *datt);
+    void (*decode)(const struct attn_core *core, struct kv_cache *c, int head, int n,
+                   float scale);
+} attn_core;
+
 /* Activations kept for backward, for up to cap_rows rows: linear in the
  * rows, since attention keeps one log-sum-exp per row and head instead of
  * its probabilities (core/kernels/attention.h). */
@@ -57,6 +74,7 @@ typedef struct attn_cache {
      * backward runs first); the first layer adds them to its own. */
     float *dk_read, *dv_read;
     bool dkv_first;
+    const attn_core *core; /* NULL: the FlashAttention kernel */
 } attn_cache;
 
 typedef struct ffn_cache {
@@ -160,6 +178,7 @@ typedef struct kv_cache {
     float *scores;  /* [cap] */
     float *u, *q, *att, rstd; /* one row of scratch */
     int32_t *pos;   /* [cap] original positions of the cached rows */
+    const attn_core *core; /* NULL: softmax and P V (set after kv_cache_begin) */
 } kv_cache;
 void free_kv_cache(kv_cache *c);
 /* A new sequence of at most max_len rows: grow c when it is smaller, empty it. */

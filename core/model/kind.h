@@ -265,5 +265,7 @@ extern const layer_kind dense_kind;
 extern const kind_ops dense_ops;
 extern const layer_kind cla_kind; /* Cross-Layer Attention's reader (cla.c) */
 extern const kind_ops cla_ops;
+extern const layer_kind attnres_kind; /* attention residual (attnres.c) */
+extern const kind_ops attnres_ops;
 
 #endif
