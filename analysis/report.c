@@ -50,7 +50,9 @@ static int read_report_run(const an_args *a, const char *path, report_run *r)
     if (build_run_info(&ri, path, err, (int)sizeof(err)))
         return an_fail(a, EXIT_BAD_INPUT, "%s", err);
     for (int l = 0; l < ri->cfg.n_layers; l++)
-        r->scores |= (run_layer_decides(ri, l) & DECIDES_TAKE) != 0;
+        /* a router's scores: take/skip with a share a router fills (not a
+         * share fixed by depth, as skipdecode's) */
+        r->scores |= (run_layer_decides(ri, l) & DECIDES_TAKE) && !isnan(run_layer_capacity(ri, l));
     run_last_value(ri, "eval/step", &r->evals);
     r->routed = ri->n_steps > 0 && ri->tokens;
     r->heat_step = r->routed ? ri->steps[ri->n_steps - 1] : 0;

@@ -77,8 +77,8 @@ typedef struct run_config {
 /* Defaults for every key (a small dense model on the synthetic corpus);
  * schema NULL: core's kinds (dense) and no other section. */
 void config_defaults(run_config *c, const config_schema *schema);
-/* Every layer runs every token through its block once: its kind declares
- * no decision (layer_kind.decides). */
+/* Every layer is the plain dense block (layer_kind.plain): a dense
+ * baseline's model. */
 bool run_config_dense(const run_config *c);
 /* The values of group g's section (the group's struct), or NULL when the
  * config's schema has no such group. */

@@ -96,7 +96,7 @@ bool run_config_dense(const run_config *c)
 {
     for (int l = 0; l < c->n_layers; l++) {
         const layer_kind *k = layer_kind_lookup(c->kinds, c->layers[l].kind);
-        if (!k || k->decides.decides)
+        if (!k || !k->plain)
             return false;
     }
     return true;

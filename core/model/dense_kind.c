@@ -64,4 +64,5 @@ const layer_kind dense_kind = {
     .flops = dense_flops,
     .state_bytes = dense_state_bytes,
     .ws_floats = dense_ws_floats,
+    .plain = true,
 };

@@ -140,6 +140,11 @@ typedef struct layer_kind {
     /* An exit point: in evaluation and decoding it may take tokens out of
      * the stack (its kind_ops stack does it); what the analysis reads. */
     bool exit_point;
+    /* The plain dense block (MODEL.md's): what a dense baseline, the
+     * multiplier's ladder and isoFLOP's dense runs are made of.  A kind that
+     * decides nothing is not therefore plain (cla, attnres change the
+     * block). */
+    bool plain;
     /* What the kind decides per row (decision.h), which its record()
      * writes: what the programs ask instead of the kind's name or keys. */
     decision_decl decides;
