@@ -4,6 +4,11 @@
 # [run] precision = bf16 (on the fastest bf16 path the CPU has, or the one
 # MODE_BF16_KERNEL names), as one JSON line per run in bench.jsonl and a
 # Markdown table on stdout.  Speed is measured here, never asserted by tests.
+# Then the PyTorch peer (python/bench_peer.py: MODEL.md's dense and mod in
+# PyTorch, fp32 and autocast bf16, 2 threads) on the dense and mod configs,
+# each right after mode-exp at 1 x 2 on the same config, into peer.jsonl, and
+# the ratio of their step times; skipped, with a line saying so, where
+# Debian's python3-torch does not import.
 #   ./scripts/bench.sh [STEPS]
 set -eu
 cd "$(dirname "$0")/.."
@@ -35,3 +40,30 @@ function get(k,   r) { r = $0; sub(".*\"" k "\": \"?", "", r); sub("[\",}].*", "
 		get("sgemm_gflops"), get("ratio_nominal") * 100, b, get("peak_rss_mb"),
 		get("activation_mb")
 }' bench.jsonl
+
+py=${MODE_PEER_PYTHON:-/usr/bin/python3}
+if ! "$py" -c 'import torch' 2>/dev/null; then
+	echo
+	echo "PyTorch peer skipped: $py cannot import torch (scripts/setup-deps.sh installs python3-torch)"
+	exit 0
+fi
+# Pairs measured seconds apart, mode-exp first: the ratio is what to compare
+# (the machines are shared; absolute times move with the load).
+: >peer.jsonl
+for p in fp32 bf16; do
+	for c in dense mod-12 mod-50; do
+		"$exe" bench "experiments/bench/$c.ini" run.precision=$p --steps "$steps" --threads 2 \
+			--json >>peer.jsonl
+		"$py" python/bench_peer.py "experiments/bench/$c.ini" --precision $p --threads 2 \
+			--steps "$steps" >>peer.jsonl
+	done
+done
+echo
+echo "| config | precision | mode-exp ms/step (1 x 2) | PyTorch ms/step (2 threads) | PyTorch / mode-exp |"
+echo "| --- | --- | ---: | ---: | ---: |"
+awk '
+function get(k,   r) { r = $0; sub(".*\"" k "\": \"?", "", r); sub("[\",}].*", "", r); return r }
+/"peer": "pytorch"/ { c = get("config"); sub(".*/", "", c); sub("\\.ini", "", c)
+	printf "| %s | %s | %.0f | %.0f | %.2f |\n", c, get("precision"), m * 1000,
+		get("step_s") * 1000, get("step_s") / m; next }
+{ m = get("step_s") }' peer.jsonl
