@@ -4,7 +4,7 @@
  * A_l = alpha A_{l-1} + (1 - alpha) P for every (sequence, head), A_{l-1}
  * the layer below's when it is attnres, else (a run's first layer) the
  * causal uniform U, U_ij = 1 / (i + 1) for j <= i. */
-#include "core/model/attnres.h"
+#include "core/model/attnres_kind.h"
 #include "core/kernels/matmul.h"
 
 #include <errno.h>

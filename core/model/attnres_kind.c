@@ -2,7 +2,7 @@
  * attnres.md): a dense block whose attention probabilities mix the layer
  * below's, A_l = alpha A_{l-1} + (1 - alpha) softmax(q k^T / sqrt(dh)),
  * kept for backward and for the layer above.  Its compute is attnres.c. */
-#include "core/model/attnres.h"
+#include "core/model/attnres_kind.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -1,8 +1,8 @@
 /* The `attnres` kind's keys and state (attention residual, docs/kinds/
  * attnres.md), shared by its description (attnres_kind.c) and its compute
  * (attnres.c).  Private to core/model. */
-#ifndef MODE_CORE_MODEL_ATTNRES_H
-#define MODE_CORE_MODEL_ATTNRES_H
+#ifndef MODE_CORE_MODEL_ATTNRES_KIND_H
+#define MODE_CORE_MODEL_ATTNRES_KIND_H
 
 #include "core/model/dense.h"
 
