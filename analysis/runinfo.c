@@ -483,13 +483,20 @@ static const char *last_component(const char *path)
 }
 
 /* A fingerprint without its paths: "PATH: bytes N fnv1a64 H (whole); ...;
- * tokenizer PATH: bytes ..." as the parts after each path, in order. */
+ * tokenizer PATH: bytes ..." as the parts after each path, in order.  The
+ * difficulty scores of a mixed run ("; difficulty PATH: ...") are left out:
+ * they choose which windows train, not what the losses are over (a mixed
+ * run and a uniform one on one corpus are compared, as are two data seeds). */
 static void fingerprint_bytes(const char *fp, char *out, size_t len)
 {
     size_t at = 0;
     out[0] = '\0';
     for (const char *p = fp; p && *p;) {
         const char *end = strstr(p, "; ");
+        if (!strncmp(p, "difficulty ", 11)) {
+            p = end ? end + 2 : NULL;
+            continue;
+        }
         const char *colon = strstr(p, ": ");
         if (colon && (!end || colon < end))
             p = colon + 2;

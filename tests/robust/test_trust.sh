@@ -122,6 +122,12 @@ comparable)
 	"$exe" "$config" run.out=t run.name=abs data.source="$PWD"/readme.txt --quiet ||
 		fail "training abs"
 	"$an" compare t --out o6 >out.txt 2>&1 || fail "one file named two ways: $(cat out.txt)"
+	# a run whose batches mix the documents by difficulty is over the same
+	# data: its scores choose the training windows, not the losses' data
+	"$exe" score readme.txt >s.txt 2>&1 || fail "score: $(cat s.txt)"
+	"$exe" "$config" run.out=t run.name=mixed data.source=readme.txt data.mix=difficulty \
+		--quiet || fail "training mixed"
+	"$an" compare t --out o6m >out.txt 2>&1 || fail "a mixed run beside uniform ones: $(cat out.txt)"
 	mkdir other
 	head -c 30000 corpus.txt >other/readme.txt
 	"$exe" "$config" run.out=t run.name=other data.source=other/readme.txt --quiet ||
