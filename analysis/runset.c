@@ -103,7 +103,10 @@ static int read_one(const an_args *a, const char *path, an_run *r)
     /* the training FLOPs spent, both counts: nominal from the step count,
      * executed summed over the steps' records */
     r->executed = !strcmp(ri->cfg.flops_count, "executed");
-    r->flops_nominal = r->size.train_flops_per_step * (double)r->done;
+    long steady = 0; /* a capacity schedule: its steps' sum, as training counts it */
+    config_train_flops_at(&ri->cfg, 0, &steady);
+    r->flops_nominal = steady > 0 ? config_train_flops_through(&ri->cfg, r->done)
+                                  : r->size.train_flops_per_step * (double)r->done;
     double *ex = NULL;
     long n_ex = 0;
     r->flops_executed = 0.0;

@@ -186,6 +186,16 @@ compare)
 	"$an" compare n/tiny/run.h5 >/dev/null || fail "compare without ckpt"
 	[ "$(field n/tiny/compare.csv 1 params)" = "$(field c/compare.csv "$(row c/compare.csv run m/tiny)" params)" ] ||
 		fail "params without the checkpoint differ"
+	# the training FLOPs: what the run file counted, a capacity schedule's
+	# fuller early steps included (they were priced at the target capacity)
+	train s 'model.layers=(dense, mod) x 2' mod.capacity=0.25 mod.causal=threshold \
+		mod.capacity_schedule=linear mod.schedule_steps=12
+	"$an" compare s/tiny/run.h5 m/tiny/run.h5 --out cs >/dev/null || fail "compare with a schedule"
+	for r in s m; do
+		got=$(field cs/compare_groups.csv "$(row cs/compare_groups.csv group $r/tiny)" train_flops)
+		want=$(values $r/tiny/run.h5 metrics/train_flops | tail -n 1)
+		close "$got" "$want" 1e-9 || fail "$r: train FLOPs $got, the run file counted $want"
+	done
 	;;
 tokens)
 	train_mod
