@@ -493,7 +493,7 @@ static void fingerprint_bytes(const char *fp, char *out, size_t len)
     out[0] = '\0';
     for (const char *p = fp; p && *p;) {
         const char *end = strstr(p, "; ");
-        if (!strncmp(p, "difficulty ", 11)) {
+        if (!strncmp(p, DATA_FP_DIFFICULTY, strlen(DATA_FP_DIFFICULTY))) {
             p = end ? end + 2 : NULL;
             continue;
         }

@@ -100,13 +100,11 @@ static int read_one(const an_args *a, const char *path, an_run *r)
     double done = run_last_value(ri, "metrics/step", NULL);
     r->done = isfinite(done) ? (long)done : 0;
     r->planned = config_planned_steps(&ri->cfg, r->size.train_flops_per_step);
-    /* the training FLOPs spent, both counts: nominal from the step count,
-     * executed summed over the steps' records */
+    /* the training FLOPs spent, both counts: nominal as training counted it
+     * (a schedule's steps summed), executed summed over the steps' records */
     r->executed = !strcmp(ri->cfg.flops_count, "executed");
-    long steady = 0; /* a capacity schedule: its steps' sum, as training counts it */
-    config_train_flops_at(&ri->cfg, 0, &steady);
-    r->flops_nominal = steady > 0 ? config_train_flops_through(&ri->cfg, r->done)
-                                  : r->size.train_flops_per_step * (double)r->done;
+    r->flops_nominal =
+        config_nominal_flops_through(&ri->cfg, r->size.train_flops_per_step, r->done);
     double *ex = NULL;
     long n_ex = 0;
     r->flops_executed = 0.0;

@@ -164,5 +164,9 @@ long config_planned_steps(const run_config *c, double train_flops_per_step);
  * first `steps` steps' (what run.flops_budget buys integrates it). */
 double config_train_flops_at(const run_config *c, long step, long *steady);
 double config_train_flops_through(const run_config *c, long steps);
+/* The nominal training FLOPs of the first done steps, as the run file's
+ * metrics/train_flops counts them: done steps of train_flops_step, or the
+ * layers' schedules' sum (config_train_flops_through) when a layer has one. */
+double config_nominal_flops_through(const run_config *c, double train_flops_step, long done);
 
 #endif

@@ -157,6 +157,13 @@ double config_train_flops_through(const run_config *c, long steps)
     return sum + config_train_flops_per_step(c) * (double)(steps - s);
 }
 
+double config_nominal_flops_through(const run_config *c, double train_flops_step, long done)
+{
+    long steady = 0;
+    config_train_flops_at(c, 0, &steady);
+    return steady > 0 ? config_train_flops_through(c, done) : train_flops_step * (double)done;
+}
+
 long config_planned_steps(const run_config *c, double train_flops_per_step)
 {
     if (c->flops_budget <= 0.0)

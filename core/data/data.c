@@ -186,7 +186,7 @@ int dataset_fingerprint(const dataset *d, char *out, int out_len, char *err, int
     }
     if (d->mix) { /* "; difficulty PATH: bytes ..." */
         size_t at = strlen(out);
-        snprintf(out + at, (size_t)out_len - at, "; difficulty %s: %s", d->mix->path,
+        snprintf(out + at, (size_t)out_len - at, "; " DATA_FP_DIFFICULTY "%s: %s", d->mix->path,
                  d->mix->fingerprint);
     }
     return 0;

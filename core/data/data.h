@@ -101,6 +101,10 @@ typedef struct corpus {
 #define DATA_FINGERPRINT_WHOLE (16L << 20)
 #define DATA_FINGERPRINT_BLOCKS 256
 #define DATA_FINGERPRINT_LEN 96
+/* The tag of a mixed run's part of the fingerprint ("; difficulty PATH:
+ * ..."): the scores choose training windows, not the data (analysis leaves
+ * it out when it compares runs' data). */
+#define DATA_FP_DIFFICULTY "difficulty "
 
 /* llm.c's token files (above): the header's size and the magics. */
 #define LLMC_HEADER_BYTES 1024

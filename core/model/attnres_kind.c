@@ -95,22 +95,11 @@ static double attnres_state_bytes(const layer_spec *spec, const model_dims *dims
     return (double)p.used;
 }
 
-static long attnres_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    (void)spec;
-    dense_ws w;
-    buf_plan p = buf_counting(sizeof(float));
-    dense_ws_layout(&p, &w, dims, max_seq * dims->seq_len);
-    return (long)(p.used / sizeof(float));
-}
-
 /* dense's, and the mix: 3 H S^2 (alpha a, (1 - alpha) p, their sum) */
 static double attnres_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
-    (void)spec, (void)li;
     long S = dims->seq_len;
-    return attn_flops_rows(dims, S, S * S) + ffn_flops_rows(dims->d_model, dims->d_ff, S) +
-           3.0 * dims->n_heads * (double)S * S;
+    return dense_flops(spec, dims, li) + 3.0 * dims->n_heads * (double)S * S;
 }
 
 const layer_kind attnres_kind = {
@@ -120,5 +109,5 @@ const layer_kind attnres_kind = {
     .tensors = attnres_tensors,
     .flops = attnres_flops,
     .state_bytes = attnres_state_bytes,
-    .ws_floats = attnres_ws_floats,
+    .ws_floats = dense_ws_floats,
 };

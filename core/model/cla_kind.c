@@ -27,20 +27,8 @@ static int cla_tensors(const layer_spec *spec, const model_dims *dims, tensor_de
 static double cla_state_bytes(const layer_spec *spec, const model_dims *dims, int li,
                               int max_seq)
 {
-    (void)spec;
-    dense_state s;
-    buf_plan p = buf_counting(BUF_ALIGN);
-    dense_layout(&p, &s, dims, max_seq, true);
-    return (double)p.used;
-}
-
-static long cla_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
-{
-    (void)spec;
-    dense_ws w;
-    buf_plan p = buf_counting(sizeof(float));
-    dense_ws_layout(&p, &w, dims, max_seq * dims->seq_len);
-    return (long)(p.used / sizeof(float));
+    (void)spec, (void)li;
+    return dense_layout_bytes(dims, max_seq, true);
 }
 
 /* dense's, less the two products it does not run: u Wk and u Wv, 2 S d^2 each. */
@@ -49,8 +37,7 @@ static double cla_flops(const layer_spec *spec, const model_dims *dims, int li)
     (void)spec;
     long S = dims->seq_len;
     double d = dims->d_model;
-    return attn_flops_rows(dims, S, S * S) - 2.0 * 2.0 * (double)S * d * d +
-           ffn_flops_rows(dims->d_model, dims->d_ff, S);
+    return dense_flops(spec, dims, li) - 2.0 * 2.0 * (double)S * d * d;
 }
 
 const layer_kind cla_kind = {
@@ -59,5 +46,5 @@ const layer_kind cla_kind = {
     .tensors = cla_tensors,
     .flops = cla_flops,
     .state_bytes = cla_state_bytes,
-    .ws_floats = cla_ws_floats,
+    .ws_floats = dense_ws_floats,
 };

@@ -29,6 +29,14 @@ typedef struct dense_state {
 /* The buffers of batches of max_seq sequences (a reader's: no k, v, and
  * the buffers of the group's gradients). */
 void dense_layout(buf_plan *p, dense_state *s, const model_dims *dims, int max_seq, bool reader);
+/* What dense_layout lays out, in bytes (the state_bytes of dense, and of
+ * cla as a reader). */
+double dense_layout_bytes(const model_dims *dims, int max_seq, bool reader);
+/* The work space of dense.c's passes, the kinds' ws_floats for dense, cla
+ * and attnres (the same passes). */
+long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq);
+/* dense's nominal FLOPs a sequence (MODEL.md): attention and the MLP on S rows. */
+double dense_flops(const layer_spec *spec, const model_dims *dims, int li);
 
 /* The compute both dense and cla run (dense.c): the views of the layer's
  * tensors (a reader's have no wk, wv) and the passes. */

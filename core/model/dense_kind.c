@@ -35,15 +35,20 @@ static int dense_tensors(const layer_spec *spec, const model_dims *dims, tensor_
     return block_tensors(out, dims, true);
 }
 
-static double dense_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+double dense_layout_bytes(const model_dims *dims, int max_seq, bool reader)
 {
     dense_state s;
     buf_plan p = buf_counting(BUF_ALIGN);
-    dense_layout(&p, &s, dims, max_seq, false);
+    dense_layout(&p, &s, dims, max_seq, reader);
     return (double)p.used;
 }
 
-static long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
+static double dense_state_bytes(const layer_spec *spec, const model_dims *dims, int li, int max_seq)
+{
+    return dense_layout_bytes(dims, max_seq, false);
+}
+
+long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int max_seq)
 {
     dense_ws w;
     buf_plan p = buf_counting(sizeof(float));
@@ -51,7 +56,7 @@ static long dense_ws_floats(const layer_spec *spec, const model_dims *dims, int 
     return (long)(p.used / sizeof(float));
 }
 
-static double dense_flops(const layer_spec *spec, const model_dims *dims, int li)
+double dense_flops(const layer_spec *spec, const model_dims *dims, int li)
 {
     long S = dims->seq_len;
     return attn_flops_rows(dims, S, S * S) + ffn_flops_rows(dims->d_model, dims->d_ff, S);

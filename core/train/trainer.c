@@ -57,15 +57,6 @@ static int save_all(trainer *t, long step, bool last, char *err, int err_len)
     return agree_msg(ctx, rc, err, err_len);
 }
 
-/* The nominal training FLOPs of the first done steps: done steps of
- * train_flops_step, or the layers' schedules' sum (config_train_flops_at). */
-static double nominal_through(const run_config *c, double train_flops_step, long done)
-{
-    long steady = 0;
-    config_train_flops_at(c, 0, &steady);
-    return steady > 0 ? config_train_flops_through(c, done) : train_flops_step * (double)done;
-}
-
 /* run.flops_count = executed: the steps re-planned after step done from
  * the executed training FLOPs spent so far, so that the run ends when its
  * spending reaches run.flops_budget (docs/instruments.md): with e the mean
@@ -541,7 +532,7 @@ static int train_steps(trainer *t, const trainer_opts *o, char *err, int err_len
                 [RUN_METRIC_LR] = lr,
                 [RUN_METRIC_GRAD_NORM] = norm,
                 [RUN_METRIC_TOKENS_PER_S] = lg.tokens_per_s,
-                [RUN_METRIC_TRAIN_FLOPS] = nominal_through(c, train_flops_step, done),
+                [RUN_METRIC_TRAIN_FLOPS] = config_nominal_flops_through(c, train_flops_step, done),
                 [RUN_METRIC_TRAIN_FLOPS_EXECUTED] = MODE_TRAIN_FLOPS_PER_FORWARD * sums[3],
                 [RUN_METRIC_WALL_S] = wall,
                 [RUN_METRIC_COMM_BYTES] = (double)comm_bytes_sent(ctx->comm),
