@@ -283,8 +283,14 @@ static int probe_llmc(const corpus *c, long size, const struct llmc_format **f, 
     }
     if (!*f)
         return 0;
+    if (count < 0) {
+        snprintf(err, (size_t)err_len,
+                 "%s: its llm.c header (magic %d, version %d) says %d tokens: expected a "
+                 "count of 0 or more", c->path, (int)magic, (int)version, (int)count);
+        return -EINVAL;
+    }
     long want = LLMC_HEADER_BYTES + (long)count * (*f)->width;
-    if (count < 0 || size != want) {
+    if (size != want) {
         snprintf(err, (size_t)err_len,
                  "%s: %ld bytes, but its llm.c header (magic %d, version %d) says %d %s tokens, "
                  "%d + %d x %d = %ld bytes: %s", c->path, size, (int)magic, (int)version,

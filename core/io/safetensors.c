@@ -364,9 +364,17 @@ static int check_places(const st_file *f, char *why, size_t why_len)
         const st_tensor *t = &f->t[i];
         char sh[160];
         shape_text(t, sh, sizeof(sh));
+        /* the product in 128 bits, stopped past 2^64 (three dimensions of
+         * 2^50 would wrap even 128 bits, and a wrapped product can equal
+         * the span) */
         unsigned __int128 bytes = (unsigned)dtype_bytes(t->dtype);
-        for (int k = 0; k < t->ndim; k++)
+        for (int k = 0; k < t->ndim && bytes <= UINT64_MAX; k++)
             bytes *= (uint64_t)t->shape[k];
+        if (bytes > UINT64_MAX) {
+            snprintf(why, why_len, "tensor '%s': dtype %s of shape %s takes more than 2^64 "
+                     "bytes", t->name, t->dtype, sh);
+            return -EINVAL;
+        }
         if (t->end < t->begin) {
             snprintf(why, why_len, "tensor '%s': data_offsets [%llu, %llu] end before they "
                      "begin", t->name, (unsigned long long)t->begin, (unsigned long long)t->end);

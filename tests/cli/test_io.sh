@@ -72,6 +72,12 @@ b = bytearray(open('v7.bin', 'rb').read()); b[4] = 1; open('ver.bin', 'wb').writ
 		mpirun -n 1 "$exe" "$config" run.out=x data.source=magic.bin data.vocab=512 --quiet
 	expect 1 "ver.bin: llm.c token file of magic 20240801 and version 1: that magic goes with version 7" \
 		mpirun -n 1 "$exe" "$config" run.out=x data.source=ver.bin data.vocab=512 --quiet
+	# a negative count: said as such (it read as "longer than its header says")
+	python3 -c "
+import struct; b = bytearray(open('v1.bin', 'rb').read()); b[8:12] = struct.pack('<i', -5)
+open('neg.bin', 'wb').write(b)"
+	expect 1 "neg.bin: its llm.c header (magic 20240520, version 1) says -5 tokens: expected a count of 0 or more" \
+		mpirun -n 1 "$exe" "$config" run.out=x data.source=neg.bin data.vocab=512 --quiet
 	# a token >= vocab: the step that samples it stops, naming the file, the
 	# token's index and byte offset (past the header), its value and vocab
 	expect 1 "v7.bin: token [0-9]* (byte offset [0-9]*) is [0-9]*, not below vocab 300" \

@@ -77,7 +77,7 @@ lies)
 	"$exe" "$tiny" run.out=o 'model.layers=dense, moe' run.steps=2 --quiet || fail training
 	"$exe" export o/tiny/ckpt.h5 good || fail export
 	"$exe" eval good.safetensors --windows 2 > /dev/null || fail "the honest file is refused"
-	for l in past-end overlap hole dtype-size dtype shape missing duplicate json; do
+	for l in past-end overlap hole dtype-size dtype shape huge missing duplicate json; do
 		t=$("$lie" good.safetensors "$l" "$l.safetensors") || fail "st_lie $l"
 		expect nz "$t" "$exe" eval "$l.safetensors" --windows 2
 		expect nz "$t" mpirun -n 2 "$exe" eval "$l.safetensors" --windows 2
@@ -88,6 +88,7 @@ lies)
 	expect nz "a hole of 4 bytes" "$exe" eval hole.safetensors
 	expect nz "dtype I32: expected F32" "$exe" eval dtype.safetensors
 	expect nz "the config gives" "$exe" eval shape.safetensors
+	expect nz "takes more than 2^64 bytes" "$exe" eval huge.safetensors
 	expect nz "is missing" "$exe" eval missing.safetensors
 	expect nz "named twice" "$exe" eval duplicate.safetensors
 	expect nz "bad safetensors header" "$exe" eval json.safetensors
