@@ -1,8 +1,10 @@
 /* mode-exp sample: generation with a KV cache per layer. */
 #include "experiments/cli.h"
+#include "experiments/sample_batch.h"
 #include "experiments/speculative.h"
 #include "core/data/tokenizer.h"
 #include "core/kernels/matmul.h"
+#include "core/model/lanes.h"
 #include "core/train/counterfactual.h"
 #include "moe/registry.h"
 
@@ -20,7 +22,7 @@
 static const char usage_sample[] =
     "usage: mode-exp sample CKPT [section.key=value ...] (--prompt TEXT | --prompt-ids I,J,...)\n"
     "                       --tokens N [--temperature T] [--top-k K] [--seed S] [--ids]\n"
-    "                       [--routing POLICY [--routing-layers L]] [--bench R]\n"
+    "                       [--routing POLICY [--routing-layers L]] [--bench R] [--batch B]\n"
     "  Generate N tokens after the prompt with a KV cache per layer.  Routed layers\n"
     "  decide per token by the causal rule (MODEL.md); a token that skips a layer costs\n"
     "  nothing there and adds no K/V to its cache.  Prints the text, then per routed\n"
@@ -37,6 +39,12 @@ static const char usage_sample[] =
     "                   of --tokens tokens, timed (tokens/s, ms a token, the routed\n"
     "                   layers' shares, the key-value cache's bytes a position as\n"
     "                   allocated); batch 1\n"
+    "  --batch B        decode B sequences from the prompt at once (1..1024; default 1):\n"
+    "                   every token of every sequence is routed on its own, the tokens\n"
+    "                   that take a block share its products; sequence 1 draws as a\n"
+    "                   sequence alone does, each other from its own stream of --seed;\n"
+    "                   prints each; with --bench R, R rounds of B sequences timed.\n"
+    "                   Kinds: dense, mod, tcmod, staged (others are refused)\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
     "                   only output of a model whose vocabulary is not bytes and whose\n"
     "                   run had no tokenizer (data.tokenizer)\n"
@@ -57,9 +65,7 @@ static const char usage_sample[] =
     "  Generation goes on past the model's sequence length S: each layer then attends\n"
     "  to the last S positions (a sliding window), and the output says so.\n";
 
-/* Next token from logits[V]: greedy at temperature 0, else softmax(l / T)
- * over the top_k most likely (all when top_k <= 0), drawn with PCG32. */
-static int sample_token(const float *logits, int V, double temperature, long top_k, pcg32 *rng,
+int sample_token(const float *logits, int V, double temperature, long top_k, pcg32 *rng,
                         double *p)
 {
     int best = 0;
@@ -100,7 +106,7 @@ static int sample_token(const float *logits, int V, double temperature, long top
 
 /* Logits that are not finite would be sampled as token 0 (a NUL byte):
  * an error naming the position and the first bad logit, never output. */
-static int check_logits(const float *logits, int V, int32_t pos, char *err, int err_len)
+int check_logits(const float *logits, int V, int32_t pos, char *err, int err_len)
 {
     long bad = first_nonfinite(logits, (size_t)V);
     if (bad < 0)
@@ -109,6 +115,34 @@ static int check_logits(const float *logits, int V, int32_t pos, char *err, int 
              "finite number: the model's outputs overflow (its weights, or the setting, make "
              "them non-finite); nothing more is generated", pos, bad, (double)logits[bad]);
     return -ERANGE;
+}
+
+void print_layer_shares(const run_config *cfg, const long *took, long ran)
+{
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const char *k = cfg->layers[l].kind;
+        const layer_kind *kd = layer_kind_lookup(mode_kinds, k);
+        double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity, most;
+        const decision_decl *dd = &kd->decides;
+        if (dd->decides & DECIDES_EXIT)
+            printf("# layer %d (%s): %ld of %ld generated tokens left the stack here "
+                   "(%.1f%%)\n", l, k, took[l], ran, share);
+        else if (dd->decides & DECIDES_DEPTH &&
+                 !layer_spec_number(&cfg->layers[l], kd, dd->most_key, &most))
+            printf("# layer %d (%s): %.3f of at most %.0f recursions a generated token "
+                   "(%ld of %ld)\n", l, k, ran ? (double)took[l] / (double)ran : 0.0, most,
+                   took[l], ran * (long)most);
+        else if (dd->decides & DECIDES_TAKE &&
+                 !layer_spec_number(&cfg->layers[l], kd, dd->share_key, &capacity))
+            printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
+                   "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
+        else if (dd->decides & DECIDES_EXPERTS)
+            printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
+                   "first (%.1f%%)\n", l, k, took[l], ran, share);
+        else if (dd->decides)
+            printf("# layer %d (%s): %ld of %ld generated tokens ran the block (%.1f%%)\n", l,
+                   k, took[l], ran, share);
+    }
 }
 
 /* The decode benchmark (sample --bench R): R more sequences from the same
@@ -233,21 +267,37 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
 {
     cli c;
     /* --speculative E|auto and --draft K, sample's own */
-    const char *spec = NULL, *draft_s = NULL;
+    const char *spec = NULL, *draft_s = NULL, *batch_s = NULL;
     int kept = 2;
     for (int i = 2; i < argc; i++) {
-        bool sp = !strcmp(argv[i], "--speculative"), dr = !strcmp(argv[i], "--draft");
-        if ((sp || dr) && i + 1 >= argc) {
+        bool sp = !strcmp(argv[i], "--speculative"), dr = !strcmp(argv[i], "--draft"),
+             ba = !strcmp(argv[i], "--batch");
+        if ((sp || dr || ba) && i + 1 >= argc) {
             fprintf(stderr, "mode-exp sample: %s needs a value\n%s", argv[i], usage_sample);
             return 2;
         }
-        if (sp || dr) {
-            *(sp ? &spec : &draft_s) = argv[++i];
+        if (sp || dr || ba) {
+            *(sp ? &spec : dr ? &draft_s : &batch_s) = argv[++i];
             continue;
         }
         argv[kept++] = argv[i];
     }
     argc = kept;
+    long n_batch = 1;
+    if (batch_s) {
+        char *end = NULL;
+        errno = 0;
+        n_batch = strtol(batch_s, &end, 10);
+        if (end == batch_s || *end || errno || n_batch < 1 || n_batch > MODE_MAX_LANES || spec) {
+            if (spec)
+                fprintf(stderr, "mode-exp sample: --batch %s: not with --speculative (which "
+                                "decodes one sequence)\n", batch_s);
+            else
+                fprintf(stderr, "mode-exp sample: --batch %s: expected sequences decoded at "
+                                "once, 1..%d\n", batch_s, MODE_MAX_LANES);
+            return 2;
+        }
+    }
     long draft = 4;
     if (draft_s) {
         char *end = NULL;
@@ -412,6 +462,15 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
             m->route = &plan;
         }
     }
+    if (!rc && n_batch > 1) {
+        rc = sample_batched(m, ctx, &c, (int)n_batch, prompt, plen, ids, tk, &cfg);
+        tokenizer_free(&tk);
+        free(seq);
+        free_model(&m);
+        free(prompt);
+        free(c.over);
+        return rc;
+    }
     /* the benchmark's key-value cache a position, measured at the allocator
      * before the caches' first use (they are then sized for S positions:
      * the same numbers, the caches only grow) */
@@ -523,31 +582,7 @@ int cmd_sample(mode_ctx *ctx, int argc, char **argv)
                    c.routing_layers ? c.routing_layers : "", c.seed);
         /* the first generated token is sampled from the prompt's last
          * position, so the counts cover generated - 1 tokens run through */
-        long ran = generated > 0 ? generated - 1 : 0;
-        for (int l = 0; l < L; l++) {
-            const char *k = cfg.layers[l].kind;
-            const layer_kind *kd = layer_kind_lookup(mode_kinds, k);
-            double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity, most;
-            const decision_decl *dd = &kd->decides;
-            if (dd->decides & DECIDES_EXIT)
-                printf("# layer %d (%s): %ld of %ld generated tokens left the stack here "
-                       "(%.1f%%)\n", l, k, took[l], ran, share);
-            else if (dd->decides & DECIDES_DEPTH &&
-                     !layer_spec_number(&cfg.layers[l], kd, dd->most_key, &most))
-                printf("# layer %d (%s): %.3f of at most %.0f recursions a generated token "
-                       "(%ld of %ld)\n", l, k, ran ? (double)took[l] / (double)ran : 0.0, most,
-                       took[l], ran * (long)most);
-            else if (dd->decides & DECIDES_TAKE &&
-                     !layer_spec_number(&cfg.layers[l], kd, dd->share_key, &capacity))
-                printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
-                       "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
-            else if (dd->decides & DECIDES_EXPERTS)
-                printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
-                       "first (%.1f%%)\n", l, k, took[l], ran, share);
-            else if (dd->decides)
-                printf("# layer %d (%s): %ld of %ld generated tokens ran the block (%.1f%%)\n",
-                       l, k, took[l], ran, share);
-        }
+        print_layer_shares(&cfg, took, generated > 0 ? generated - 1 : 0);
     } else {
         fprintf(stderr, "mode-exp sample: %s\n", err);
     }

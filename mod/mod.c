@@ -117,6 +117,20 @@ static int mod_decode_truncate(layer *l, int32_t pos)
     return 0;
 }
 
+static int mod_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    mod_state *s = l->state;
+    return routed_decode_lanes(&s->blk, dims, max_len, lanes);
+}
+
+static int mod_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                          int32_t pos, unsigned char *taken)
+{
+    mod_state *s = l->state;
+    return mod_router_decode_rows(&s->rt, &s->blk, l->w, s->t_block, l->index, a, y, x, n, pos,
+                                  taken);
+}
+
 const kind_ops mod_ops = {
     .kind = &mod_kind,
     .build = mod_build,
@@ -125,6 +139,8 @@ const kind_ops mod_ops = {
     .backward = mod_backward,
     .decode_begin = mod_decode_begin,
     .decode = mod_decode,
+    .decode_lanes = mod_decode_lanes,
+    .decode_rows = mod_decode_rows,
     .decode_kv = mod_decode_kv,
     .decode_truncate = mod_decode_truncate,
     .record = mod_record,

@@ -135,6 +135,7 @@ void free_routed_block(routed_block *b)
     free_kv_cache(&b->kv);
     free_mlp_cache(&b->mlp1);
     free(b->dec);
+    free_decode_lanes(&b->lanes);
     memset(b, 0, sizeof(*b));
 }
 
@@ -229,6 +230,54 @@ int routed_decode(routed_block *b, float *const *w, const fwd_args *a, float *y,
     return 0;
 }
 
+int routed_decode_lanes(routed_block *b, const model_dims *dims, int max_len, int lanes)
+{
+    if (!b->inner->decode_rows)
+        return -ENOTSUP;
+    int rc = decode_lanes_begin(&b->lanes, dims, b->f, max_len, lanes);
+    if (!rc && b->inner->decode_lanes)
+        rc = b->inner->decode_lanes(b, dims, lanes);
+    return rc;
+}
+
+int routed_decode_rows(routed_block *b, float *const *w, const fwd_args *a, float *y,
+                       const float *x, int n, int32_t pos, const unsigned char *take,
+                       const float *g)
+{
+    decode_lanes *dl = &b->lanes;
+    size_t d = (size_t)a->dims->d_model;
+    if (n > dl->lanes)
+        return -EINVAL;
+    int nt = 0; /* the taking rows, gathered in lane order */
+    for (int i = 0; i < n; i++) {
+        if (!take[i]) {
+            if (y != x)
+                memcpy(y + i * d, x + i * d, d * sizeof(float));
+            continue;
+        }
+        dl->lane[nt] = i;
+        dl->gate[nt] = g[i];
+        memcpy(dl->xs + nt * d, x + i * d, d * sizeof(float));
+        nt++;
+    }
+    if (nt == 0)
+        return 0;
+    attn_weights aw = attn_weights_at(w);
+    int rc = attn_decode_rows(dl, dl->h, dl->xs, dl->lane, nt, pos, &aw, a);
+    if (!rc)
+        rc = b->inner->decode_rows(b, a, w + BLOCK_ATTN_TENSORS, dl->ys, dl->h, dl->lane, nt,
+                                   pos);
+    if (rc < 0)
+        return rc;
+    for (int t = 0; t < nt; t++) {
+        float *yr = y + (size_t)dl->lane[t] * d;
+        const float *xr = dl->xs + t * d, *sr = dl->ys + t * d;
+        for (size_t e = 0; e < d; e++)
+            yr[e] = xr[e] + dl->gate[t] * (sr[e] - xr[e]);
+    }
+    return 0;
+}
+
 int routed_decode_kv(routed_block *b, float *const *w, const fwd_args *a, const float *x,
                      int32_t pos)
 {
@@ -278,10 +327,22 @@ static int dense_decode(routed_block *b, const fwd_args *a, float *const *w, flo
     return 0;
 }
 
+static int dense_decode_rows(routed_block *b, const fwd_args *a, float *const *w, float *ys,
+                             const float *h, const int *lane, int n, int32_t pos)
+{
+    (void)lane;
+    (void)pos;
+    ffn_weights fw = ffn_weights_at(w + 1);
+    matmul_exec ex = decode_rows_exec(a);
+    mlp_forward(&ex, &b->lanes.mlp, ys, h, n, w[0], &fw, a->dims->d_model, a->dims->d_ff);
+    return 0;
+}
+
 const routed_inner routed_dense = {
     .mlp = true,
     .forward = dense_forward,
     .backward = dense_backward,
     .flops = dense_flops,
     .decode = dense_decode,
+    .decode_rows = dense_decode_rows,
 };

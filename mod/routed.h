@@ -12,6 +12,7 @@
 #define MODE_MOD_ROUTED_H
 
 #include "core/model/block.h"
+#include "core/model/lanes.h"
 #include "core/model/kind.h"
 
 #include <stdbool.h>
@@ -95,6 +96,12 @@ typedef struct routed_inner {
     /* decoding one row: ys[d] from h[d] at position pos */
     int (*decode)(routed_block *b, const fwd_args *a, float *const *w, float *ys, const float *h,
                   int32_t pos);
+    /* batched decoding (lanes.h): ys[n][d] from h[n][d], row i lane
+     * lane[i]'s; NULL: the block decodes one sequence at a time */
+    int (*decode_rows)(routed_block *b, const fwd_args *a, float *const *w, float *ys,
+                       const float *h, const int *lane, int n, int32_t pos);
+    /* sizes the op's own batched-decoding state for `lanes` lanes (NULL: none) */
+    int (*decode_lanes)(routed_block *b, const model_dims *dims, int lanes);
 } routed_inner;
 
 /* The dense MLP (MODEL.md's block): mod, tcmod, drop, mor. */
@@ -111,6 +118,7 @@ struct routed_block {
     kv_cache kv;        /* decoding */
     mlp_cache mlp1;     /* decoding, the dense inner's */
     float *dec;         /* [3d] decoding: h, ys, the inner's scratch */
+    decode_lanes lanes; /* batched decoding */
 };
 
 /* A block for max_seq sequences whose rows start at max_seq seq_rows. */
@@ -139,6 +147,16 @@ int routed_decode_begin(routed_block *b, const model_dims *dims, int max_len);
  * y = x + g (Block(x) - x); y may be x. */
 int routed_decode(routed_block *b, float *const *w, const fwd_args *a, float *y, const float *x,
                   int32_t pos, float g);
+/* Batched decoding (core/model/lanes.h): the caches of `lanes` lanes for
+ * max_len positions, emptied; -ENOTSUP when the inner op has no batched
+ * decoding. */
+int routed_decode_lanes(routed_block *b, const model_dims *dims, int max_len, int lanes);
+/* Row i of x[n][d] is lane i's token at position pos; take[i] (and gate
+ * g[i]) as a selector decided: the taking rows, gathered, run the block
+ * together (y = x + g (Block(x) - x)), the others pass (y = x). */
+int routed_decode_rows(routed_block *b, float *const *w, const fwd_args *a, float *y,
+                       const float *x, int n, int32_t pos, const unsigned char *take,
+                       const float *g);
 /* Only the row's keys and values into the cache, as routed_decode would add
  * them (a token frozen at an exit point, kind.h decode_kv). */
 int routed_decode_kv(routed_block *b, float *const *w, const fwd_args *a, const float *x,

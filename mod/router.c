@@ -382,6 +382,30 @@ int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, in
     return rc ? rc : 1;
 }
 
+int mod_router_decode_rows(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                           int layer_index, const fwd_args *a, float *y, const float *x, int n,
+                           int32_t pos, unsigned char *taken)
+{
+    size_t d = (size_t)a->dims->d_model;
+    if (n > b->lanes.lanes || n > MODE_MAX_LANES)
+        return -EINVAL;
+    float gv[MODE_MAX_LANES];
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        /* lane i is its own sequence: the streams of a random router and of
+         * --routing random are keyed by it, as sequence i's would be */
+        fwd_args ai = *a;
+        ai.window = NULL;
+        ai.seq0 = a->seq0 + i;
+        int take = mod_router_decide(rt, w, layer_index, &ai, x + i * d, pos, &gv[i]);
+        if (take < 0)
+            rc = take;
+        else
+            taken[i] = (unsigned char)take;
+    }
+    return rc ? rc : routed_decode_rows(b, w + t_block, a, y, x, n, pos, taken, gv);
+}
+
 int mod_router_decode_kv(const mod_router *rt, routed_block *b, float *const *w, int t_block,
                          int layer_index, const fwd_args *a, const float *x, int32_t pos)
 {

@@ -141,6 +141,13 @@ int mod_router_decide(const mod_router *rt, float *const *w, int layer_index, co
  * the block's from t_block. */
 int mod_router_decode(const mod_router *rt, routed_block *b, float *const *w, int t_block,
                       int layer_index, const fwd_args *a, float *y, const float *x, int32_t pos);
+/* Batched decoding (kind.h decode_rows): each of the n rows (row i lane
+ * i's token, every lane at pos) decided as mod_router_decode decides a
+ * sequence's row, with lane i as its sequence for the draws; the taking
+ * rows through the block together; taken[i] as mod_router_decode returns. */
+int mod_router_decode_rows(const mod_router *rt, routed_block *b, float *const *w, int t_block,
+                           int layer_index, const fwd_args *a, float *y, const float *x, int n,
+                           int32_t pos, unsigned char *taken);
 /* A token frozen at an exit point (kind.h decode_kv): where the router
  * takes it, only its keys and values into the block's cache (1), else 0;
  * negative on error. */

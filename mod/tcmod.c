@@ -159,6 +159,20 @@ static int tcmod_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t 
     return mod_router_decode_kv(&s->rt, &s->blk, l->w, s->t_block, l->index, a, x, pos);
 }
 
+static int tcmod_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    tcmod_state *s = l->state;
+    return routed_decode_lanes(&s->blk, dims, max_len, lanes);
+}
+
+static int tcmod_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                          int32_t pos, unsigned char *taken)
+{
+    tcmod_state *s = l->state;
+    return mod_router_decode_rows(&s->rt, &s->blk, l->w, s->t_block, l->index, a, y, x, n, pos,
+                                  taken);
+}
+
 const kind_ops tcmod_ops = {
     .kind = &tcmod_kind,
     .build = tcmod_build,
@@ -167,6 +181,8 @@ const kind_ops tcmod_ops = {
     .backward = tcmod_backward,
     .decode_begin = tcmod_decode_begin,
     .decode = tcmod_decode,
+    .decode_lanes = tcmod_decode_lanes,
+    .decode_rows = tcmod_decode_rows,
     .decode_kv = tcmod_decode_kv,
     .record = tcmod_record,
     .stat_count = tcmod_stat_count,

@@ -14,6 +14,7 @@
 
 #include "core/comm/comm.h"
 #include "core/kernels/matmul.h"
+#include "core/model/lanes.h"
 #include "core/util/ctx.h"
 
 #include <errno.h>
@@ -50,6 +51,9 @@ void free_experts(experts **px)
     free_ffn_cache(&ex->sh_cache);
     free_ffn_cache(&ex->sh_dec_cache);
     free_ffn_cache(&ex->dec_cache);
+    free(ex->lane_block);
+    free_ffn_cache(&ex->lane_cache);
+    free_ffn_cache(&ex->sh_lane_cache);
     free(ex->fixed_block);
     free(ex);
     *px = NULL;
@@ -606,4 +610,99 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
             y[e] += out[e];
     }
     return ex->dec_col[0];
+}
+
+int experts_decode_lanes(experts *ex, int lanes)
+{
+    const experts_cfg *c = &ex->c;
+    if (c->expert_choice)
+        return -ENOTSUP; /* its causal rule decodes a token alone */
+    if (ex->local != c->experts)
+        return -EINVAL;
+    int N = ex->N, K = c->top_k;
+    size_t d = (size_t)ex->d, r = (size_t)lanes;
+    if (lanes > ex->lanes) {
+        free(ex->lane_block);
+        free_ffn_cache(&ex->lane_cache);
+        free_ffn_cache(&ex->sh_lane_cache);
+        ex->lanes = 0;
+        size_t ints = r * N + 2 * r * K, floats = r * K + 2 * r * d;
+        ex->lane_block = malloc(ints * sizeof(int) + floats * sizeof(float));
+        if (!ex->lane_block || build_ffn_cache(&ex->lane_cache, lanes, c->d_ff) ||
+            (c->shared > 0 && build_ffn_cache(&ex->sh_lane_cache, lanes, c->shared * c->d_ff)))
+            return -ENOMEM;
+        ex->lane_counts = ex->lane_block;
+        ex->lane_row = ex->lane_counts + r * N;
+        ex->lane_exp = ex->lane_row + r * K;
+        ex->lane_w = (float *)(ex->lane_exp + r * K);
+        ex->lane_in = ex->lane_w + r * K;
+        ex->lane_out = ex->lane_in + r * d;
+        ex->lanes = lanes;
+    }
+    memset(ex->lane_counts, 0, (size_t)ex->lanes * N * sizeof(int));
+    return 0;
+}
+
+int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m,
+                        float *const *w, int capacity, const int *lane, int n, int32_t pos)
+{
+    const experts_cfg *c = &ex->c;
+    int d = ex->d, N = ex->N, K = c->top_k, E = c->experts;
+    if (c->expert_choice)
+        return -ENOTSUP;
+    if (ex->local != E || n > ex->lanes)
+        return -EINVAL;
+    if (pos > 0 && pos % ex->S == 0) /* past the context: each S positions anew */
+        memset(ex->lane_counts, 0, (size_t)ex->lanes * N * sizeof(int));
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        /* the row as its lane's own sequence and token (experts_decode's) */
+        fwd_args ai = *a;
+        ai.window = NULL;
+        ai.seq0 = a->seq0 + lane[i];
+        ai.tokens = a->tokens ? a->tokens + lane[i] : NULL;
+        float lse;
+        experts_gate_token(ex, &ai, ex->dec, &lse, m + (size_t)i * d, w, ai.seq0, pos);
+        int *counts = ex->lane_counts + (size_t)lane[i] * N;
+        for (int j = 0; j < K; j++) {
+            int best = ex->dec_col[j];
+            /* experts_decode's admission: the no-op costs nothing */
+            if (best == E || counts[best] >= capacity)
+                continue;
+            counts[best]++;
+            ex->lane_row[kept] = i;
+            ex->lane_exp[kept] = best;
+            ex->lane_w[kept] = ex->dec_weight[j];
+            kept++;
+        }
+    }
+    matmul_exec mx = decode_rows_exec(a);
+    for (int e = 0; e < E; e++) { /* each expert's rows, one product */
+        int cnt = 0;
+        for (int q = 0; q < kept; q++)
+            if (ex->lane_exp[q] == e)
+                memcpy(ex->lane_in + (size_t)cnt++ * d, m + (size_t)ex->lane_row[q] * d,
+                       (size_t)d * sizeof(float));
+        if (!cnt)
+            continue;
+        ffn_weights fw = expert_w(ex, w, e);
+        ffn_forward(&mx, &ex->lane_cache, ex->lane_out, ex->lane_in, cnt, &fw, d, c->d_ff, 0.0f);
+        cnt = 0;
+        for (int q = 0; q < kept; q++) {
+            if (ex->lane_exp[q] != e)
+                continue;
+            float *yr = y + (size_t)ex->lane_row[q] * d;
+            const float *o = ex->lane_out + (size_t)cnt++ * d;
+            for (int k = 0; k < d; k++)
+                yr[k] += ex->lane_w[q] * o[k];
+        }
+    }
+    if (c->shared > 0) {
+        ffn_weights fw = shared_w(ex, w);
+        ffn_forward(&mx, &ex->sh_lane_cache, ex->lane_out, m, n, &fw, d, c->shared * c->d_ff,
+                    0.0f);
+        for (size_t k = 0; k < (size_t)n * d; k++)
+            y[k] += ex->lane_out[k];
+    }
+    return 0;
 }

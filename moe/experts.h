@@ -47,6 +47,16 @@ void experts_decode_reset(experts *ex);
 int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, float *const *w,
                    int capacity, int32_t pos);
 
+/* Batched decoding (core/model/lanes.h): experts_decode_lanes() sizes the
+ * state of `lanes` lanes and resets their counters; experts_decode_rows()
+ * is experts_decode on row i of m[n][d], lane lane[i]'s token at pos (its
+ * own counters; its token and sequence a->tokens[lane[i]], a->seq0 +
+ * lane[i] for the hash and random routers), each expert's rows one
+ * product: y[n][d] += ...  Not for expert-choice (-ENOTSUP). */
+int experts_decode_lanes(experts *ex, int lanes);
+int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m,
+                        float *const *w, int capacity, const int *lane, int n, int32_t pos);
+
 /* The balancing bias after an optimizer step and the statistics of a
  * training forward: experts_gate.h. */
 

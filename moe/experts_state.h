@@ -77,6 +77,17 @@ struct experts {
     unsigned char *ec_z; /* [S] its picks */
     int *ec_heap;        /* [S] */
     ffn_cache dec_cache;
+    /* batched decoding (experts_decode_lanes): per lane its admission
+     * counters, per row its kept assignments, one expert's gathered rows */
+    int lanes;
+    void *lane_block;
+    int *lane_counts;    /* [lanes][N] */
+    int *lane_row;       /* [lanes top_k] the row of each kept assignment */
+    int *lane_exp;       /* [lanes top_k] its expert */
+    float *lane_w;       /* [lanes top_k] its weight */
+    float *lane_in;      /* [lanes][d] an expert's rows */
+    float *lane_out;     /* [lanes][d] */
+    ffn_cache lane_cache, sh_lane_cache; /* lanes rows */
 };
 
 /* The buffers of a fixed size; those that follow the rows of a batch, the

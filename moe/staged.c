@@ -89,12 +89,33 @@ static int inner_decode(routed_block *b, const fwd_args *a, float *const *w, flo
     return rc < 0 ? rc : 0;
 }
 
+static int inner_decode_rows(routed_block *b, const fwd_args *a, float *const *w, float *ys,
+                             const float *h, const int *lane, int n, int32_t pos)
+{
+    staged_state *s = b->self;
+    int d = a->dims->d_model;
+    float *m = b->lanes.u; /* free after attention */
+    rmsnorm_forward(m, b->lanes.rstd, h, w[0], n, d);
+    memcpy(ys, h, (size_t)n * d * sizeof(float));
+    return experts_decode_rows(s->ex, a, ys, m, w + 1, nominal_capacity(s, a, FWD_EVAL_CAUSAL),
+                               lane, n, pos);
+}
+
+static int inner_decode_lanes(routed_block *b, const model_dims *dims, int lanes)
+{
+    (void)dims;
+    staged_state *s = b->self;
+    return experts_decode_lanes(s->ex, lanes);
+}
+
 /* The experts count their own FLOPs: no .flops. */
 static const routed_inner staged_inner = {
     .mlp = false,
     .forward = inner_forward,
     .backward = inner_backward,
     .decode = inner_decode,
+    .decode_rows = inner_decode_rows,
+    .decode_lanes = inner_decode_lanes,
 };
 
 static int staged_build(layer *l, const model_dims *dims, int max_seq)
@@ -212,6 +233,20 @@ static void staged_step_end(layer *l, bool updated)
     experts_step_end(s->ex, l->w + s->t_attn + BLOCK_ATTN_TENSORS + 1, updated);
 }
 
+static int staged_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    staged_state *s = l->state;
+    return routed_decode_lanes(&s->blk, dims, max_len, lanes);
+}
+
+static int staged_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                          int32_t pos, unsigned char *taken)
+{
+    staged_state *s = l->state;
+    return mod_router_decode_rows(&s->rt, &s->blk, l->w, s->t_attn, l->index, a, y, x, n, pos,
+                                  taken);
+}
+
 const kind_ops staged_ops = {
     .kind = &staged_kind,
     .build = staged_build,
@@ -220,6 +255,8 @@ const kind_ops staged_ops = {
     .backward = staged_backward,
     .decode_begin = staged_decode_begin,
     .decode = staged_decode,
+    .decode_lanes = staged_decode_lanes,
+    .decode_rows = staged_decode_rows,
     .record = staged_record,
     .stat_count = staged_stat_count,
     .stat_name = staged_stat_name,

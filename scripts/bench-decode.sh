@@ -5,7 +5,9 @@
 # in turn (so that each kind's and dense's numbers share the machine's
 # state); per kind the median tokens/s over rounds, its ratio to dense's in
 # the same round (median), the FLOPs decoding ran a token and the routed
-# layers' shares of generated tokens.
+# layers' shares of generated tokens.  BATCHES="1 16 64" times each
+# batch size (sample --batch B: B sequences decoded at once, R rounds of
+# them), each against dense at the same batch (default: 1).
 #   scripts/bench-decode.sh DIR [ROUNDS] [R] [SUFFIX]
 # (DIR/<kind>SUFFIX/ckpt.h5 for each kind there, one of them dense; SUFFIX
 # picks one seed of a sweep's runs: -s1 for DIR/dense-s1, DIR/mod-s1, ...)
@@ -20,24 +22,30 @@ echo "$kinds" | grep -qx dense ||
 	{ echo "bench-decode: no $dir/dense$suffix/ckpt.h5 to compare with" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for r in $(seq 1 "$rounds"); do
-	for k in $kinds; do
-		"$exe" sample "$dir/$k$suffix/ckpt.h5" --prompt "The jury said" --tokens 1000 --seed "$r" \
-			--bench "$reps" --threads 1 >"$tmp/$k.$r" 2>&1 || { cat "$tmp/$k.$r" >&2; exit 1; }
+batches=${BATCHES:-1}
+for b in $batches; do
+	for r in $(seq 1 "$rounds"); do
+		for k in $kinds; do
+			"$exe" sample "$dir/$k$suffix/ckpt.h5" --prompt "The jury said" --tokens 1000 \
+				--seed "$r" --bench "$reps" --threads 1 --batch "$b" >"$tmp/$k.$b.$r" 2>&1 ||
+				{ cat "$tmp/$k.$b.$r" >&2; exit 1; }
+		done
 	done
 done
 tps() { sed -n 's/.*prompt: \([0-9.]*\) tokens\/s.*/\1/p' "$1"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-echo "| kind | tokens/s (median of $rounds) | ms a token | x dense (same round, median) | FLOPs a token | share of tokens taking each routed layer |"
-echo "| --- | ---: | ---: | ---: | ---: | --- |"
-for k in $kinds; do
-	t=$(for r in $(seq 1 "$rounds"); do tps "$tmp/$k.$r"; done | median)
-	x=$(for r in $(seq 1 "$rounds"); do
-		awk -v a="$(tps "$tmp/$k.$r")" -v b="$(tps "$tmp/dense.$r")" 'BEGIN { print a / b }'
-	done | median)
-	f=$(sed -n 's/# decoding ran \([0-9.e+]*\) FLOPs.*/\1/p' "$tmp/$k.1")
-	sh=$(sed -n 's/# decode benchmark: layer \([0-9]*\) (\([a-z]*\)): \([0-9.]*\) of.*/\1 \2 \3/p' \
-		"$tmp/$k.1" | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3 }')
-	awk -v k="$k" -v t="$t" -v x="$x" -v f="$f" -v s="$sh" \
-		'BEGIN { printf "| %s | %.0f | %.3f | %.2f | %s | %s |\n", k, t, 1000 / t, x, f, (s == "" ? "-" : s) }'
+echo "| kind | batch | tokens/s (median of $rounds) | ms a token | x dense (same batch and round, median) | FLOPs a token | share of tokens taking each routed layer |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+for b in $batches; do
+	for k in $kinds; do
+		t=$(for r in $(seq 1 "$rounds"); do tps "$tmp/$k.$b.$r"; done | median)
+		x=$(for r in $(seq 1 "$rounds"); do
+			awk -v a="$(tps "$tmp/$k.$b.$r")" -v d="$(tps "$tmp/dense.$b.$r")" 'BEGIN { print a / d }'
+		done | median)
+		f=$(sed -n 's/# decoding ran \([0-9.e+]*\) FLOPs.*/\1/p' "$tmp/$k.$b.1")
+		sh=$(sed -n 's/# decode benchmark: layer \([0-9]*\) (\([a-z]*\)): \([0-9.]*\) of.*/\1 \2 \3/p' \
+			"$tmp/$k.$b.1" | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $3 }')
+		awk -v k="$k" -v b="$b" -v t="$t" -v x="$x" -v f="$f" -v s="$sh" \
+			'BEGIN { printf "| %s | %s | %.0f | %.3f | %.2f | %s | %s |\n", k, b, t, 1000 / t, x, f, (s == "" ? "-" : s) }'
+	done
 done

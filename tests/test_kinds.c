@@ -28,6 +28,7 @@
 #include "mpi/check.h"
 #include "testlib.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -420,6 +421,52 @@ static void check_decode(fixture *f)
     free(logits);
 }
 
+/* Batched decoding (core/model/lanes.h): the fixture's NSEQ sequences as
+ * NSEQ lanes decoded together; lane i's logits are sequence i's in the
+ * causal forward (its own decisions, its own draws).  A kind without
+ * batched decoding is refused by name (its layer's index). */
+static void check_decode_lanes(fixture *f)
+{
+    model *m = f->m;
+    int V = m->dims.vocab, L = m->dims.n_layers, bad = -1;
+    const kind_ops *ops = m->layers[1].ops;
+    int rc = model_decode_lanes(m, S_LEN, NSEQ, &bad);
+    if (!ops->decode_rows) {
+        CHECK(rc == -ENOTSUP && bad == 1, "%s: batched decoding of a kind without it: rc %d, "
+              "layer %d (want -ENOTSUP at layer 1)", row_name, rc, bad);
+        return;
+    }
+    CHECK(rc == 0, "%s: model_decode_lanes: %d (layer %d)", row_name, rc, bad);
+    if (rc)
+        return;
+    float *ref = causal_logits(f), *logits = malloc((size_t)NSEQ * V * sizeof(float));
+    unsigned char *taken = malloc((size_t)NSEQ * L);
+    token_t tok[NSEQ];
+    double worst = 0.0;
+    long took = 0;
+    for (int pos = 0; pos < S_LEN; pos++) {
+        for (int i = 0; i < NSEQ; i++)
+            tok[i] = f->b.tokens[(size_t)i * (S_LEN + 1) + pos];
+        CHECK(model_decode_rows(m, &f->ctx, tok, pos, logits, taken) == 0, "decode_rows");
+        for (int i = 0; i < NSEQ; i++) {
+            worst = fmax(worst, tl_rows_shift(logits + (size_t)i * V,
+                                              ref + ((size_t)i * S_LEN + pos) * V, 1, V));
+            took += taken[(size_t)i * L + 1];
+        }
+    }
+    /* TL_CAUSAL_TOL as check_decode: n rows' products add in another order
+     * than one row's */
+    CHECK(worst < TL_CAUSAL_TOL, "%s: batched decoding differs from the causal forward by %.2e",
+          row_name, worst);
+    CHECK(model_decode_rows(m, &f->ctx, tok, S_LEN, logits, taken) == -ERANGE,
+          "%s: decode_rows past the lanes' length", row_name);
+    printf("[%s] batched decoding of %d sequences against the causal forward: %.2e (layer 1 "
+           "taken %ld of %d)\n", row_name, NSEQ, worst, took, NSEQ * S_LEN);
+    free(taken);
+    free(ref);
+    free(logits);
+}
+
 static void check_causal(fixture *f, uint64_t seed)
 {
     model *m = f->m;
@@ -730,6 +777,7 @@ static void check_row(const kind_ops *ops, const char *dir)
     check_buffers(&f);
     check_checkpoint(&f, dir);
     check_decode(&f);
+    check_decode_lanes(&f);
     check_causal(&f, 21);
     free_model(&f.m);
 }

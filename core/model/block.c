@@ -298,9 +298,7 @@ void free_block_decode(kv_cache *kv, mlp_cache *mlp1, float **scratch)
     *scratch = NULL;
 }
 
-/* Decoding past the context: the cache keeps the rows of the last S
- * positions (pos - S, pos], a sliding window; the oldest leave first. */
-static void kv_slide(kv_cache *c, int32_t pos, int S, int d)
+void kv_cache_slide(kv_cache *c, int32_t pos, int S, int d)
 {
     int drop = 0;
     while (drop < c->n && c->pos[drop] <= pos - S)
@@ -314,11 +312,23 @@ static void kv_slide(kv_cache *c, int32_t pos, int S, int d)
     c->n = keep;
 }
 
+void kv_cache_attend(kv_cache *c, float *att, const float *q, const model_dims *dm)
+{
+    int d = dm->d_model, dh = dm->d_head, n = c->n;
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int hd = 0; hd < dm->n_heads; hd++) {
+        /* scores against every cached row (all earlier, and itself) */
+        matmul(c->scores, n, q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh, 0.0f);
+        softmax_scaled(c->scores, n, scale);
+        matmul(att + hd * dh, d, c->scores, n, false, c->v + hd * dh, d, false, 1, dh, n, 0.0f);
+    }
+}
+
 int attn_decode_kv(kv_cache *c, const float *x, int32_t pos, const attn_weights *w,
                    const fwd_args *a)
 {
     const model_dims *dm = a->dims;
-    kv_slide(c, pos, dm->seq_len, dm->d_model);
+    kv_cache_slide(c, pos, dm->seq_len, dm->d_model);
     int d = dm->d_model, n = c->n;
     if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
         return -EINVAL;
@@ -341,7 +351,7 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
         if (n == 0 || c->pos[n - 1] != pos)
             return -EINVAL;
     } else {
-        kv_slide(c, pos, dm->seq_len, d);
+        kv_cache_slide(c, pos, dm->seq_len, d);
         n = c->n;
         if (n >= c->cap || (n > 0 && c->pos[n - 1] >= pos))
             return -EINVAL;
@@ -357,16 +367,16 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
         c->pos[n] = pos;
         c->n = ++n;
     }
-    float scale = 1.0f / sqrtf((float)dh);
-    for (int hd = 0; hd < dm->n_heads; hd++) {
-        /* scores against every cached row (all earlier, and itself) */
-        matmul(c->scores, n, c->q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh, 0.0f);
-        if (c->core) {
+    if (c->core) {
+        float scale = 1.0f / sqrtf((float)dh);
+        for (int hd = 0; hd < dm->n_heads; hd++) {
+            /* scores against every cached row (all earlier, and itself) */
+            matmul(c->scores, n, c->q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh,
+                   0.0f);
             c->core->decode(c->core, c, hd, n, scale);
-            continue;
         }
-        softmax_scaled(c->scores, n, scale);
-        matmul(c->att + hd * dh, d, c->scores, n, false, c->v + hd * dh, d, false, 1, dh, n, 0.0f);
+    } else {
+        kv_cache_attend(c, c->att, c->q, dm);
     }
     memcpy(h, x, (size_t)d * sizeof(float));
     linear_forward(NULL, h, c->att, w->wo, 1, d, d, 1.0f);

@@ -29,6 +29,7 @@ void dense_free(layer *l)
         return;
     free(s->block);
     free_block_decode(&s->kv, &s->mlp1, &s->h1);
+    free_decode_lanes(&s->lanes);
     free(s);
     l->state = NULL;
 }
@@ -140,6 +141,31 @@ static int dense_decode_truncate(layer *l, int32_t pos)
     return 0;
 }
 
+static int dense_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    dense_state *s = l->state;
+    if (s->reader)
+        return -ENOTSUP; /* its group's first layer owns the caches */
+    return decode_lanes_begin(&s->lanes, dims, dims->d_ff, max_len, lanes);
+}
+
+static int dense_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                             int32_t pos, unsigned char *taken)
+{
+    dense_state *s = l->state;
+    attn_weights aw;
+    ffn_weights fw;
+    float *mlp_norm;
+    dense_views(l, l->w, &aw, &mlp_norm, &fw);
+    if (n > s->lanes.lanes)
+        return -EINVAL;
+    for (int i = 0; i < n; i++) {
+        s->lanes.lane[i] = i;
+        taken[i] = 1;
+    }
+    return block_decode_rows(&s->lanes, y, x, s->lanes.lane, n, pos, &aw, mlp_norm, &fw, a);
+}
+
 const kind_ops dense_ops = {
     .kind = &dense_kind,
     .build = dense_build,
@@ -150,4 +176,6 @@ const kind_ops dense_ops = {
     .decode = dense_decode,
     .decode_kv = dense_decode_kv,
     .decode_truncate = dense_decode_truncate,
+    .decode_lanes = dense_decode_lanes,
+    .decode_rows = dense_decode_rows,
 };

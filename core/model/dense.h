@@ -5,6 +5,7 @@
 #define MODE_CORE_MODEL_DENSE_H
 
 #include "core/model/block.h"
+#include "core/model/lanes.h"
 
 typedef struct dense_state {
     void *block;     /* the buffers below, one allocation (dense_layout) */
@@ -17,6 +18,7 @@ typedef struct dense_state {
     kv_cache kv;      /* decoding */
     mlp_cache mlp1;   /* one row of MLP activations for decoding */
     float *h1;        /* [d] */
+    decode_lanes lanes; /* batched decoding (lanes.h) */
     /* Cross-Layer Attention (cla.c, docs/kinds/cla.md): a reader computes
      * queries alone; attn.k, v and kv_read are its group's first layer's
      * (kv unused), and dk_read, dv_read [rows][d] its buffers for the

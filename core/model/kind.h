@@ -185,6 +185,17 @@ typedef struct kind_ops {
      * layer's state is then as if decoding had stopped before pos.  NULL:
      * the kind cannot roll back (sample --speculative refuses it). */
     int (*decode_truncate)(layer *l, int32_t pos);
+    /* Batched decoding (core/model/lanes.h, sample --batch): decode_lanes()
+     * sizes caches for `lanes` independent sequences of max_len positions
+     * and empties them; decode_rows() runs row i of x[n][d] as lane i's
+     * token (n = lanes), every lane at position pos, into y[n][d], writing
+     * in taken[i] what decode() would return for it (the rows that take the
+     * block share its products; lane i's decisions and maths are decode()'s
+     * on that lane alone); 0, or negative on error.  Both NULL: the kind
+     * decodes one sequence at a time (sample --batch refuses it). */
+    int (*decode_lanes)(layer *l, const model_dims *dims, int max_len, int lanes);
+    int (*decode_rows)(layer *l, const fwd_args *a, float *y, const float *x, int n, int32_t pos,
+                       unsigned char *taken);
     /* Routing records: after a forward, the batch's decisions (the parts
      * layer_kind.decides declares) through route_decision_record (NULL for
      * kinds that record none). */

@@ -1,4 +1,5 @@
 #include "core/model/model.h"
+#include "core/model/lanes.h"
 #include "core/util/finite.h"
 #include "core/util/heap.h"
 
@@ -73,6 +74,7 @@ void free_model(model **pm)
     free(m->dec_x[0]);
     free(m->dec_x[1]);
     free(m->dec_u);
+    free(m->lane_x[0]); /* lane_x[1], lane_u, lane_rstd: the same block */
     free(m);
     *pm = NULL;
 }
@@ -659,6 +661,84 @@ int model_decode_step(model *m, mode_ctx *ctx, token_t token, int32_t pos, float
     if ((rc = stack_at(m, &a, &(stack_call){ .event = STACK_HEAD, .rows = 1, .y = m->dec_u })) < 0)
         return rc;
     matmul(logits, dm->vocab, m->dec_u, d, false, m->tok_emb, d, true, 1, dm->vocab, d, 0.0f);
+    return 0;
+}
+
+int model_decode_lanes(model *m, int max_len, int lanes, int *bad)
+{
+    const model_dims *dm = &m->dims;
+    if (max_len < 1 || lanes < 1 || lanes > MODE_MAX_LANES)
+        return -EINVAL;
+    for (int l = 0; l < dm->n_layers; l++) {
+        const kind_ops *o = m->layers[l].ops;
+        if (!o->decode_lanes || !o->decode_rows || o->stack) {
+            if (bad)
+                *bad = l;
+            return -ENOTSUP;
+        }
+    }
+    if (max_len > m->rope->max_pos) { /* as model_decode_begin */
+        rope_table *t = NULL;
+        if (build_rope_table(&t, max_len, dm->d_head))
+            return -ENOMEM;
+        free_rope_table(&m->rope);
+        m->rope = t;
+    }
+    if (lanes > m->lanes) {
+        size_t rd = (size_t)lanes * dm->d_model;
+        free(m->lane_x[0]);
+        m->lanes = 0;
+        m->lane_x[0] = alloc_floats(3 * rd + (size_t)lanes);
+        if (!m->lane_x[0])
+            return -ENOMEM;
+        m->lane_x[1] = m->lane_x[0] + rd;
+        m->lane_u = m->lane_x[0] + 2 * rd;
+        m->lane_rstd = m->lane_x[0] + 3 * rd;
+        m->lanes = lanes;
+    }
+    m->lane_len = max_len;
+    int cap = max_len < dm->seq_len ? max_len : dm->seq_len;
+    for (int l = 0; l < dm->n_layers; l++) {
+        layer *ly = &m->layers[l];
+        int rc = ly->ops->decode_lanes(ly, dm, cap, lanes);
+        if (rc) {
+            if (bad)
+                *bad = l;
+            return rc;
+        }
+    }
+    m->lanes = lanes; /* the rows the next decode_rows steps */
+    return 0;
+}
+
+int model_decode_rows(model *m, mode_ctx *ctx, const token_t *tokens, int32_t pos, float *logits,
+                      unsigned char *taken)
+{
+    const model_dims *dm = &m->dims;
+    int d = dm->d_model, n = m->lanes, L = dm->n_layers;
+    if (n < 1 || pos < 0 || pos >= m->lane_len)
+        return -ERANGE;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] >= (token_t)dm->vocab)
+            return -ERANGE;
+    batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
+    fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
+    a.tokens = tokens;
+    embedding_forward(m->lane_x[0], m->tok_emb, tokens, n, d);
+    unsigned char took[MODE_MAX_LANES];
+    for (int l = 0; l < L; l++) {
+        layer *ly = &m->layers[l];
+        float *out = m->lane_x[(l + 1) & 1], *in = m->lane_x[l & 1];
+        int rc = ly->ops->decode_rows(ly, &a, out, in, n, pos, took);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; taken && i < n; i++)
+            taken[(size_t)i * L + l] = took[i];
+    }
+    rmsnorm_forward(m->lane_u, m->lane_rstd, m->lane_x[L & 1], m->final_norm, n, d);
+    matmul_exec ex = { .pool = a.mm.pool, .bf16 = false };
+    matmul_pool(&ex, logits, dm->vocab, m->lane_u, d, false, m->tok_emb, d, true, n, dm->vocab, d,
+                0.0f);
     return 0;
 }
 

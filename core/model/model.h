@@ -65,6 +65,8 @@ typedef struct model {
     float *dec_x[2];         /* [d] decoding: the residual row, double-buffered */
     float *dec_u;            /* [d] */
     int dec_len;             /* positions model_decode_begin allowed */
+    float *lane_x[2], *lane_u, *lane_rstd; /* batched decoding: [lanes][d] rows, [lanes] */
+    int lanes, lane_len;     /* what model_decode_lanes allowed */
     const route_plan *route; /* decoding's counterfactual routing (sample --routing), or NULL */
     bool bf16;               /* [run] precision bf16: the passes' products in bf16
                               * (matmul.h matmul_exec); decoding stays fp32 */
@@ -176,6 +178,18 @@ int model_decode_cache_bytes(model *m, double *bytes);
  * head), both through the tied embedding; decode_truncate() forgets the
  * positions >= pos in layers [from, to).  -ENOTSUP when a layer's kind
  * cannot (no decode_truncate, or at not an exit point). */
+/* Batched decoding (core/model/lanes.h, sample --batch): lanes() sizes
+ * every layer's caches for `lanes` sequences of up to max_len positions
+ * (past S, the last S: a sliding window) and empties them; -ENOTSUP when a
+ * layer's kind has no batched decoding (*bad: its index).  rows() runs
+ * tokens[lanes], lane i's token at position pos (every lane at the same
+ * position, positions rising), into logits[lanes][V] and, when taken is not
+ * NULL, taken[i*L + l]: what decode_step's taken[l] would say for lane i.
+ * Lane i's logits are model_decode_step's on lane i's tokens alone, to
+ * float rounding. */
+int model_decode_lanes(model *m, int max_len, int lanes, int *bad);
+int model_decode_rows(model *m, mode_ctx *ctx, const token_t *tokens, int32_t pos, float *logits,
+                      unsigned char *taken);
 int model_decode_part(model *m, mode_ctx *ctx, token_t token, float *x, int from, int to,
                       int32_t pos);
 int model_decode_head(model *m, const float *x, int at, float *logits);

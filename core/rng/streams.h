@@ -19,6 +19,7 @@
 #define PCG_KEY_MI 0x4d49u            /* "MI": the analysis's chance mutual information */
 #define PCG_KEY_BOOT 0x424f4f54u      /* "BOOT": the analysis's bootstraps (what, 0) */
 #define PCG_STREAM_SAMPLE 0x53414d50u /* "SAMP": mode-exp sample's draws */
+#define PCG_KEY_SAMPLE_LANE 0x534c4e00u /* "SLN": sample --batch's lane i > 0 draws (lane, 0) */
 #define PCG_STREAM_SYNTH 0x53594e54u  /* "SYNT": the synthetic corpus's generator */
 
 #endif

@@ -288,6 +288,46 @@ sched)
 		fail "a schedule of no steps ran"
 	grep -q "schedule_steps" out.txt || fail "refusal: $(cat out.txt)"
 	;;
+batch)
+	# Batched decoding (sample --batch B, docs/decoding.md): sequence 1 of a
+	# batch draws as a sequence alone does, so its text is the one-sequence
+	# text for the same seed (dense, MoD, MoD with a random router, staged
+	# MoDE, with its share report); sequences differ from each other; the
+	# benchmark's rounds; a kind without batched decoding is refused by
+	# layer, and so are --batch 0 and --batch with --speculative
+	for k in 'dense x 2' 'dense, mod' 'dense, staged' 'dense, tcmod'; do
+		d=$(echo "$k" | tr -dc 'a-z')
+		case $k in *x*|*tcmod*) run "$d" 1 "model.layers=$k";;
+			*) run "$d" 1 "model.layers=$k" mod.capacity=0.25;; esac
+		one=$("$exe" sample "$d/tiny/ckpt.h5" --prompt "?K=" --tokens 12 --seed 5 --ids) ||
+			fail "$k: sample"
+		"$exe" sample "$d/tiny/ckpt.h5" --prompt "?K=" --tokens 12 --seed 5 --ids --batch 5 \
+			--bench 1 >b.txt || fail "$k: sample --batch 5"
+		first=$(sed -n '2p' b.txt)
+		[ "$first" = "$(echo "$one" | sed -n 1p)" ] ||
+			fail "$k: sequence 1 of the batch '$first', alone '$(echo "$one" | sed -n 1p)'"
+		[ "$(grep -c '^# sequence [1-5] of 5$' b.txt)" = 5 ] || fail "$k: $(cat b.txt)"
+		[ "$(grep -A1 '^# sequence' b.txt | grep -v '^#' | grep -v '^--' | sort -u | wc -l)" -ge 3 ] ||
+			fail "$k: the sequences of a batch are alike: $(cat b.txt)"
+		grep -q "^# decode benchmark: 1 rounds of batch 5, 60 generated tokens" b.txt ||
+			fail "$k: benchmark: $(cat b.txt)"
+		case $k in *mod*|*staged*)
+			grep -q "^# layer 1 ([a-z]*): [0-9]* of 55 generated tokens took the block" b.txt ||
+				fail "$k: share report: $(cat b.txt)";;
+		esac
+	done
+	"$exe" sample densemod/tiny/ckpt.h5 --prompt "?K=" --tokens 6 --batch 3 --routing random \
+		>r.txt 2>&1 || fail "--routing random: $(cat r.txt)"
+	grep -q "^# routing decisions: random" r.txt || fail "--routing random: $(cat r.txt)"
+	run exit 1 'model.layers=dense, exit, dense'
+	expect 1 "layer 1 (exit) decodes one sequence at a time" \
+		"$exe" sample exit/tiny/ckpt.h5 --prompt "?K=" --tokens 4 --batch 2
+	expect 2 "expected sequences decoded at once, 1..1024" \
+		"$exe" sample densex/tiny/ckpt.h5 --prompt "?K=" --tokens 4 --batch 0
+	expect 2 "not with --speculative" \
+		"$exe" sample exit/tiny/ckpt.h5 --prompt "?K=" --tokens 4 --batch 2 --speculative auto \
+		--temperature 0
+	;;
 mod)
 	# MoD layers: statistics, routing records, both eval modes, sampling
 	run m 2 'model.layers=(dense, mod) x 2' mod.capacity=0.25

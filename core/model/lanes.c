@@ -1,0 +1,110 @@
+/* Batched decoding's lanes (lanes.h): a key-value cache a lane, the rows'
+ * products shared. */
+#include "core/model/lanes.h"
+#include "core/kernels/matmul.h"
+#include "core/kernels/ops.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void free_decode_lanes(decode_lanes *dl)
+{
+    for (int i = 0; dl->kv && i < dl->lanes; i++)
+        free_kv_cache(&dl->kv[i]);
+    free(dl->kv);
+    free_mlp_cache(&dl->mlp);
+    free(dl->u); /* the [rows][d] buffers, rstd, gate, pos and lane: one block */
+    memset(dl, 0, sizeof(*dl));
+}
+
+int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_len, int lanes)
+{
+    if (lanes < 1 || max_len < 1)
+        return -EINVAL;
+    if (dl->lanes < lanes || dl->f != f || (dl->kv && dl->kv[0].cap < max_len)) {
+        free_decode_lanes(dl);
+        size_t d = (size_t)dims->d_model, r = (size_t)lanes;
+        dl->kv = calloc(r, sizeof(kv_cache));
+        /* eight [rows][d] buffers, then rstd, gate (floats), pos, lane */
+        dl->u = malloc(r * (8 * d + 2) * sizeof(float) + r * (sizeof(int32_t) + sizeof(int)));
+        if (!dl->kv || !dl->u || (f > 0 && build_mlp_cache(&dl->mlp, dims, lanes, f))) {
+            free_decode_lanes(dl);
+            return -ENOMEM;
+        }
+        dl->lanes = dl->rows = lanes;
+        dl->f = f;
+        float *p = dl->u;
+        float **bufs[] = { &dl->u, &dl->q, &dl->k, &dl->v, &dl->att, &dl->h, &dl->xs, &dl->ys };
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++, p += r * d)
+            *bufs[i] = p;
+        dl->rstd = p;
+        dl->gate = p + r;
+        dl->pos = (int32_t *)(p + 2 * r);
+        dl->lane = (int *)(dl->pos + r);
+    }
+    for (int i = 0; i < dl->lanes; i++) {
+        int rc = kv_cache_begin(&dl->kv[i], dims, max_len);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+matmul_exec decode_rows_exec(const fwd_args *a)
+{
+    return (matmul_exec){ .pool = a->mm.pool, .bf16 = false };
+}
+
+int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane, int n,
+                     int32_t pos, const attn_weights *w, const fwd_args *a)
+{
+    const model_dims *dm = a->dims;
+    int d = dm->d_model;
+    if (n < 0 || n > dl->rows || !w->wk)
+        return n > dl->rows || n < 0 ? -EINVAL : -ENOTSUP;
+    if (n == 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        kv_cache *c = lane[i] >= 0 && lane[i] < dl->lanes ? &dl->kv[lane[i]] : NULL;
+        if (!c || c->core)
+            return c ? -ENOTSUP : -EINVAL;
+        kv_cache_slide(c, pos, dm->seq_len, d);
+        /* a lane once a step, positions rising */
+        if (c->n >= c->cap || (c->n > 0 && c->pos[c->n - 1] >= pos))
+            return -EINVAL;
+        dl->pos[i] = pos;
+    }
+    matmul_exec ex = decode_rows_exec(a);
+    rmsnorm_forward(dl->u, dl->rstd, x, w->norm, n, d);
+    linear_forward(&ex, dl->q, dl->u, w->wq, n, d, d, 0.0f);
+    linear_forward(&ex, dl->k, dl->u, w->wk, n, d, d, 0.0f);
+    linear_forward(&ex, dl->v, dl->u, w->wv, n, d, d, 0.0f);
+    rope_forward(dl->q, dl->pos, a->rope, n, dm->n_heads, dm->d_head);
+    rope_forward(dl->k, dl->pos, a->rope, n, dm->n_heads, dm->d_head);
+    for (int i = 0; i < n; i++) {
+        kv_cache *c = &dl->kv[lane[i]];
+        size_t at = (size_t)c->n * d, row = (size_t)i * d;
+        memcpy(c->k + at, dl->k + row, (size_t)d * sizeof(float));
+        memcpy(c->v + at, dl->v + row, (size_t)d * sizeof(float));
+        c->pos[c->n++] = pos;
+        kv_cache_attend(c, dl->att + row, dl->q + row, dm);
+    }
+    memcpy(h, x, (size_t)n * d * sizeof(float));
+    linear_forward(&ex, h, dl->att, w->wo, n, d, d, 1.0f);
+    return 0;
+}
+
+int block_decode_rows(decode_lanes *dl, float *y, const float *x, const int *lane, int n,
+                      int32_t pos, const attn_weights *aw, const float *mlp_norm,
+                      const ffn_weights *fw, const fwd_args *a)
+{
+    int rc = attn_decode_rows(dl, dl->h, x, lane, n, pos, aw, a);
+    if (rc || n == 0)
+        return rc;
+    if (dl->f != a->dims->d_ff)
+        return -EINVAL;
+    matmul_exec ex = decode_rows_exec(a);
+    mlp_forward(&ex, &dl->mlp, y, dl->h, n, mlp_norm, fw, a->dims->d_model, a->dims->d_ff);
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* Batched decoding (mode-exp sample --batch B): B independent sequences,
+ * "lanes", decoded together, every lane at the same position each step.
+ * A block keeps one key-value cache a lane and scratch for up to B rows, so
+ * that a step's rows share the block's products (one n x d by d x d product
+ * in place of n vector products) while each row attends to its own lane's
+ * cache.  The maths of each row is kind.h decode()'s on that lane alone; the
+ * products of n rows add in another order than a row's alone, so the logits
+ * agree to float rounding, not to the bit (tests/model/test_lanes.c). */
+#ifndef MODE_MODEL_LANES_H
+#define MODE_MODEL_LANES_H
+
+#include "core/model/block.h"
+
+#define MODE_MAX_LANES 1024 /* the most sequences batched decoding steps at once */
+
+typedef struct decode_lanes {
+    int lanes;          /* caches */
+    int rows;           /* rows the scratch holds (= lanes) */
+    int f;              /* the MLP's hidden width (0: no MLP cache) */
+    kv_cache *kv;       /* [lanes] */
+    mlp_cache mlp;      /* rows */
+    float *u, *q, *k, *v, *att, *h, *xs, *ys; /* [rows][d] */
+    float *rstd, *gate; /* [rows] */
+    int32_t *pos;       /* [rows] */
+    int *lane;          /* [rows] */
+} decode_lanes;
+
+/* Size dl for `lanes` lanes of up to max_len positions each (growing it
+ * only when larger) and empty every lane's cache; f: the MLP width its
+ * rows run (0: none). */
+int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_len, int lanes);
+void free_decode_lanes(decode_lanes *dl);
+
+/* h[n][d] = x + Attn(x) for row i of x[n][d] as lane lane[i]'s token at
+ * position pos (distinct lanes), its k and v joining that lane's cache:
+ * attn_decode's maths row by row, the projections one product of n rows.
+ * A Cross-Layer Attention reader or an attention that keeps probabilities
+ * is not batched (-ENOTSUP). */
+int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane, int n,
+                     int32_t pos, const attn_weights *w, const fwd_args *a);
+
+/* y[n][d] = Block(x) (attention, then RMSNorm and SwiGLU with the
+ * residual) for the rows as attn_decode_rows. */
+int block_decode_rows(decode_lanes *dl, float *y, const float *x, const int *lane, int n,
+                      int32_t pos, const attn_weights *aw, const float *mlp_norm,
+                      const ffn_weights *fw, const fwd_args *a);
+
+/* The products' execution for decoding rows: fp32 (as decode()), on the
+ * caller's pool (the same bits at any thread count, matmul.h). */
+matmul_exec decode_rows_exec(const fwd_args *a);
+
+#endif
