@@ -7,7 +7,10 @@
 # the same round (median), the FLOPs decoding ran a token and the routed
 # layers' shares of generated tokens.  BATCHES="1 16 64" times each
 # batch size (sample --batch B: B sequences decoded at once, R rounds of
-# them), each against dense at the same batch (default: 1).
+# them), each against dense at the same batch (default: 1).  TOKENS (default
+# 115: the prompt's 13 bytes and 115 fill a context of 128) sets how many
+# tokens each sequence generates; past the context every layer slides its
+# window, which copies its cache each token.
 #   scripts/bench-decode.sh DIR [ROUNDS] [R] [SUFFIX]
 # (DIR/<kind>SUFFIX/ckpt.h5 for each kind there, one of them dense; SUFFIX
 # picks one seed of a sweep's runs: -s1 for DIR/dense-s1, DIR/mod-s1, ...)
@@ -17,16 +20,18 @@ dir=${1:?usage: bench-decode.sh DIR [ROUNDS] [R] [SUFFIX]}
 rounds=${2:-3} reps=${3:-5} suffix=${4:-}
 exe=${MODE_EXP:-build/experiments/mode-exp}
 export OPENBLAS_NUM_THREADS=1
-kinds=$(cd "$dir" && for k in *"$suffix"; do [ -f "$k/ckpt.h5" ] && echo "${k%"$suffix"}"; done)
+kinds=$(cd "$dir" && for k in *"$suffix"; do
+	if [ -f "$k/ckpt.h5" ]; then echo "${k%"$suffix"}"; fi
+done)
 echo "$kinds" | grep -qx dense ||
 	{ echo "bench-decode: no $dir/dense$suffix/ckpt.h5 to compare with" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-batches=${BATCHES:-1}
+batches=${BATCHES:-1} tokens=${TOKENS:-115}
 for b in $batches; do
 	for r in $(seq 1 "$rounds"); do
 		for k in $kinds; do
-			"$exe" sample "$dir/$k$suffix/ckpt.h5" --prompt "The jury said" --tokens 1000 \
+			"$exe" sample "$dir/$k$suffix/ckpt.h5" --prompt "The jury said" --tokens "$tokens" \
 				--seed "$r" --bench "$reps" --threads 1 --batch "$b" >"$tmp/$k.$b.$r" 2>&1 ||
 				{ cat "$tmp/$k.$b.$r" >&2; exit 1; }
 		done

@@ -185,9 +185,10 @@ void free_kv_cache(kv_cache *c);
  * positions (pos - S, pos], a sliding window; the oldest leave first. */
 void kv_cache_slide(kv_cache *c, int32_t pos, int S, int d);
 /* att[d] = softmax(q k^T / sqrt(d_head)) V per head over the c->n cached
- * rows (softmax and P V: a cache without an attn_core); c->scores is the
- * scratch. */
-void kv_cache_attend(kv_cache *c, float *att, const float *q, const model_dims *dm);
+ * rows (softmax and P V: a cache without an attn_core); sc: sc_floats of
+ * scratch, at least c->n (H c->n: every head in one pass over the rows). */
+void kv_cache_attend(const kv_cache *c, float *att, const float *q, const model_dims *dm,
+                     float *sc, long sc_floats);
 /* A new sequence of at most max_len rows: grow c when it is smaller, empty it. */
 int kv_cache_begin(kv_cache *c, const model_dims *dims, int max_len);
 /* Drop the cached rows at positions >= pos (a rolled-back draft). */

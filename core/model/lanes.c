@@ -15,6 +15,7 @@ void free_decode_lanes(decode_lanes *dl)
     free(dl->kv);
     free_mlp_cache(&dl->mlp);
     free(dl->u); /* the [rows][d] buffers, rstd, gate, pos and lane: one block */
+    free(dl->sc);
     memset(dl, 0, sizeof(*dl));
 }
 
@@ -26,9 +27,11 @@ int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_
         free_decode_lanes(dl);
         size_t d = (size_t)dims->d_model, r = (size_t)lanes;
         dl->kv = calloc(r, sizeof(kv_cache));
+        dl->sc_floats = (long)dims->n_heads * max_len;
+        dl->sc = malloc((size_t)dl->sc_floats * sizeof(float));
         /* eight [rows][d] buffers, then rstd, gate (floats), pos, lane */
         dl->u = malloc(r * (8 * d + 2) * sizeof(float) + r * (sizeof(int32_t) + sizeof(int)));
-        if (!dl->kv || !dl->u || (f > 0 && build_mlp_cache(&dl->mlp, dims, lanes, f))) {
+        if (!dl->kv || !dl->u || !dl->sc || (f > 0 && build_mlp_cache(&dl->mlp, dims, lanes, f))) {
             free_decode_lanes(dl);
             return -ENOMEM;
         }
@@ -88,7 +91,7 @@ int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane
         memcpy(c->k + at, dl->k + row, (size_t)d * sizeof(float));
         memcpy(c->v + at, dl->v + row, (size_t)d * sizeof(float));
         c->pos[c->n++] = pos;
-        kv_cache_attend(c, dl->att + row, dl->q + row, dm);
+        kv_cache_attend(c, dl->att + row, dl->q + row, dm, dl->sc, dl->sc_floats);
     }
     memcpy(h, x, (size_t)n * d * sizeof(float));
     linear_forward(&ex, h, dl->att, w->wo, n, d, d, 1.0f);

@@ -21,6 +21,8 @@ typedef struct decode_lanes {
     mlp_cache mlp;      /* rows */
     float *u, *q, *k, *v, *att, *h, *xs, *ys; /* [rows][d] */
     float *rstd, *gate; /* [rows] */
+    float *sc;          /* [H][max_len] attention's scores, every head at once */
+    long sc_floats;
     int32_t *pos;       /* [rows] */
     int *lane;          /* [rows] */
 } decode_lanes;
