@@ -104,7 +104,7 @@ int sample_batched(model *m, mode_ctx *ctx, const cli *c, int B, const token_t *
     int rc = model_decode_lanes(m, (int)(plen + c->tokens), B, &bad);
     if (rc == -ENOTSUP && bad >= 0) {
         fprintf(stderr, "mode-exp sample: --batch %d: layer %d (%s) decodes one sequence at a "
-                "time (its kind has no batched decoding; batched: dense, mod, tcmod, staged); "
+                "time (its kind has no batched decoding); "
                 "--batch 1 decodes it\n", B, bad, cfg->layers[bad].kind);
         return 1;
     }

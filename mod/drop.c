@@ -105,6 +105,29 @@ static int drop_decode(layer *l, const fwd_args *a, float *y, const float *x, in
     return rc ? rc : 1;
 }
 
+static int drop_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    drop_state *s = l->state;
+    return routed_decode_lanes(&s->blk, dims, max_len, lanes);
+}
+
+/* Decoding draws nothing: every token of a layer runs it (or none, pruned). */
+static int drop_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                            int32_t pos, unsigned char *taken)
+{
+    drop_state *s = l->state;
+    draws_rule r = rule_of(l, a->dims->n_layers);
+    float g, gv[MODE_MAX_LANES];
+    unsigned char take = (unsigned char)select_draws_decide(&r, &g);
+    if (n > MODE_MAX_LANES)
+        return -EINVAL;
+    for (int i = 0; i < n; i++) {
+        taken[i] = take;
+        gv[i] = g;
+    }
+    return routed_decode_rows(&s->blk, l->w, a, y, x, n, pos, taken, gv);
+}
+
 static int drop_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
 {
     drop_state *s = l->state;
@@ -128,6 +151,8 @@ const kind_ops drop_ops = {
     .backward = drop_backward,
     .decode_begin = drop_decode_begin,
     .decode = drop_decode,
+    .decode_lanes = drop_decode_lanes,
+    .decode_rows = drop_decode_rows,
     .decode_kv = drop_decode_kv,
     .decode_truncate = drop_decode_truncate,
     .stat_count = drop_stat_count,

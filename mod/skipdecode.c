@@ -20,6 +20,7 @@ static void skipdecode_free(layer *l)
         return;
     free(s->block);
     free_block_decode(&s->kv, &s->mlp1, &s->dec);
+    free_decode_lanes(&s->lanes);
     free(s);
     l->state = NULL;
 }
@@ -168,6 +169,35 @@ static int skipdecode_decode(layer *l, const fwd_args *a, float *y, const float 
     return 1;
 }
 
+static int skipdecode_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    skipdecode_state *s = l->state;
+    int T = rows_of(l, dims);
+    int cap = T < dims->seq_len && T < max_len ? T : max_len; /* as decode_begin */
+    return decode_lanes_begin(&s->lanes, dims, dims->d_ff, cap > 0 ? cap : 1, lanes);
+}
+
+/* Every lane stands at pos: the schedule runs the block on all or none. */
+static int skipdecode_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                                  int32_t pos, unsigned char *taken)
+{
+    skipdecode_state *s = l->state;
+    const model_dims *dm = a->dims;
+    bool runs = runs_at(l, dm, pos);
+    for (int i = 0; i < n; i++) {
+        s->lanes.lane[i] = i;
+        taken[i] = runs;
+    }
+    if (!runs) {
+        memcpy(y, x, (size_t)n * dm->d_model * sizeof(float));
+        return 0;
+    }
+    attn_weights aw = attn_weights_at(l->w);
+    ffn_weights fw = ffn_weights_at(l->w + BLOCK_ATTN_TENSORS + 1);
+    return block_decode_rows(&s->lanes, y, x, s->lanes.lane, n, pos, &aw,
+                             l->w[BLOCK_ATTN_TENSORS], &fw, a);
+}
+
 static int skipdecode_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
 {
     skipdecode_state *s = l->state;
@@ -242,6 +272,8 @@ const kind_ops skipdecode_ops = {
     .backward = skipdecode_backward,
     .decode_begin = skipdecode_decode_begin,
     .decode = skipdecode_decode,
+    .decode_lanes = skipdecode_decode_lanes,
+    .decode_rows = skipdecode_decode_rows,
     .decode_kv = skipdecode_decode_kv,
     .record = skipdecode_record,
     .stack = skipdecode_stack,

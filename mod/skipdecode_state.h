@@ -4,6 +4,7 @@
 #define MODE_MOD_SKIPDECODE_STATE_H
 
 #include "core/model/block.h"
+#include "core/model/lanes.h"
 
 #include <stdint.h>
 
@@ -37,6 +38,7 @@ typedef struct skipdecode_state {
     kv_cache kv;       /* T_l rows (every position when T_l = S) */
     mlp_cache mlp1;
     float *dec;        /* [d] */
+    decode_lanes lanes; /* batched decoding (core/model/lanes.h) */
 } skipdecode_state;
 
 /* The backward's work space for n gathered rows. */

@@ -626,7 +626,7 @@ int experts_decode_lanes(experts *ex, int lanes)
         free_ffn_cache(&ex->lane_cache);
         free_ffn_cache(&ex->sh_lane_cache);
         ex->lanes = 0;
-        size_t ints = r * N + 2 * r * K, floats = r * K + 2 * r * d;
+        size_t ints = r * N + 2 * r * K + r, floats = r * K + 2 * r * d;
         ex->lane_block = malloc(ints * sizeof(int) + floats * sizeof(float));
         if (!ex->lane_block || build_ffn_cache(&ex->lane_cache, lanes, c->d_ff) ||
             (c->shared > 0 && build_ffn_cache(&ex->sh_lane_cache, lanes, c->shared * c->d_ff)))
@@ -634,7 +634,8 @@ int experts_decode_lanes(experts *ex, int lanes)
         ex->lane_counts = ex->lane_block;
         ex->lane_row = ex->lane_counts + r * N;
         ex->lane_exp = ex->lane_row + r * K;
-        ex->lane_w = (float *)(ex->lane_exp + r * K);
+        ex->lane_first = ex->lane_exp + r * K;
+        ex->lane_w = (float *)(ex->lane_first + r);
         ex->lane_in = ex->lane_w + r * K;
         ex->lane_out = ex->lane_in + r * d;
         ex->lanes = lanes;
@@ -664,6 +665,7 @@ int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m
         float lse;
         experts_gate_token(ex, &ai, ex->dec, &lse, m + (size_t)i * d, w, ai.seq0, pos);
         int *counts = ex->lane_counts + (size_t)lane[i] * N;
+        ex->lane_first[i] = ex->dec_col[0];
         for (int j = 0; j < K; j++) {
             int best = ex->dec_col[j];
             /* experts_decode's admission: the no-op costs nothing */
@@ -705,4 +707,9 @@ int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m
             y[k] += ex->lane_out[k];
     }
     return 0;
+}
+
+int experts_decode_first(const experts *ex, int row)
+{
+    return ex->lane_first[row];
 }

@@ -56,6 +56,8 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
 int experts_decode_lanes(experts *ex, int lanes);
 int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m,
                         float *const *w, int capacity, const int *lane, int n, int32_t pos);
+/* Row `row`'s first choice in the last experts_decode_rows (E: the no-op). */
+int experts_decode_first(const experts *ex, int row);
 
 /* The balancing bias after an optimizer step and the statistics of a
  * training forward: experts_gate.h. */

@@ -87,6 +87,7 @@ struct experts {
     float *lane_w;       /* [lanes top_k] its weight */
     float *lane_in;      /* [lanes][d] an expert's rows */
     float *lane_out;     /* [lanes][d] */
+    int *lane_first;     /* [lanes] each row's first choice (E: the no-op) */
     ffn_cache lane_cache, sh_lane_cache; /* lanes rows */
 };
 

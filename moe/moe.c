@@ -21,6 +21,7 @@ void moe_free(layer *l)
     free(s->block);
     free_experts(&s->ex);
     free_kv_cache(&s->kv);
+    free_decode_lanes(&s->lanes);
     free(s);
     l->state = NULL;
 }
@@ -111,6 +112,40 @@ int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t po
         return first;
     /* "took the block": the first choice is a real expert (always, for moe) */
     return first < s->ec.experts ? 1 : 0;
+}
+
+int moe_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    moe_state *s = l->state;
+    int rc = experts_decode_lanes(s->ex, lanes); /* expert-choice: -ENOTSUP */
+    return rc ? rc : decode_lanes_begin(&s->lanes, dims, 0, max_len, lanes);
+}
+
+int moe_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n, int32_t pos,
+                    unsigned char *taken)
+{
+    moe_state *s = l->state;
+    decode_lanes *dl = &s->lanes;
+    int d = a->dims->d_model;
+    if (n > dl->lanes)
+        return -EINVAL;
+    for (int i = 0; i < n; i++)
+        dl->lane[i] = i;
+    attn_weights aw = attn_weights_at(l->w);
+    int rc = attn_decode_rows(dl, dl->h, x, dl->lane, n, pos, &aw, a);
+    if (rc)
+        return rc;
+    rmsnorm_forward(dl->xs, dl->rstd, dl->h, l->w[T_MLP_NORM], n, d);
+    memcpy(y, dl->h, (size_t)n * d * sizeof(float));
+    rc = experts_decode_rows(s->ex, a, y, dl->xs, l->w + T_GATE,
+                             experts_capacity_in(&s->ec, a->seq_len, FWD_EVAL_CAUSAL), dl->lane,
+                             n, pos);
+    if (rc)
+        return rc;
+    /* "took the block": the first choice is a real expert (always, for moe) */
+    for (int i = 0; i < n; i++)
+        taken[i] = experts_decode_first(s->ex, i) < s->ec.experts;
+    return 0;
 }
 
 int moe_record(const layer *l, const fwd_args *a, record_sink *sink)

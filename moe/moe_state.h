@@ -5,6 +5,7 @@
 #define MODE_MOE_MOE_STATE_H
 
 #include "core/model/block.h"
+#include "core/model/lanes.h"
 #include "moe/experts_kind.h"
 
 /* Their parameters: the [moe] keys, and integrated's [integrated] key. */
@@ -30,6 +31,7 @@ typedef struct moe_state {
     experts *ex;       /* the experts' state (experts.c) */
     int nseq;
     kv_cache kv;       /* decoding */
+    decode_lanes lanes; /* batched decoding (core/model/lanes.h) */
 } moe_state;
 
 void moe_layout(buf_plan *p, moe_state *s, const model_dims *dims, int max_seq);
@@ -68,6 +70,9 @@ int moe_forward(layer *l, const fwd_args *a, float *y, const float *x);
 int moe_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
 int moe_decode_begin(layer *l, const model_dims *dims, int max_len);
 int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
+int moe_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes);
+int moe_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n, int32_t pos,
+                    unsigned char *taken);
 int moe_record(const layer *l, const fwd_args *a, record_sink *sink);
 int moe_stat_count(const layer *l, int *n_sums);
 void moe_stat_name(const layer *l, int col, char *buf, int len);
@@ -79,6 +84,7 @@ void moe_step_end(layer *l, bool updated);
     {                                                                                              \
         .kind = &KIND, .build = BUILD, .free = moe_free, .forward = moe_forward,                   \
         .backward = moe_backward, .decode_begin = moe_decode_begin, .decode = moe_decode,         \
+        .decode_lanes = moe_decode_lanes, .decode_rows = moe_decode_rows,                         \
         .record = moe_record, .stat_count = moe_stat_count, .stat_name = moe_stat_name,           \
         .stat_sums = moe_stat_sums, .stat_columns = moe_stat_columns, .routes = ROUTES,           \
         .decode_routes = DECODE_ROUTES, .step_end = moe_step_end,                                 \

@@ -34,6 +34,7 @@ static int cla_join(layer *l, const stack_call *c)
     s->attn.k = src->attn.k;
     s->attn.v = src->attn.v;
     s->kv_read = &src->kv;
+    s->lanes.read_from = &src->lanes;
     s->attn.dk_read = src->attn.dk_read = t->dk_read;
     s->attn.dv_read = src->attn.dv_read = t->dv_read;
     s->attn.dkv_first = top == l->index;
@@ -64,6 +65,14 @@ static int cla_decode_begin(layer *l, const model_dims *dims, int max_len)
     return 0;
 }
 
+/* Batched decoding: a reader's scratch; its group's first layer's lanes
+ * hold the caches (joined at STACK_BUILT). */
+static int cla_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    dense_state *s = l->state;
+    return decode_lanes_begin_reader(&s->lanes, dims, dims->d_ff, max_len, lanes);
+}
+
 /* A token that left the stack: the first layer's decode_kv gave the
  * group's cache its keys and values; a reader has none to add. */
 static int cla_decode_kv(layer *l, const fwd_args *a, const float *x, int32_t pos)
@@ -81,5 +90,7 @@ const kind_ops cla_ops = {
     .decode_begin = cla_decode_begin,
     .decode = dense_decode,
     .decode_kv = cla_decode_kv,
+    .decode_lanes = cla_decode_lanes,
+    .decode_rows = dense_decode_rows,
     .stack = cla_stack,
 };

@@ -149,8 +149,8 @@ static int dense_decode_lanes(layer *l, const model_dims *dims, int max_len, int
     return decode_lanes_begin(&s->lanes, dims, dims->d_ff, max_len, lanes);
 }
 
-static int dense_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
-                             int32_t pos, unsigned char *taken)
+int dense_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n, int32_t pos,
+                      unsigned char *taken)
 {
     dense_state *s = l->state;
     attn_weights aw;

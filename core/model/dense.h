@@ -49,6 +49,10 @@ void dense_free(layer *l);
 int dense_forward(layer *l, const fwd_args *a, float *y, const float *x);
 int dense_backward(layer *l, const fwd_args *a, float *dx, const float *dy, const float *x);
 int dense_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos);
+/* Batched decoding (lanes.h), the reader's too (cla.c: its lanes read its
+ * group's first layer's caches). */
+int dense_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n, int32_t pos,
+                      unsigned char *taken);
 
 /* The reader's tensors: attn_norm wq wo mlp_norm w1 w3 w2. */
 enum { CLA_TENSORS = BLOCK_TENSORS - 2 };

@@ -5,6 +5,7 @@
 #include "core/kernels/ops.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +20,16 @@ void free_decode_lanes(decode_lanes *dl)
     memset(dl, 0, sizeof(*dl));
 }
 
-int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_len, int lanes)
+static int lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_len, int lanes,
+                       int kv_len)
 {
     if (lanes < 1 || max_len < 1)
         return -EINVAL;
-    if (dl->lanes < lanes || dl->f != f || (dl->kv && dl->kv[0].cap < max_len)) {
+    if (dl->lanes < lanes || dl->f != f || dl->sc_floats < (long)dims->n_heads * max_len ||
+        (dl->kv && dl->kv[0].cap < kv_len)) {
+        const decode_lanes *read_from = dl->read_from;
         free_decode_lanes(dl);
+        dl->read_from = read_from;
         size_t d = (size_t)dims->d_model, r = (size_t)lanes;
         dl->kv = calloc(r, sizeof(kv_cache));
         dl->sc_floats = (long)dims->n_heads * max_len;
@@ -47,11 +52,22 @@ int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_
         dl->lane = (int *)(dl->pos + r);
     }
     for (int i = 0; i < dl->lanes; i++) {
-        int rc = kv_cache_begin(&dl->kv[i], dims, max_len);
+        int rc = kv_cache_begin(&dl->kv[i], dims, kv_len);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_len, int lanes)
+{
+    return lanes_begin(dl, dims, f, max_len, lanes, max_len);
+}
+
+int decode_lanes_begin_reader(decode_lanes *dl, const model_dims *dims, int f, int max_len,
+                              int lanes)
+{
+    return lanes_begin(dl, dims, f, max_len, lanes, 1);
 }
 
 matmul_exec decode_rows_exec(const fwd_args *a)
@@ -64,33 +80,46 @@ int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane
 {
     const model_dims *dm = a->dims;
     int d = dm->d_model;
-    if (n < 0 || n > dl->rows || !w->wk)
-        return n > dl->rows || n < 0 ? -EINVAL : -ENOTSUP;
+    bool reader = !w->wk;
+    const decode_lanes *src = reader ? dl->read_from : dl;
+    if (n < 0 || n > dl->rows || !src)
+        return -EINVAL;
     if (n == 0)
         return 0;
     for (int i = 0; i < n; i++) {
-        kv_cache *c = lane[i] >= 0 && lane[i] < dl->lanes ? &dl->kv[lane[i]] : NULL;
+        kv_cache *c = lane[i] >= 0 && lane[i] < src->lanes ? &src->kv[lane[i]] : NULL;
         if (!c || c->core)
             return c ? -ENOTSUP : -EINVAL;
-        kv_cache_slide(c, pos, dm->seq_len, d);
-        /* a lane once a step, positions rising */
-        if (c->n >= c->cap || (c->n > 0 && c->pos[c->n - 1] >= pos))
+        if (reader) { /* the first layer has slid the cache and added this row */
+            if (c->n == 0 || c->pos[c->n - 1] != pos)
+                return -EINVAL;
+        } else {
+            kv_cache_slide(c, pos, dm->seq_len, d);
+            /* a lane once a step, positions rising */
+            if (c->n >= c->cap || (c->n > 0 && c->pos[c->n - 1] >= pos))
+                return -EINVAL;
+        }
+        if (dl->sc_floats < c->n + !reader)
             return -EINVAL;
         dl->pos[i] = pos;
     }
     matmul_exec ex = decode_rows_exec(a);
     rmsnorm_forward(dl->u, dl->rstd, x, w->norm, n, d);
     linear_forward(&ex, dl->q, dl->u, w->wq, n, d, d, 0.0f);
-    linear_forward(&ex, dl->k, dl->u, w->wk, n, d, d, 0.0f);
-    linear_forward(&ex, dl->v, dl->u, w->wv, n, d, d, 0.0f);
     rope_forward(dl->q, dl->pos, a->rope, n, dm->n_heads, dm->d_head);
-    rope_forward(dl->k, dl->pos, a->rope, n, dm->n_heads, dm->d_head);
+    if (!reader) {
+        linear_forward(&ex, dl->k, dl->u, w->wk, n, d, d, 0.0f);
+        linear_forward(&ex, dl->v, dl->u, w->wv, n, d, d, 0.0f);
+        rope_forward(dl->k, dl->pos, a->rope, n, dm->n_heads, dm->d_head);
+    }
     for (int i = 0; i < n; i++) {
-        kv_cache *c = &dl->kv[lane[i]];
+        kv_cache *c = &src->kv[lane[i]];
         size_t at = (size_t)c->n * d, row = (size_t)i * d;
-        memcpy(c->k + at, dl->k + row, (size_t)d * sizeof(float));
-        memcpy(c->v + at, dl->v + row, (size_t)d * sizeof(float));
-        c->pos[c->n++] = pos;
+        if (!reader) {
+            memcpy(c->k + at, dl->k + row, (size_t)d * sizeof(float));
+            memcpy(c->v + at, dl->v + row, (size_t)d * sizeof(float));
+            c->pos[c->n++] = pos;
+        }
         kv_cache_attend(c, dl->att + row, dl->q + row, dm, dl->sc, dl->sc_floats);
     }
     memcpy(h, x, (size_t)n * d * sizeof(float));

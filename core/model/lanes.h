@@ -13,11 +13,16 @@
 
 #define MODE_MAX_LANES 1024 /* the most sequences batched decoding steps at once */
 
-typedef struct decode_lanes {
+typedef struct decode_lanes decode_lanes;
+struct decode_lanes {
     int lanes;          /* caches */
     int rows;           /* rows the scratch holds (= lanes) */
     int f;              /* the MLP's hidden width (0: no MLP cache) */
     kv_cache *kv;       /* [lanes] */
+    /* a Cross-Layer Attention reader: its group's first layer's lanes,
+     * whose caches it reads (that layer has just added this step's rows)
+     * and never adds to; NULL: kv */
+    const struct decode_lanes *read_from;
     mlp_cache mlp;      /* rows */
     float *u, *q, *k, *v, *att, *h, *xs, *ys; /* [rows][d] */
     float *rstd, *gate; /* [rows] */
@@ -25,19 +30,23 @@ typedef struct decode_lanes {
     long sc_floats;
     int32_t *pos;       /* [rows] */
     int *lane;          /* [rows] */
-} decode_lanes;
+};
 
 /* Size dl for `lanes` lanes of up to max_len positions each (growing it
  * only when larger) and empty every lane's cache; f: the MLP width its
  * rows run (0: none). */
 int decode_lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_len, int lanes);
+/* A reader's: its scratch alone (one-row caches), read_from kept. */
+int decode_lanes_begin_reader(decode_lanes *dl, const model_dims *dims, int f, int max_len,
+                              int lanes);
 void free_decode_lanes(decode_lanes *dl);
 
 /* h[n][d] = x + Attn(x) for row i of x[n][d] as lane lane[i]'s token at
  * position pos (distinct lanes), its k and v joining that lane's cache:
  * attn_decode's maths row by row, the projections one product of n rows.
- * A Cross-Layer Attention reader or an attention that keeps probabilities
- * is not batched (-ENOTSUP). */
+ * A reader (w->wk NULL) computes queries alone against dl->read_from's
+ * caches.  An attention that keeps probabilities is not batched
+ * (-ENOTSUP). */
 int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane, int n,
                      int32_t pos, const attn_weights *w, const fwd_args *a);
 

@@ -671,7 +671,7 @@ int model_decode_lanes(model *m, int max_len, int lanes, int *bad)
         return -EINVAL;
     for (int l = 0; l < dm->n_layers; l++) {
         const kind_ops *o = m->layers[l].ops;
-        if (!o->decode_lanes || !o->decode_rows || o->stack) {
+        if (!o->decode_lanes || !o->decode_rows) {
             if (bad)
                 *bad = l;
             return -ENOTSUP;
@@ -724,18 +724,26 @@ int model_decode_rows(model *m, mode_ctx *ctx, const token_t *tokens, int32_t po
     batch b = { .nseq = 1, .global_seqs = 1, .route = m->route };
     fwd_args a = make_args(m, ctx, &b, FWD_EVAL_CAUSAL, NULL);
     a.tokens = tokens;
+    int rc = stack_at(m, &a, &(stack_call){ .event = STACK_BEGIN, .rows = n });
+    if (rc < 0)
+        return rc;
     embedding_forward(m->lane_x[0], m->tok_emb, tokens, n, d);
     unsigned char took[MODE_MAX_LANES];
     for (int l = 0; l < L; l++) {
         layer *ly = &m->layers[l];
         float *out = m->lane_x[(l + 1) & 1], *in = m->lane_x[l & 1];
-        int rc = ly->ops->decode_rows(ly, &a, out, in, n, pos, took);
-        if (rc < 0)
+        if ((rc = ly->ops->decode_rows(ly, &a, out, in, n, pos, took)) < 0)
             return rc;
         for (int i = 0; taken && i < n; i++)
             taken[(size_t)i * L + l] = took[i];
+        stack_call c = { .event = STACK_LAYER, .rows = n, .at = l, .y = out, .x = in };
+        if ((rc = stack_at(m, &a, &c)) != 0) /* a row that left the stack: not batched */
+            return rc < 0 ? rc : -ENOTSUP;
     }
     rmsnorm_forward(m->lane_u, m->lane_rstd, m->lane_x[L & 1], m->final_norm, n, d);
+    rc = stack_at(m, &a, &(stack_call){ .event = STACK_HEAD, .rows = n, .y = m->lane_u });
+    if (rc < 0)
+        return rc;
     matmul_exec ex = { .pool = a.mm.pool, .bf16 = false };
     matmul_pool(&ex, logits, dm->vocab, m->lane_u, d, false, m->tok_emb, d, true, n, dm->vocab, d,
                 0.0f);
