@@ -43,12 +43,14 @@ typedef struct mod_router_params {
     double causal_threshold; /* the causal rule's threshold on the score (learned router) */
     int capacity_schedule;   /* SCHEDULE_*: training's capacity from 1 down to capacity */
     long schedule_steps;     /* the steps the schedule takes to reach capacity */
+    double threshold_lr;     /* the fitted threshold's step, times the learning rate */
 } mod_router_params;
 extern const key_group mod_router_group; /* [mod] */
 
 typedef struct mod_router_cfg {
     int router, gate, causal;
     double capacity, aux_weight, threshold;
+    double threshold_lr;  /* tau's AdamW step as a multiple of the learning rate */
     int k;                /* top-k's k at capacity (evaluation; training after the schedule) */
     int max_k;            /* the largest k of any step (S under a schedule) */
     int schedule;         /* SCHEDULE_* */

@@ -55,6 +55,10 @@ static const kind_key mod_keys[] = {
     { "schedule_steps", KEY_LONG, P(schedule_steps), "0", 0, KEY_NO_MAX, 0, NULL,
       "the steps capacity_schedule takes to reach capacity (>= 1 with a schedule, 0 without)",
       0 },
+    { "threshold_lr", KEY_REAL, P(threshold_lr), "1", 0, 1e6, KEY_MIN_OPEN, NULL,
+      "with causal = threshold: tau's AdamW step as a multiple of the learning rate (AdamW "
+      "moves a tensor about its rate a step, so tau follows drifting scores only this fast; "
+      "docs/kinds/mod-schedule.md)", 0 },
     { NULL, KEY_INT, 0, NULL, 0, 0, 0, NULL, NULL, 0 },
 };
 #undef P
@@ -76,6 +80,11 @@ static int router_check(const void *values, key_problem *p)
     if (r->capacity_schedule != SCHEDULE_NONE && r->capacity >= 1.0) {
         *p = (key_problem){ .key = "capacity_schedule", .rel = " to be none with ",
                             .other = "capacity", .tail = " (a schedule decays from 1 to capacity)" };
+        return -EINVAL;
+    }
+    if (r->causal != CAUSAL_THRESHOLD && r->threshold_lr != 1.0) {
+        *p = (key_problem){ .key = "threshold_lr", .rel = " to be 1 with ", .other = "causal",
+                            .tail = " (only causal = threshold has a fitted threshold to move)" };
         return -EINVAL;
     }
     if (r->causal == CAUSAL_THRESHOLD && r->router != ROUTER_LEARNED) {
@@ -128,6 +137,7 @@ mod_router_cfg mod_router_parse(const mod_router_params *p, const model_dims *di
     mod_router_cfg c = {
         .router = p->router, .gate = p->gate, .causal = p->causal,
         .capacity = p->capacity, .aux_weight = p->aux_weight, .threshold = p->causal_threshold,
+        .threshold_lr = p->threshold_lr,
         .k = mod_k(p->capacity, dims->seq_len),
         .schedule = p->capacity_schedule, .schedule_steps = p->schedule_steps,
     };
@@ -155,8 +165,10 @@ int mod_router_tensors(const mod_router_cfg *c, const model_dims *dims, tensor_d
         out[c->t_pred + 2] = make_tensor_desc("pred_w2", 1, MOD_PRED_HIDDEN, 0, 0, INIT_NORMAL, 0.02f);
         out[c->t_pred + 3] = make_tensor_desc("pred_b2", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
     }
-    if (out && c->t_thr >= 0)
+    if (out && c->t_thr >= 0) {
         out[c->t_thr] = make_tensor_desc("threshold", 1, 1, 0, 0, INIT_ZEROS, 0.0f);
+        out[c->t_thr].lr_scale = (float)c->threshold_lr;
+    }
     return c->n_tensors;
 }
 

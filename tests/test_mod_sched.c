@@ -61,6 +61,11 @@ static void test_threshold_rule(void **state)
     assert_int_equal(build_mod_router(&rt, &p, &dims, 1), 0);
     assert_int_equal(rt.cfg.n_tensors, 2); /* router, threshold */
     assert_int_equal(rt.cfg.t_thr, 1);
+    /* tau's own step ([mod] threshold_lr): its tensor's AdamW rate */
+    tensor_desc td[2];
+    rt.cfg.threshold_lr = 10.0;
+    assert_int_equal(mod_router_tensors(&rt.cfg, &dims, td), 2);
+    assert_true(td[1].lr_scale == 10.0f && td[0].lr_scale == 0.0f);
     routed_set set;
     buf_plan bp = buf_counting(BUF_ALIGN);
     routed_set_layout(&bp, &set, 1, S);
@@ -129,6 +134,8 @@ static void test_refused(void **state)
           "[mod] capacity_schedule" },
         { "[run]\nsteps = 4\n[mod]\nrouter = random\ncausal = threshold\n", "[mod] causal" },
         { "[run]\nsteps = 4\n[mod]\ncapacity_schedule = square\n", "square" },
+        { "[run]\nsteps = 4\n[mod]\nthreshold_lr = 10\n", "[mod] threshold_lr" },
+        { "[run]\nsteps = 4\n[mod]\ncausal = threshold\nthreshold_lr = 0\n", "threshold_lr" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_config c;

@@ -64,6 +64,14 @@ static void test_adamw(void **state)
     double *mm = calloc(m->n_params, sizeof(double)), *vv = calloc(m->n_params, sizeof(double));
     for (size_t i = 0; i < m->n_params; i++)
         p[i] = (double)m->params[i];
+    /* a tensor with a step of its own (MoD's fitted threshold's rule):
+     * the first one without decay takes 7 times the rate */
+    int scaled = -1;
+    for (int ti = 0; ti < m->n_tensors && scaled < 0; ti++)
+        if (!m->tensors[ti].desc.decay)
+            scaled = ti;
+    assert_true(scaled >= 0);
+    m->tensors[scaled].desc.lr_scale = 7.0f;
     for (long t = 1; t <= 2; t++) {
         double lr = 0.01 * (double)t;
         for (size_t i = 0; i < m->n_params; i++)
@@ -77,7 +85,8 @@ static void test_adamw(void **state)
                 vv[i] = 0.95 * vv[i] + 0.05 * g * g;
                 double mh = mm[i] / (1 - pow(0.9, (double)t)), vh = vv[i] / (1 - pow(0.95, (double)t));
                 double wd = mt->desc.decay ? lr * 0.5 * p[i] : 0.0;
-                p[i] -= wd + lr * mh / (sqrt(vh) + 1e-8);
+                double sc = ti == scaled ? 7.0 : 1.0;
+                p[i] -= wd + sc * lr * mh / (sqrt(vh) + 1e-8);
             }
         }
         adamw_update(NULL, m, &c, t, lr);

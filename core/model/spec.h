@@ -50,6 +50,10 @@ typedef struct tensor_desc {
     tensor_init init;
     float init_std;
     bool decay; /* AdamW weight decay applies (matrices only) */
+    /* AdamW's step for this tensor as a multiple of the learning rate (0:
+     * 1, as every tensor): MoD's fitted threshold moves faster than the
+     * weights ([mod] threshold_lr, docs/kinds/mod-schedule.md) */
+    float lr_scale;
     /* Moved by a rule of its kind (kind_ops.step_end), not by a gradient:
      * backward leaves its gradient zero, so AdamW leaves it (with decay
      * off) where the rule puts it */

@@ -103,13 +103,14 @@ static void adam_range(void *arg, long b, long e)
         float *p = m->params + at, *g = m->grads + at;
         float *mm = m->adam_m + lo, *vv = m->adam_v + lo;
         float decay = mt->desc.decay ? j->decay : 0.0f;
+        float st = mt->desc.lr_scale > 0.0f ? step * mt->desc.lr_scale : step;
         for (long i = 0; i < hi - lo; i++) {
             float gi = g[i];
             mm[i] = b1 * mm[i] + (1.0f - b1) * gi;
             vv[i] = b2 * vv[i] + (1.0f - b2) * gi * gi;
             float denom = sqrtf(vv[i]) * rs_bc2 + eps;
             /* decoupled decay (Loshchilov & Hutter): p -= lr wd p */
-            p[i] -= decay * p[i] + step * mm[i] / denom;
+            p[i] -= decay * p[i] + st * mm[i] / denom;
         }
     }
 }
