@@ -6,12 +6,94 @@
 #include "core/model/route.h"
 #include "core/rng/streams.h"
 #include "core/util/ctx.h"
+#include "core/util/finite.h"
 #include "moe/registry.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int sample_token(const float *logits, int V, double temperature, long top_k, pcg32 *rng,
+                        double *p)
+{
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (logits[v] > logits[best])
+            best = v;
+    if (temperature <= 0.0)
+        return best;
+    /* the k-th largest logit bounds the candidates */
+    double floor_logit = -HUGE_VAL;
+    if (top_k > 0 && top_k < V) {
+        for (int v = 0; v < V; v++)
+            p[v] = (double)logits[v];
+        for (long i = 0; i < top_k; i++) { /* k passes of selection: V is small */
+            int m = -1;
+            for (int v = 0; v < V; v++)
+                if (p[v] != -HUGE_VAL && (m < 0 || p[v] > p[m]))
+                    m = v;
+            floor_logit = p[m];
+            p[m] = -HUGE_VAL;
+        }
+    }
+    double sum = 0.0;
+    for (int v = 0; v < V; v++) {
+        p[v] = (double)logits[v] >= floor_logit
+                   ? exp(((double)logits[v] - (double)logits[best]) / temperature)
+                   : 0.0;
+        sum += p[v];
+    }
+    double u = (double)pcg32_uniform(rng) * sum;
+    for (int v = 0; v < V; v++) {
+        u -= p[v];
+        if (u < 0.0 && p[v] > 0.0)
+            return v;
+    }
+    return best;
+}
+
+/* Logits that are not finite would be sampled as token 0 (a NUL byte):
+ * an error naming the position and the first bad logit, never output. */
+int check_logits(const float *logits, int V, int32_t pos, char *err, int err_len)
+{
+    long bad = first_nonfinite(logits, (size_t)V);
+    if (bad < 0)
+        return 0;
+    snprintf(err, (size_t)err_len, "decoding position %d: the logit of token %ld is %g, not a "
+             "finite number: the model's outputs overflow (its weights, or the setting, make "
+             "them non-finite); nothing more is generated", pos, bad, (double)logits[bad]);
+    return -ERANGE;
+}
+
+void print_layer_shares(const run_config *cfg, const long *took, long ran)
+{
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const char *k = cfg->layers[l].kind;
+        const layer_kind *kd = layer_kind_lookup(mode_kinds, k);
+        double share = ran ? 100.0 * (double)took[l] / (double)ran : 0.0, capacity, most;
+        const decision_decl *dd = &kd->decides;
+        if (dd->decides & DECIDES_EXIT)
+            printf("# layer %d (%s): %ld of %ld generated tokens left the stack here "
+                   "(%.1f%%)\n", l, k, took[l], ran, share);
+        else if (dd->decides & DECIDES_DEPTH &&
+                 !layer_spec_number(&cfg->layers[l], kd, dd->most_key, &most))
+            printf("# layer %d (%s): %.3f of at most %.0f recursions a generated token "
+                   "(%ld of %ld)\n", l, k, ran ? (double)took[l] / (double)ran : 0.0, most,
+                   took[l], ran * (long)most);
+        else if (dd->decides & DECIDES_TAKE &&
+                 !layer_spec_number(&cfg->layers[l], kd, dd->share_key, &capacity))
+            printf("# layer %d (%s): %ld of %ld generated tokens took the block (%.1f%%), "
+                   "capacity %.1f%%\n", l, k, took[l], ran, share, 100.0 * capacity);
+        else if (dd->decides & DECIDES_EXPERTS)
+            printf("# layer %d (%s): %ld of %ld generated tokens went to a real expert "
+                   "first (%.1f%%)\n", l, k, took[l], ran, share);
+        else if (dd->decides)
+            printf("# layer %d (%s): %ld of %ld generated tokens ran the block (%.1f%%)\n", l,
+                   k, took[l], ran, share);
+    }
+}
 
 typedef struct lanes_run {
     int B, L, V;
