@@ -392,11 +392,7 @@ int mod_router_decode_rows(const mod_router *rt, routed_block *b, float *const *
     float gv[MODE_MAX_LANES];
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
-        /* lane i is its own sequence: the streams of a random router and of
-         * --routing random are keyed by it, as sequence i's would be */
-        fwd_args ai = *a;
-        ai.window = NULL;
-        ai.seq0 = a->seq0 + i;
+        fwd_args ai = lane_args(a, i); /* lane i is its own sequence */
         int take = mod_router_decide(rt, w, layer_index, &ai, x + i * d, pos, &gv[i]);
         if (take < 0)
             rc = take;

@@ -657,11 +657,7 @@ int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m
         memset(ex->lane_counts, 0, (size_t)ex->lanes * N * sizeof(int));
     int kept = 0;
     for (int i = 0; i < n; i++) {
-        /* the row as its lane's own sequence and token (experts_decode's) */
-        fwd_args ai = *a;
-        ai.window = NULL;
-        ai.seq0 = a->seq0 + lane[i];
-        ai.tokens = a->tokens ? a->tokens + lane[i] : NULL;
+        fwd_args ai = lane_args(a, lane[i]); /* its lane's sequence and token */
         float lse;
         experts_gate_token(ex, &ai, ex->dec, &lse, m + (size_t)i * d, w, ai.seq0, pos);
         int *counts = ex->lane_counts + (size_t)lane[i] * N;

@@ -40,7 +40,7 @@ static int lanes_begin(decode_lanes *dl, const model_dims *dims, int f, int max_
             free_decode_lanes(dl);
             return -ENOMEM;
         }
-        dl->lanes = dl->rows = lanes;
+        dl->lanes = lanes;
         dl->f = f;
         float *p = dl->u;
         float **bufs[] = { &dl->u, &dl->q, &dl->k, &dl->v, &dl->att, &dl->h, &dl->xs, &dl->ys };
@@ -70,6 +70,15 @@ int decode_lanes_begin_reader(decode_lanes *dl, const model_dims *dims, int f, i
     return lanes_begin(dl, dims, f, max_len, lanes, 1);
 }
 
+fwd_args lane_args(const fwd_args *a, int lane)
+{
+    fwd_args r = *a;
+    r.window = NULL;
+    r.seq0 = a->seq0 + lane;
+    r.tokens = a->tokens ? a->tokens + lane : NULL;
+    return r;
+}
+
 matmul_exec decode_rows_exec(const fwd_args *a)
 {
     return (matmul_exec){ .pool = a->mm.pool, .bf16 = false };
@@ -82,7 +91,7 @@ int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane
     int d = dm->d_model;
     bool reader = !w->wk;
     const decode_lanes *src = reader ? dl->read_from : dl;
-    if (n < 0 || n > dl->rows || !src)
+    if (n < 0 || n > dl->lanes || !src)
         return -EINVAL;
     if (n == 0)
         return 0;

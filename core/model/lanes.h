@@ -15,8 +15,7 @@
 
 typedef struct decode_lanes decode_lanes;
 struct decode_lanes {
-    int lanes;          /* caches */
-    int rows;           /* rows the scratch holds (= lanes) */
+    int lanes;          /* caches, and the rows the scratch below holds */
     int f;              /* the MLP's hidden width (0: no MLP cache) */
     kv_cache *kv;       /* [lanes] */
     /* a Cross-Layer Attention reader: its group's first layer's lanes,
@@ -24,12 +23,12 @@ struct decode_lanes {
      * and never adds to; NULL: kv */
     const struct decode_lanes *read_from;
     mlp_cache mlp;      /* rows */
-    float *u, *q, *k, *v, *att, *h, *xs, *ys; /* [rows][d] */
-    float *rstd, *gate; /* [rows] */
+    float *u, *q, *k, *v, *att, *h, *xs, *ys; /* [lanes][d] */
+    float *rstd, *gate; /* [lanes] */
     float *sc;          /* [H][max_len] attention's scores, every head at once */
     long sc_floats;
-    int32_t *pos;       /* [rows] */
-    int *lane;          /* [rows] */
+    int32_t *pos;       /* [lanes] */
+    int *lane;          /* [lanes] */
 };
 
 /* Size dl for `lanes` lanes of up to max_len positions each (growing it
@@ -55,6 +54,12 @@ int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane
 int block_decode_rows(decode_lanes *dl, float *y, const float *x, const int *lane, int n,
                       int32_t pos, const attn_weights *aw, const float *mlp_norm,
                       const ffn_weights *fw, const fwd_args *a);
+
+/* Row i of a batched step as lane `lane`'s own sequence: its draws (a
+ * random router's, the experts' random and counterfactual ones) keyed by
+ * sequence a->seq0 + lane, as sequence lane's in a forward, and its token
+ * a->tokens[lane] (the hash router's). */
+fwd_args lane_args(const fwd_args *a, int lane);
 
 /* The products' execution for decoding rows: fp32 (as decode()), on the
  * caller's pool (the same bits at any thread count, matmul.h). */
