@@ -612,14 +612,19 @@ int experts_decode(experts *ex, const fwd_args *a, float *y, const float *m, flo
     return ex->dec_col[0];
 }
 
+/* The most expert slots one token of a batched step can fill: top-k's K,
+ * or, under expert choice's causal rule, every expert. */
+static int lane_slots(const experts_cfg *c)
+{
+    return c->expert_choice ? c->experts : c->top_k;
+}
+
 int experts_decode_lanes(experts *ex, int lanes)
 {
     const experts_cfg *c = &ex->c;
-    if (c->expert_choice)
-        return -ENOTSUP; /* its causal rule decodes a token alone */
     if (ex->local != c->experts)
         return -EINVAL;
-    int N = ex->N, K = c->top_k;
+    int N = ex->N, K = lane_slots(c);
     size_t d = (size_t)ex->d, r = (size_t)lanes;
     if (lanes > ex->lanes) {
         free(ex->lane_block);
@@ -649,14 +654,29 @@ int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m
 {
     const experts_cfg *c = &ex->c;
     int d = ex->d, N = ex->N, K = c->top_k, E = c->experts;
-    if (c->expert_choice)
-        return -ENOTSUP;
     if (ex->local != E || n > ex->lanes)
         return -EINVAL;
     if (pos > 0 && pos % ex->S == 0) /* past the context: each S positions anew */
         memset(ex->lane_counts, 0, (size_t)ex->lanes * N * sizeof(int));
     int kept = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; c->expert_choice && i < n; i++) {
+        /* experts_decode's causal rule, row by row: every expert whose
+         * logit is positive, weighted by its softmax probability */
+        float *p = ex->dec;
+        linear_forward(NULL, p, m + (size_t)i * d, w[0], 1, d, N, 0.0f);
+        float lse = experts_lse(p, N);
+        ex->lane_first[i] = E;
+        for (int e = 0; e < N; e++) {
+            if (!(p[e] > 0.0f))
+                continue;
+            ex->lane_first[i] = ex->lane_first[i] < E ? ex->lane_first[i] : e;
+            ex->lane_row[kept] = i;
+            ex->lane_exp[kept] = e;
+            ex->lane_w[kept] = (float)exp((double)(p[e] - lse));
+            kept++;
+        }
+    }
+    for (int i = 0; !c->expert_choice && i < n; i++) {
         fwd_args ai = lane_args(a, lane[i]); /* its lane's sequence and token */
         float lse;
         experts_gate_token(ex, &ai, ex->dec, &lse, m + (size_t)i * d, w, ai.seq0, pos);
@@ -695,7 +715,7 @@ int experts_decode_rows(experts *ex, const fwd_args *a, float *y, const float *m
                 yr[k] += ex->lane_w[q] * o[k];
         }
     }
-    if (c->shared > 0) {
+    if (c->shared > 0 && !c->expert_choice) { /* as experts_decode: none under expert choice */
         ffn_weights fw = shared_w(ex, w);
         ffn_forward(&mx, &ex->sh_lane_cache, ex->lane_out, m, n, &fw, d, c->shared * c->d_ff,
                     0.0f);

@@ -117,7 +117,7 @@ int moe_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t po
 int moe_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
 {
     moe_state *s = l->state;
-    int rc = experts_decode_lanes(s->ex, lanes); /* expert-choice: -ENOTSUP */
+    int rc = experts_decode_lanes(s->ex, lanes);
     return rc ? rc : decode_lanes_begin(&s->lanes, dims, 0, max_len, lanes);
 }
 
