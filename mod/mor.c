@@ -194,6 +194,51 @@ static int mor_decode(layer *l, const fwd_args *a, float *y, const float *x, int
     return taken; /* the recursions this token ran */
 }
 
+static int mor_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    mor_state *s = l->state;
+    for (int r = 0; r < s->R; r++) {
+        int rc = routed_decode_lanes(&s->step[r].blk, dims, max_len, lanes);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* mor_decode on n lanes at once: at each step the lanes still recursing
+ * decide by the causal rule, and those that go on run the step's block
+ * together; a lane that stops runs no later step (taken[i]: its steps). */
+static int mor_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                           int32_t pos, unsigned char *taken)
+{
+    mor_state *s = l->state;
+    size_t d = (size_t)a->dims->d_model;
+    if (n > MODE_MAX_LANES)
+        return -EINVAL;
+    unsigned char take[MODE_MAX_LANES];
+    float g[MODE_MAX_LANES];
+    memcpy(y, x, (size_t)n * d * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        take[i] = 1;
+        taken[i] = 0;
+    }
+    for (int r = 0; r < s->R; r++) {
+        int going = 0;
+        for (int i = 0; i < n; i++) {
+            take[i] = take[i] && select_steps_decide(y + i * d, l->w[0] + (size_t)r * d, (int)d,
+                                                     &g[i]);
+            going += take[i];
+            taken[i] += take[i];
+        }
+        if (!going)
+            break;
+        int rc = routed_decode_rows(&s->step[r].blk, l->w + 1, a, y, y, n, pos, take, g);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 const kind_ops mor_ops = {
     .kind = &mor_kind,
     .build = mor_build,
@@ -202,6 +247,8 @@ const kind_ops mor_ops = {
     .backward = mor_backward,
     .decode_begin = mor_decode_begin,
     .decode = mor_decode,
+    .decode_lanes = mor_decode_lanes,
+    .decode_rows = mor_decode_rows,
     .record = mor_record,
     .stat_count = mor_stat_count,
     .stat_name = mor_stat_name,
