@@ -44,7 +44,7 @@ static const char usage_sample[] =
     "                   that take a block share its products; sequence 1 draws as a\n"
     "                   sequence alone does, each other from its own stream of --seed;\n"
     "                   prints each; with --bench R, R rounds of B sequences timed.\n"
-    "                   Not for exit, attnres (refused, naming the layer)\n"
+    "                   Not for exit (refused, naming the layer)\n"
     "  --ids            print token ids (prompt and generated) instead of text; the\n"
     "                   only output of a model whose vocabulary is not bytes and whose\n"
     "                   run had no tokenizer (data.tokenizer)\n"

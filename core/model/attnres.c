@@ -120,12 +120,14 @@ static void attnres_bwd(const attn_core *core, const attn_cache *c, int seq, int
 
 /* One new row: c->scores holds q k_j for the n cached positions; softmax,
  * the mix with the layer below's row for this position, then A V. */
-static void attnres_decode_head(const attn_core *core, kv_cache *c, int head, int n, float scale)
+static void attnres_decode_head(const attn_core *core, kv_cache *c, int lane, int head, int n,
+                                float scale)
 {
     const attnres_state *s = core_state(core);
     int d = s->d, dh = s->dh;
-    float al = s->alpha, *a = s->arow + (size_t)head * s->arow_cap;
-    const float *ap = s->prev ? s->prev->arow + (size_t)head * s->prev->arow_cap : NULL;
+    float al = s->alpha, *a = s->arow + ((size_t)lane * s->H + head) * s->arow_cap;
+    const float *ap =
+        s->prev ? s->prev->arow + ((size_t)lane * s->H + head) * s->prev->arow_cap : NULL;
     softmax_row(c->scores, n, scale);
     float u = 1.0f / (float)n; /* A_0 = U over the cached positions */
     for (int j = 0; j < n; j++)
@@ -236,6 +238,23 @@ static int attnres_backward(layer *l, const fwd_args *a, float *dx, const float 
     return 0;
 }
 
+/* Decoding's A rows for `lanes` sequences of cap cached positions:
+ * [lanes][H][cap], grown only. */
+static int arow_reserve(attnres_state *s, int lanes, int cap)
+{
+    if (s->arow_lanes >= lanes && s->arow_cap >= cap)
+        return 0;
+    lanes = lanes > s->arow_lanes ? lanes : s->arow_lanes;
+    cap = cap > s->arow_cap ? cap : s->arow_cap;
+    free(s->arow);
+    s->arow_cap = s->arow_lanes = 0;
+    if (!(s->arow = calloc((size_t)lanes * s->H * cap, sizeof(float))))
+        return -ENOMEM;
+    s->arow_cap = cap;
+    s->arow_lanes = lanes;
+    return 0;
+}
+
 static int attnres_decode_begin(layer *l, const model_dims *dims, int max_len)
 {
     dense_state *d = l->state;
@@ -244,14 +263,26 @@ static int attnres_decode_begin(layer *l, const model_dims *dims, int max_len)
     if (rc)
         return rc;
     d->kv.core = &s->core;
-    if (s->arow_cap < d->kv.cap) {
-        free(s->arow);
-        s->arow_cap = 0;
-        if (!(s->arow = calloc((size_t)d->kv.cap * s->H, sizeof(float))))
-            return -ENOMEM;
-        s->arow_cap = d->kv.cap;
-    }
-    return 0;
+    return arow_reserve(s, 1, d->kv.cap);
+}
+
+static int attnres_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    dense_state *d = l->state;
+    attnres_state *s = state_of(l);
+    int rc = decode_lanes_begin(&d->lanes, dims, dims->d_ff, max_len, lanes);
+    if (rc)
+        return rc;
+    for (int i = 0; i < d->lanes.lanes; i++)
+        d->lanes.kv[i].core = &s->core;
+    return arow_reserve(s, d->lanes.lanes, d->lanes.kv[0].cap);
+}
+
+static int attnres_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                               int32_t pos, unsigned char *taken)
+{
+    state_of(l)->alpha = attnres_alpha(l);
+    return dense_decode_rows(l, a, y, x, n, pos, taken);
 }
 
 static int attnres_decode(layer *l, const fwd_args *a, float *y, const float *x, int32_t pos)
@@ -268,5 +299,7 @@ const kind_ops attnres_ops = {
     .backward = attnres_backward,
     .decode_begin = attnres_decode_begin,
     .decode = attnres_decode,
+    .decode_lanes = attnres_decode_lanes,
+    .decode_rows = attnres_decode_rows,
     .stack = attnres_stack,
 };

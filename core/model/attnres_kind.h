@@ -38,9 +38,10 @@ typedef struct attnres_state {
     bool above;    /* the layer above is attnres: it writes da */
     float alpha;   /* this pass's mix (1 - alpha of P; alpha of A_{l-1}) */
     int H, S, dh, d;
-    /* decoding: this position's A row over the cached positions [H][cap] */
+    /* decoding: this position's A row over the cached positions, a
+     * sequence each ([lanes][H][cap]; lane 0 when one sequence decodes) */
     float *arow;
-    int arow_cap;
+    int arow_cap, arow_lanes;
 } attnres_state;
 
 void attnres_layout(buf_plan *p, attnres_state *s, const model_dims *dims, int max_seq);

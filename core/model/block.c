@@ -405,7 +405,7 @@ int attn_decode(kv_cache *c, float *h, const float *x, int32_t pos, const attn_w
             /* scores against every cached row (all earlier, and itself) */
             matmul(c->scores, n, c->q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh,
                    0.0f);
-            c->core->decode(c->core, c, hd, n, scale);
+            c->core->decode(c->core, c, 0, hd, n, scale);
         }
     } else {
         kv_cache_attend(c, c->att, c->q, dm, c->scores, c->cap);

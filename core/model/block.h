@@ -43,7 +43,9 @@ typedef struct ffn_weights {
  * each (sequence, head) task runs fwd / bwd instead of the FlashAttention
  * kernel, on the head's columns of the sequence's rows r0 .. r0 + ns - 1
  * (bwd adds into dq, dk, dv); decoding's head runs decode after the
- * scores (c->scores[0 .. n-1] = q k_j) in place of softmax and P V. */
+ * scores (c->scores[0 .. n-1] = q k_j) in place of softmax and P V, for
+ * the sequence `lane` (0 when one sequence decodes; batched decoding's
+ * lane, lanes.h), whose own state it keeps. */
 struct attn_cache;
 struct kv_cache;
 typedef struct attn_core {
@@ -51,7 +53,7 @@ typedef struct attn_core {
                 int r0, int ns);
     void (*bwd)(const struct attn_core *core, const struct attn_cache *c, int seq, int head,
                 int r0, int ns, float *dq, float *dk, float *dv, const float *datt);
-    void (*decode)(const struct attn_core *core, struct kv_cache *c, int head, int n,
+    void (*decode)(const struct attn_core *core, struct kv_cache *c, int lane, int head, int n,
                    float scale);
 } attn_core;
 

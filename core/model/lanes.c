@@ -84,6 +84,20 @@ matmul_exec decode_rows_exec(const fwd_args *a)
     return (matmul_exec){ .pool = a->mm.pool, .bf16 = false };
 }
 
+/* An attention that keeps its probabilities (block.h attn_core), for one
+ * lane's row q[d]: attn_decode's scores and core decode, head by head, in
+ * the lane's cache's own scratch; then att[d]. */
+static void core_attend(kv_cache *c, float *att, const float *q, int lane, const model_dims *dm)
+{
+    int d = dm->d_model, dh = dm->d_head, n = c->n;
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int hd = 0; hd < dm->n_heads; hd++) {
+        matmul(c->scores, n, q + hd * dh, d, false, c->k + hd * dh, d, true, 1, n, dh, 0.0f);
+        c->core->decode(c->core, c, lane, hd, n, scale);
+    }
+    memcpy(att, c->att, (size_t)d * sizeof(float));
+}
+
 int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane, int n,
                      int32_t pos, const attn_weights *w, const fwd_args *a)
 {
@@ -97,7 +111,7 @@ int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane
         return 0;
     for (int i = 0; i < n; i++) {
         kv_cache *c = lane[i] >= 0 && lane[i] < src->lanes ? &src->kv[lane[i]] : NULL;
-        if (!c || c->core)
+        if (!c || (c->core && reader))
             return c ? -ENOTSUP : -EINVAL;
         if (reader) { /* the first layer has slid the cache and added this row */
             if (c->n == 0 || c->pos[c->n - 1] != pos)
@@ -129,7 +143,10 @@ int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane
             memcpy(c->v + at, dl->v + row, (size_t)d * sizeof(float));
             c->pos[c->n++] = pos;
         }
-        kv_cache_attend(c, dl->att + row, dl->q + row, dm, dl->sc, dl->sc_floats);
+        if (c->core) /* attn_decode's path, head by head, as lane lane[i] */
+            core_attend(c, dl->att + row, dl->q + row, lane[i], dm);
+        else
+            kv_cache_attend(c, dl->att + row, dl->q + row, dm, dl->sc, dl->sc_floats);
     }
     memcpy(h, x, (size_t)n * d * sizeof(float));
     linear_forward(&ex, h, dl->att, w->wo, n, d, d, 1.0f);

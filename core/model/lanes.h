@@ -44,8 +44,8 @@ void free_decode_lanes(decode_lanes *dl);
  * position pos (distinct lanes), its k and v joining that lane's cache:
  * attn_decode's maths row by row, the projections one product of n rows.
  * A reader (w->wk NULL) computes queries alone against dl->read_from's
- * caches.  An attention that keeps probabilities is not batched
- * (-ENOTSUP). */
+ * caches.  An attention that keeps its probabilities (block.h attn_core,
+ * set on the lanes' caches) runs head by head with the lane's index. */
 int attn_decode_rows(decode_lanes *dl, float *h, const float *x, const int *lane, int n,
                      int32_t pos, const attn_weights *w, const fwd_args *a);
 

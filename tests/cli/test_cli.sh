@@ -292,15 +292,16 @@ batch)
 	# Batched decoding (sample --batch B, docs/decoding.md): sequence 1 of a
 	# batch draws as a sequence alone does, so its text is the one-sequence
 	# text for the same seed (dense, MoD, staged MoDE, token-choice MoD,
-	# Cross-Layer Attention, MoE, expert-choice experts, recursion; MoD's share report;
+	# Cross-Layer Attention, MoE, expert-choice experts, recursion,
+	# attention residual; MoD's share report;
 	# --routing random);
 	# sequences differ from each other; the
 	# benchmark's rounds; a kind without batched decoding is refused by
 	# layer, and so are --batch 0 and --batch with --speculative
 	for k in 'dense x 2' 'dense, mod' 'dense, staged' 'dense, tcmod' 'dense, cla' 'dense, moe' \
-		'dense, ec' 'dense, mor'; do
+		'dense, ec' 'dense, mor' 'dense, attnres, attnres'; do
 		d=$(echo "$k" | tr -dc 'a-z')
-		case $k in *x*|*tcmod*|*cla|*moe|*ec|*mor) run "$d" 1 "model.layers=$k";;
+		case $k in *x*|*tcmod*|*cla|*moe|*ec|*mor|*attnres) run "$d" 1 "model.layers=$k";;
 			*) run "$d" 1 "model.layers=$k" mod.capacity=0.25;; esac
 		one=$("$exe" sample "$d/tiny/ckpt.h5" --prompt "?K=" --tokens 12 --seed 5 --ids) ||
 			fail "$k: sample"
