@@ -190,6 +190,12 @@ int sample_batched(model *m, mode_ctx *ctx, const cli *c, int B, const token_t *
                 "--batch 1 decodes it\n", B, bad, cfg->layers[bad].kind);
         return 1;
     }
+    if (rc == -E2BIG && bad >= 0) {
+        fprintf(stderr, "mode-exp sample: --batch %d: layer %d (%s) decodes at most %d sequences "
+                "at once (the rows of a forward, data.seq_len); a smaller --batch decodes it\n",
+                B, bad, cfg->layers[bad].kind, m->dims.seq_len * m->max_seq);
+        return 1;
+    }
     pcg32 *rng = malloc((size_t)B * sizeof(pcg32));
     float *logits = malloc((size_t)B * V * sizeof(float));
     double *p = malloc((size_t)V * sizeof(double));

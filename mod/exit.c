@@ -11,6 +11,7 @@
 #include "core/kernels/matmul.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/parallel.h"
+#include "core/model/lanes.h"
 #include "core/util/ctx.h"
 
 #include <errno.h>
@@ -102,6 +103,27 @@ static bool confident(const exit_params *p, const float *logp, const float *prev
     return c < p->threshold;
 }
 
+/* Evaluation's rule on n rows whose u and logits are computed: each row
+ * still in the stack whose confidence passes leaves here (left[i], its
+ * head input u_i); logp and conf kept for every row. */
+static void judge_rows(exit_state *s, const exit_params *p, const model_dims *dm, int n)
+{
+    int d = dm->d_model, V = dm->vocab;
+    for (int i = 0; i < n; i++) {
+        float *lp = s->logp + (size_t)i * V;
+        log_softmax(lp, s->logits + (size_t)i * V, V);
+        s->left[i] = 0;
+        s->conf[i] = 0.0f;
+        if (!s->active[i])
+            continue;
+        if (confident(p, lp, previous(s, dm, false, (size_t)i), V, &s->conf[i])) {
+            s->active[i] = 0;
+            s->left[i] = 1;
+            memcpy(s->head_in + (size_t)i * d, s->u + (size_t)i * d, (size_t)d * sizeof(float));
+        }
+    }
+}
+
 static int exit_forward(layer *l, const fwd_args *a, float *y, const float *x)
 {
     exit_state *s = l->state;
@@ -125,19 +147,7 @@ static int exit_forward(layer *l, const fwd_args *a, float *y, const float *x)
             *a->aux_loss += p->weight * ce * (double)a->seq_scale / a->seq_len;
         return 0;
     }
-    for (int i = 0; i < n; i++) {
-        float *lp = s->logp + (size_t)i * V;
-        log_softmax(lp, s->logits + (size_t)i * V, V);
-        s->left[i] = 0;
-        s->conf[i] = 0.0f;
-        if (!s->active[i])
-            continue;
-        if (confident(p, lp, previous(s, dm, false, (size_t)i), V, &s->conf[i])) {
-            s->active[i] = 0;
-            s->left[i] = 1;
-            memcpy(s->head_in + (size_t)i * d, s->u + (size_t)i * d, (size_t)d * sizeof(float));
-        }
-    }
+    judge_rows(s, p, dm, n);
     return 0;
 }
 
@@ -215,6 +225,38 @@ static int exit_decode(layer *l, const fwd_args *a, float *y, const float *x, in
     return 1;
 }
 
+/* Batched decoding keeps its lanes in the rows of a forward (the shared
+ * head_in and active, u, logits, logp): at most that many lanes. */
+static int exit_decode_lanes(layer *l, const model_dims *dims, int max_len, int lanes)
+{
+    (void)dims;
+    (void)max_len;
+    const exit_state *s = l->state;
+    return lanes <= s->rows ? 0 : -E2BIG;
+}
+
+/* exit_decode on n lanes: the rows still in the stack judged as in
+ * evaluation (the previous exit point's rows for divergence); taken[i]: the
+ * token left here.  The lead exit point then keeps the rows that left
+ * frozen (exit_stack, STACK_LAYER). */
+static int exit_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n,
+                            int32_t pos, unsigned char *taken)
+{
+    (void)pos;
+    exit_state *s = l->state;
+    const model_dims *dm = a->dims;
+    int d = dm->d_model, V = dm->vocab;
+    if (n > s->rows)
+        return -EINVAL;
+    memcpy(y, x, (size_t)n * d * sizeof(float));
+    matmul_exec ex = decode_rows_exec(a);
+    rmsnorm_forward_pool(ex.pool, s->u, s->rstd, x, l->w[0], n, d);
+    matmul_pool(&ex, s->logits, V, s->u, d, false, s->tok_emb, d, true, n, V, d, 0.0f);
+    judge_rows(s, exit_params_of(&l->spec), dm, n);
+    memcpy(taken, s->left, (size_t)n);
+    return 0;
+}
+
 /* The stack's points (kind.h stack_event).  When built: the previous exit
  * point (the nearest earlier layer of this kind), whether this is the
  * first, the tied head and the targets.  In evaluation and decoding the
@@ -249,11 +291,14 @@ static int exit_stack(layer *l, const fwd_args *a, const stack_call *c)
         memset(s->active, 1, (size_t)c->rows);
         break;
     case STACK_LAYER: /* a token that left: its state frozen */
-        for (int i = 0; i < c->rows; i++)
+        for (int i = 0; i < c->rows; i++) {
+            if (c->left)
+                c->left[i] = !s->active[i];
             if (!s->active[i]) {
                 memcpy(c->y + i * d, c->x + i * d, d * sizeof(float));
                 left++;
             }
+        }
         break;
     case STACK_HEAD: /* its head input its exit's */
         for (int i = 0; i < c->rows; i++)
@@ -274,6 +319,8 @@ const kind_ops exit_ops = {
     .backward = exit_backward,
     .decode_begin = exit_decode_begin,
     .decode = exit_decode,
+    .decode_lanes = exit_decode_lanes,
+    .decode_rows = exit_decode_rows,
     .record = exit_record,
     .stat_count = exit_stat_count,
     .stat_name = exit_stat_name,

@@ -46,6 +46,7 @@ void exit_layout(buf_plan *p, exit_state *s, const model_dims *dims, int max_seq
     s->left = BUF_BYTES(p, rows);
     s->conf = BUF_FLOATS(p, rows);
     s->dec = BUF_FLOATS(p, d + 2 * V);
+    s->rows = (int)rows;
 }
 
 void exit_shared_layout(exit_state *s, void *shared, const model_dims *dims, int max_seq)

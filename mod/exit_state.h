@@ -25,6 +25,7 @@ typedef struct exit_state {
     float *conf;         /* [rows] their confidence measure */
     double sums[2];      /* the exit's CE summed, its tokens */
     float *dec;          /* [d + 2 V] decoding: u, logits, log-probabilities */
+    int rows;            /* the rows above: a forward's, and batched decoding's most lanes */
     /* What the stack's exit points share (layer.shared, exit_shared_bytes),
      * for the rows of a forward or the one of a decoding step: active[i] is
      * 1 while token i is in the stack; the exit point that takes it out

@@ -431,7 +431,7 @@ static void check_decode_lanes(fixture *f)
     int V = m->dims.vocab, L = m->dims.n_layers, bad = -1;
     const kind_ops *ops = m->layers[1].ops;
     int rc = model_decode_lanes(m, S_LEN, NSEQ, &bad);
-    if (!ops->decode_rows || rc == -ENOTSUP) { /* a kind without, or that declines (ec) */
+    if (!ops->decode_rows || rc == -ENOTSUP) { /* a kind without (none today) */
         CHECK(rc == -ENOTSUP && bad == 1, "%s: batched decoding of a kind without it: rc %d, "
               "layer %d (want -ENOTSUP at layer 1)", row_name, rc, bad);
         printf("[%s] batched decoding refused at layer %d\n", row_name, bad);
@@ -893,12 +893,23 @@ int main(int argc, char **argv)
     /* attention residual's run of three (alpha fixed): the top's d A into
      * the middle's, the middle's into the first's q, k */
     static const char *const attnres_run[] = { "dense", "attnres", "attnres", "attnres", NULL };
+    /* two exit points with two layers above the last, at a threshold most
+     * tokens pass: a token that left keeps its state frozen through both
+     * (its keys and values there from it), in the forward and in decoding,
+     * batched too */
+    static const char *const exit_two[] = { "dense", "exit", "dense", "exit", "dense", "dense",
+                                            NULL };
     static const struct {
         const char *kind;
         const char *const *stack;
-    } stacks[] = { { "cla", cla_dense }, { "cla", cla_mixed }, { "attnres", attnres_run } };
-    variant_key = variant_value = NULL;
+        const char *key, *value;
+    } stacks[] = { { "cla", cla_dense, NULL, NULL },
+                   { "cla", cla_mixed, NULL, NULL },
+                   { "attnres", attnres_run, NULL, NULL },
+                   { "exit", exit_two, "threshold", "0.15" } };
     for (size_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
+        variant_key = stacks[i].key;
+        variant_value = stacks[i].value;
         const kind_ops *ops = kind_ops_lookup(mode_kind_ops, stacks[i].kind);
         if (only && strcmp(only, stacks[i].kind))
             continue;
@@ -906,12 +917,16 @@ int main(int argc, char **argv)
         int n = snprintf(row_name, sizeof(row_name), "%s in", stacks[i].kind);
         for (int l = 0; stack_names[l] && n < (int)sizeof(row_name); l++)
             n += snprintf(row_name + n, sizeof(row_name) - (size_t)n, " %s", stack_names[l]);
+        if (variant_key && n < (int)sizeof(row_name))
+            snprintf(row_name + n, sizeof(row_name) - (size_t)n, ", %s = %s", variant_key,
+                     variant_value);
         if (made)
             check_row(ops, dir);
         check_ranks(ops, world);
         variants++;
     }
     stack_names = NULL;
+    variant_key = variant_value = NULL;
     if (made)
         rmdir(dir);
     int all = failures;

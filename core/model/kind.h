@@ -93,6 +93,9 @@ typedef struct stack_call {
     int at;                /* STACK_LAYER: the layer that ran */
     float *y;              /* [rows][d] */
     const float *x;        /* [rows][d] */
+    /* STACK_LAYER in batched decoding: left[i] set to whether row i's token
+     * has left the stack (its row frozen from here on); NULL: not asked */
+    unsigned char *left;
     /* STACK_BUILT: the stack (a layer's peers are there) and the model's
      * tensors and buffers a kind may read in its passes */
     struct layer *layers;  /* [n_layers] */

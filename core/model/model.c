@@ -728,17 +728,23 @@ int model_decode_rows(model *m, mode_ctx *ctx, const token_t *tokens, int32_t po
     if (rc < 0)
         return rc;
     embedding_forward(m->lane_x[0], m->tok_emb, tokens, n, d);
-    unsigned char took[MODE_MAX_LANES];
+    unsigned char took[MODE_MAX_LANES], left[MODE_MAX_LANES];
+    memset(left, 0, (size_t)n);
     for (int l = 0; l < L; l++) {
         layer *ly = &m->layers[l];
         float *out = m->lane_x[(l + 1) & 1], *in = m->lane_x[l & 1];
+        /* every row runs the layer: a row whose token has left the stack
+         * (an exit point's) adds its keys and values from its frozen state,
+         * as model_decode_step's, and takes nothing (taken 0); the stack
+         * then puts its state back */
         if ((rc = ly->ops->decode_rows(ly, &a, out, in, n, pos, took)) < 0)
             return rc;
         for (int i = 0; taken && i < n; i++)
-            taken[(size_t)i * L + l] = took[i];
-        stack_call c = { .event = STACK_LAYER, .rows = n, .at = l, .y = out, .x = in };
-        if ((rc = stack_at(m, &a, &c)) != 0) /* a row that left the stack: not batched */
-            return rc < 0 ? rc : -ENOTSUP;
+            taken[(size_t)i * L + l] = left[i] ? 0 : took[i];
+        stack_call c = { .event = STACK_LAYER, .rows = n, .at = l, .y = out, .x = in,
+                         .left = left };
+        if ((rc = stack_at(m, &a, &c)) < 0)
+            return rc;
     }
     rmsnorm_forward(m->lane_u, m->lane_rstd, m->lane_x[L & 1], m->final_norm, n, d);
     rc = stack_at(m, &a, &(stack_call){ .event = STACK_HEAD, .rows = n, .y = m->lane_u });

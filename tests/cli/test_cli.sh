@@ -293,15 +293,17 @@ batch)
 	# batch draws as a sequence alone does, so its text is the one-sequence
 	# text for the same seed (dense, MoD, staged MoDE, token-choice MoD,
 	# Cross-Layer Attention, MoE, expert-choice experts, recursion,
-	# attention residual; MoD's share report;
+	# attention residual, early exit; MoD's share report;
 	# --routing random);
 	# sequences differ from each other; the
-	# benchmark's rounds; a kind without batched decoding is refused by
-	# layer, and so are --batch 0 and --batch with --speculative
+	# benchmark's rounds; an exit model keeps its lanes in a forward's rows
+	# (data.seq_len of them here) and refuses more, naming the layer; --batch
+	# 0 and --batch with --speculative are refused
 	for k in 'dense x 2' 'dense, mod' 'dense, staged' 'dense, tcmod' 'dense, cla' 'dense, moe' \
-		'dense, ec' 'dense, mor' 'dense, attnres, attnres'; do
+		'dense, ec' 'dense, mor' 'dense, attnres, attnres' 'dense, exit, dense, dense'; do
 		d=$(echo "$k" | tr -dc 'a-z')
-		case $k in *x*|*tcmod*|*cla|*moe|*ec|*mor|*attnres) run "$d" 1 "model.layers=$k";;
+		case $k in *exit*) run "$d" 1 "model.layers=$k" exit.threshold=0.3;;
+			*x*|*tcmod*|*cla|*moe|*ec|*mor|*attnres) run "$d" 1 "model.layers=$k";;
 			*) run "$d" 1 "model.layers=$k" mod.capacity=0.25;; esac
 		one=$("$exe" sample "$d/tiny/ckpt.h5" --prompt "?K=" --tokens 12 --seed 5 --ids) ||
 			fail "$k: sample"
@@ -324,8 +326,8 @@ batch)
 		>r.txt 2>&1 || fail "--routing random: $(cat r.txt)"
 	grep -q "^# routing decisions: random" r.txt || fail "--routing random: $(cat r.txt)"
 	run exit 1 'model.layers=dense, exit, dense'
-	expect 1 "layer 1 (exit) decodes one sequence at a time" \
-		"$exe" sample exit/tiny/ckpt.h5 --prompt "?K=" --tokens 4 --batch 2
+	expect 1 "layer 1 (exit) decodes at most 32 sequences at once" \
+		"$exe" sample exit/tiny/ckpt.h5 --prompt "?K=" --tokens 4 --batch 33
 	expect 2 "expected sequences decoded at once, 1..1024" \
 		"$exe" sample densex/tiny/ckpt.h5 --prompt "?K=" --tokens 4 --batch 0
 	expect 2 "not with --speculative" \

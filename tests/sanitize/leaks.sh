@@ -70,7 +70,8 @@ check 0 "$exe" eval a/tiny/ckpt.h5 --windows 2 --dial mod.capacity=0.25,0.5 --cs
 check 0 "$exe" sample a/tiny/ckpt.h5 --prompt "ab" --tokens 4
 check 0 "$exe" sample a/tiny/ckpt.h5 --prompt "ab" --tokens 4 --routing random
 check 0 "$exe" sample a/tiny/ckpt.h5 --prompt "ab" --tokens 4 --batch 2
-check 1 "$exe" sample k/tiny/ckpt.h5 --prompt "ab" --tokens 4 --batch 2
+check 0 "$exe" sample k/tiny/ckpt.h5 --prompt "ab" --tokens 4 --batch 2
+check 1 "$exe" sample k/tiny/ckpt.h5 --prompt "ab" --tokens 4 --batch 33
 check 0 "$exe" "$config" run.out=bt 'model.layers=dense, mod, staged, tcmod' moe.experts=4 \
 	run.steps=6 --quiet
 check 0 "$exe" sample bt/tiny/ckpt.h5 --prompt "ab" --tokens 40 --batch 3 --bench 1
