@@ -151,7 +151,7 @@ int moe_decode_rows(layer *l, const fwd_args *a, float *y, const float *x, int n
 int moe_record(const layer *l, const fwd_args *a, record_sink *sink)
 {
     const moe_state *s = l->state;
-    route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .top_k = s->ec.top_k,
+    route_decision d = { .nseq = a->nseq, .seq_len = a->seq_len, .n_slots = s->ec.top_k,
                          .experts = experts_choices(s->ex), .weights = experts_weights(s->ex) };
     return route_decision_record(&d, sink);
 }

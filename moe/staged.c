@@ -175,7 +175,7 @@ static int staged_record(const layer *l, const fwd_args *a, record_sink *sink)
         memcpy(s->rec_experts + (size_t)set->sel[j] * K, ch + (size_t)j * K, K * sizeof(int32_t));
         memcpy(s->rec_weights + (size_t)set->sel[j] * K, wt + (size_t)j * K, K * sizeof(float));
     }
-    route_decision d = { .top_k = K, .experts = s->rec_experts, .weights = s->rec_weights };
+    route_decision d = { .n_slots = K, .experts = s->rec_experts, .weights = s->rec_weights };
     return mod_router_record(&s->rt, a, &d, sink);
 }
 

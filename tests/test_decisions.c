@@ -176,7 +176,7 @@ static void test_writer_names(void **state)
     uint8_t sel[NSEQ * S_LEN] = { 1 };
     int32_t ex[NSEQ * S_LEN * 2] = { 0 };
     float wt[NSEQ * S_LEN * 2] = { 0 };
-    route_decision d = { .nseq = NSEQ, .seq_len = S_LEN, .top_k = 2, .selected = sel,
+    route_decision d = { .nseq = NSEQ, .seq_len = S_LEN, .n_slots = 2, .selected = sel,
                          .experts = ex, .weights = wt };
     seen w = { 0 };
     record_sink sink = { .put = seen_put, .user = &w };

@@ -18,7 +18,7 @@ const void *route_decision_get(const route_decision *d, decision_part_id id)
 int route_decision_record(const route_decision *d, record_sink *sink)
 {
     unsigned long long dims[3] = { (unsigned long long)d->nseq, (unsigned long long)d->seq_len,
-                                   (unsigned long long)d->top_k };
+                                   (unsigned long long)d->n_slots };
     int rc = 0;
     for (int i = 0; !rc && i < DECISION_PART_COUNT; i++) {
         const void *data = route_decision_get(d, (decision_part_id)i);

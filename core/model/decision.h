@@ -20,7 +20,7 @@ enum { RECORD_FLOAT, RECORD_INT32, RECORD_UINT8 };
 /* What a kind decides per row; the bits of decision_decl.decides. */
 enum {
     DECIDES_TAKE = 1u << 0,    /* took the block or skipped it: selected, causal, scores */
-    DECIDES_EXPERTS = 1u << 1, /* top_k expert slots and their gates: experts, weights */
+    DECIDES_EXPERTS = 1u << 1, /* n_slots expert slots and their gates: experts, weights */
     DECIDES_DEPTH = 1u << 2,   /* how many times it ran the block: depth */
     DECIDES_EXIT = 1u << 3,    /* whether it left the stack here: exited, confidence */
     DECIDES_DRAW = 1u << 4,    /* skips the block by a random draw that is not recorded */
@@ -43,7 +43,7 @@ typedef struct decision_decl {
 /* The parts of a decision, as the routing records name them (docs/hdf5.md
  * "routing"): X(name, element type, RECORD_*, per slot, the DECIDES_* bit
  * it belongs to).  Every part is
- * [nseq][S], or [nseq][S][top_k] per slot. */
+ * [nseq][S], or [nseq][S][n_slots] per slot. */
 #define ROUTE_DECISION_PARTS(X)                                                                    \
     X(selected, uint8_t, RECORD_UINT8, false, DECIDES_TAKE) /* took the block (top-k) */        \
     X(scores, float, RECORD_FLOAT, false, DECIDES_TAKE)     /* router logits */                  \
@@ -66,7 +66,7 @@ typedef enum decision_part_id {
  * kind does not make. */
 typedef struct route_decision {
     int nseq, seq_len; /* rows: nseq x seq_len */
-    int top_k;         /* slots per row of the per-slot parts */
+    int n_slots;       /* slots per row of the per-slot parts */
 #define DECISION_PART_FIELD(name, type, code, slots, bit) const type *name;
     ROUTE_DECISION_PARTS(DECISION_PART_FIELD)
 #undef DECISION_PART_FIELD
@@ -75,7 +75,7 @@ typedef struct route_decision {
 typedef struct decision_part {
     const char *name; /* the dataset's name in a layer's routing record */
     int type;         /* RECORD_* */
-    bool slots;       /* [nseq][S][top_k] rather than [nseq][S] */
+    bool slots;       /* [nseq][S][n_slots] rather than [nseq][S] */
     unsigned decides; /* the decision it records (DECIDES_*) */
     size_t offset;    /* of its pointer in route_decision */
 } decision_part;
