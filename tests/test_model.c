@@ -203,6 +203,30 @@ static void test_decode_window(void **state)
     }
     print_message("decoding %d positions with a window of %d: the logits of the causal forward "
                   "over each window within %.2e of their scale\n", P, S, worst);
+    /* Batched (model_decode_rows), each lane's cache sliding on its own:
+     * every lane's logits are the one-sequence decoding's, within the
+     * rounding of a product over 3 rows rather than 1 (1e-5 of the scale;
+     * a lane that drops a row a position too soon is off by far more). */
+    enum { LANES = 3 };
+    int bad = -1;
+    assert_int_equal(model_decode_lanes(f.m, P, LANES, &bad), 0);
+    float *lanes = malloc((size_t)LANES * V * sizeof(float));
+    unsigned char taken[LANES];
+    worst = 0.0;
+    for (int p = 0; p < P; p++) {
+        token_t tok[LANES] = { t[p], t[p], t[p] };
+        assert_int_equal(model_decode_rows(f.m, &f.ctx, tok, p, lanes, taken), 0);
+        double scale = 0.0, diff = 0.0;
+        for (int v = 0; v < V; v++)
+            scale = fmax(scale, fabs((double)slide[(size_t)p * V + v]));
+        for (int i = 0; i < LANES * V; i++)
+            diff = fmax(diff, fabs((double)lanes[i] - (double)slide[(size_t)p * V + i % V]));
+        worst = fmax(worst, diff / scale);
+        assert_true(diff <= 1e-5 * scale);
+    }
+    print_message("the same %d positions in %d lanes: within %.2e of one sequence's logits\n", P,
+                  LANES, worst);
+    free(lanes);
     free(slide);
     free(fresh);
     tl_unmake(&f);
