@@ -376,8 +376,10 @@ examples)
 	grep -q ": 6 runs into out/capacity-deep-bpe/" bpe.txt && grep -q "^learned-s2  *1563 steps" bpe.txt &&
 		grep -q "^router-random-s3  *1564 steps" bpe.txt || fail "capacity-deep-bpe.ini: runs or steps differ from its comment"
 	"$exe" sweep "$examples/zoo.ini" --dry-run >zoo.txt 2>&1 || fail "zoo.ini: $(cat zoo.txt)"
-	grep -q ": 21 runs into out/zoo/" zoo.txt && grep -q "^dense-s1  *856 steps" zoo.txt &&
-		grep -q "^mod-s3  *1521 steps" zoo.txt || fail "zoo.ini: runs or steps differ from its comment"
+	grep -q ": 36 runs into out/zoo/" zoo.txt && grep -q "^dense-s1  *856 steps" zoo.txt &&
+		grep -q "^mod-s3  *1521 steps" zoo.txt && grep -q "^skipdecode-s2  *1177 steps" zoo.txt &&
+		grep -q "^layerskip-s1  *841 steps" zoo.txt ||
+		fail "zoo.ini: runs or steps differ from its comment"
 	"$exe" sweep "$examples/ladder-zoo.ini" --dry-run >lz.txt 2>&1 || fail "ladder-zoo.ini: $(cat lz.txt)"
 	grep -q "^flops_budget-1e13-s1  *428 steps" lz.txt && grep -q "^flops_budget-4e13-s1  *1712 steps" lz.txt ||
 		fail "ladder-zoo.ini: steps differ from its comment"
